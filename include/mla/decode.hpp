@@ -1,0 +1,68 @@
+// Absorbed MLA decode over a paged latent cache (DESIGN.md section 1): MQA with
+// one KV head, d_qk 576, d_v 512, h_q query heads, s_q new tokens per request.
+#pragma once
+#include <cstddef>
+
+#include "mla/kv_cache.hpp"
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// Shapes (B requests, s_q new tokens each, h_q heads):
+//   q             [B, s_q, h_q, 576]  bf16 (CUDA); bf16 or f32 (CPU)
+//   kv            paged cache, bf16 or fp8_ds_mla
+//   block_table   [B, max_pages] i32: page ids into kv
+//   cache_seqlens [B] i32: tokens in the cache for each request, the s_q new ones included
+//   out           [B, s_q, h_q, 512] bf16 or f32
+//   lse           [B, h_q, s_q] f32, natural log
+// Causal masking among the s_q new tokens: new token i sees the first
+// len - (s_q - 1 - i) keys (FlashMLA's convention). A query that sees no key
+// (len 0, or len < s_q) gets out = 0 and lse = -inf.
+struct DecodeArgs {
+  TensorView q;
+  KvCacheView kv;
+  TensorView block_table;
+  TensorView cache_seqlens;
+  float softmax_scale = 0.f;
+  bool causal = true;
+  TensorView out;
+  TensorView lse;
+};
+
+struct DecodeOptions {
+  // Bits of a request's output do not depend on the rest of the batch: the
+  // split of its keys depends only on its own length.
+  bool batch_invariant = false;
+};
+
+// Scratch bytes a call with these shapes needs (0 on CPU). Only shapes, dtypes
+// and the device of `args` are read, not the data.
+Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, size_t* bytes);
+
+Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts = {}, Workspace ws = {},
+                  const ExecContext& ctx = {});
+
+// --- Split-KV pieces, so GPU split strategies can be checked piece by piece ---
+
+// Attention of every query over keys [kv_begin[b], kv_end[b]) only (the causal
+// limit still applies on top). out must be f32. Empty range: out 0, lse -inf.
+struct DecodePartialArgs {
+  DecodeArgs base;
+  TensorView kv_begin;  // [B] i32
+  TensorView kv_end;    // [B] i32
+};
+Status mla_decode_partial(const DecodePartialArgs& args, const ExecContext& ctx = {});
+
+// Merge S partial results by log-sum-exp:
+//   partial_out [S, R, D] f32, partial_lse [S, R] f32  ->  out [R, D] (f32/bf16), lse [R] f32.
+// Rows whose partials are all -inf get out 0 and lse -inf.
+struct MergeArgs {
+  TensorView partial_out;
+  TensorView partial_lse;
+  TensorView out;
+  TensorView lse;
+};
+Status merge_attn_partials(const MergeArgs& args, const ExecContext& ctx = {});
+
+}  // namespace mla

@@ -1,0 +1,72 @@
+// The paged latent cache and its two entry formats (DESIGN.md section 2), and
+// the operations that write and read it.
+#pragma once
+#include <cstdint>
+
+#include "mla/dims.hpp"
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+enum class KvFormat : int32_t {
+  bf16 = 0,        // 576 bf16 per token: [c_kv 512 ; k_rope 64], 1152 B
+  fp8_ds_mla = 1,  // FlashMLA's V3.2 entry, 656 B (layout below)
+};
+
+// fp8_ds_mla entry layout, bytes:
+//   [0, 512)    c_kv as e4m3, one scale per 128 values
+//   [512, 528)  four fp32 scales (powers of two)
+//   [528, 656)  k_rope as 64 bf16 (not quantised: rope carries position, keep it exact-ish)
+struct Fp8DsMlaLayout {
+  static constexpr int kNopeBytes = kDc;                         // 512
+  static constexpr int kGroup = 128;                             // values per scale
+  static constexpr int kNumScales = kDc / kGroup;                // 4
+  static constexpr int kScaleOffset = kNopeBytes;                // 512
+  static constexpr int kRopeOffset = kScaleOffset + 4 * kNumScales;  // 528
+  static constexpr int kEntryBytes = kRopeOffset + 2 * kDr;      // 656
+};
+static_assert(Fp8DsMlaLayout::kEntryBytes == 656, "fp8_ds_mla entry is 656 bytes");
+inline constexpr int kBf16EntryBytes = 2 * kDqk;  // 1152
+
+constexpr int kv_entry_bytes(KvFormat f) {
+  return f == KvFormat::bf16 ? kBf16EntryBytes : Fp8DsMlaLayout::kEntryBytes;
+}
+const char* kv_format_name(KvFormat f) noexcept;
+
+// A paged cache: data is [num_pages, page_size, 1, 576] bf16 for KvFormat::bf16,
+// [num_pages, page_size, 1, 656] u8 for fp8_ds_mla. Pages may be padded
+// (stride(0) > page_size * entry); the token and head dims must be dense.
+struct KvCacheView {
+  TensorView data;
+  KvFormat format = KvFormat::bf16;
+  int64_t num_pages() const { return data.shape[0]; }
+  int64_t page_size() const { return data.shape[1]; }
+};
+
+// Checks a cache view: rank, dtype matching the format, entry width, strides.
+Status validate_kv_cache(const KvCacheView& cache, const char* name);
+
+// Write T new tokens into the cache at global slots (page * page_size + offset).
+//   c_kv   [T, 512]  f32 or bf16
+//   k_rope [T, 64]   f32 or bf16
+//   slots  [T]       i64; -1 means "skip this token" (padding in the batch)
+// bf16 cache: values rounded to bf16. fp8 cache: quantised per DESIGN.md.
+struct AppendKvArgs {
+  TensorView c_kv;
+  TensorView k_rope;
+  TensorView slots;
+  KvCacheView cache;
+};
+Status append_kv(const AppendKvArgs& args, const ExecContext& ctx = {});
+
+// Read T tokens back (dequantised) as f32: c_kv [T, 512], k_rope [T, 64].
+struct ReadKvArgs {
+  KvCacheView cache;
+  TensorView slots;  // [T] i64, every slot must be valid
+  TensorView c_kv;   // out [T, 512] f32
+  TensorView k_rope; // out [T, 64] f32
+};
+Status read_kv(const ReadKvArgs& args, const ExecContext& ctx = {});
+
+}  // namespace mla
