@@ -1,0 +1,102 @@
+// Public entry points of the paged latent cache: validate, then dispatch.
+#include "mla/kv_cache.hpp"
+
+#include "api/backend.hpp"
+#include "common/validate.hpp"
+#include "reference/kv_cache_ref.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla {
+
+using detail::error;
+using detail::kAny;
+
+Status validate_kv_cache(const KvCacheView& cache, const char* name) {
+  const TensorView& d = cache.data;
+  if (cache.format != KvFormat::bf16 && cache.format != KvFormat::fp8_ds_mla)
+    return error(Errc::invalid_value, "{}: unknown cache format {}", name,
+                 static_cast<int>(cache.format));
+  const bool fp8 = cache.format == KvFormat::fp8_ds_mla;
+  const int64_t entry = fp8 ? Fp8DsMlaLayout::kEntryBytes : kDqk;  // in elements
+  const std::string what = fmt::format("{}.data ({} cache)", name, kv_format_name(cache.format));
+  MLA_TRY(detail::expect_known_device(d, what.c_str()));
+  MLA_TRY(detail::expect_shape(
+      d, what.c_str(), {kAny, kAny, 1, entry},
+      fp8 ? "[num_pages, page_size, 1, 656]" : "[num_pages, page_size, 1, 576]"));
+  // fp8 entries are raw bytes: engines hand them over as uint8 or float8_e4m3fn.
+  if (fp8)
+    MLA_TRY(detail::expect_dtype(d, what.c_str(), {DType::u8, DType::e4m3}));
+  else
+    MLA_TRY(detail::expect_dtype(d, what.c_str(), {DType::bf16}));
+  if (d.shape[1] < 1)
+    return error(Errc::invalid_shape, "{}: page_size = {} must be at least 1", what, d.shape[1]);
+  // Token, head and value dims dense; only the page stride may be padded.
+  MLA_TRY(detail::expect_inner_contiguous(d, what.c_str(), 3));
+  if (d.shape[0] > 1 && d.strides[0] < d.shape[1] * entry)
+    return error(Errc::invalid_stride,
+                 "{}: page stride {} is smaller than page_size * entry = {} (pages overlap)", what,
+                 d.strides[0], d.shape[1] * entry);
+  return Status::Ok();
+}
+
+namespace {
+
+// Global slots: -1 (only where allowed) skips the token; anything else must lie
+// in [0, num_pages * page_size).
+Status check_slots(const TensorView& slots, const KvCacheView& cache, bool allow_skip) {
+  const int64_t capacity = cache.num_pages() * cache.page_size();
+  for (int64_t t = 0; t < slots.shape[0]; ++t) {
+    const int64_t s = reference::read_int(slots, {t});
+    if (s == -1 && allow_skip) continue;
+    if (s < 0 || s >= capacity)
+      return error(Errc::out_of_range,
+                   "slots[{}] = {} is outside the cache: capacity num_pages * page_size = {} * {} "
+                   "= {}{}",
+                   t, s, cache.num_pages(), cache.page_size(), capacity,
+                   allow_skip ? " (-1 skips a token)" : "");
+  }
+  return Status::Ok();
+}
+
+Status validate_token_rows(const TensorView& t, const char* name, int64_t T, int64_t width,
+                           const char* symbolic, std::initializer_list<DType> dtypes) {
+  MLA_TRY(detail::expect_shape(t, name, {T, width}, symbolic));
+  MLA_TRY(detail::expect_dtype(t, name, dtypes));
+  return detail::expect_inner_contiguous(t, name, 0);  // any non-negative strides
+}
+
+}  // namespace
+
+Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
+  MLA_TRY(validate_kv_cache(a.cache, "cache"));
+  MLA_TRY(detail::expect_shape(a.slots, "slots", {kAny}, "[T]"));
+  MLA_TRY(detail::expect_dtype(a.slots, "slots", {DType::i64}));
+  const int64_t T = a.slots.shape[0];
+  MLA_TRY(validate_token_rows(a.c_kv, "c_kv", T, kDc, "[T, 512]", {DType::f32, DType::bf16}));
+  MLA_TRY(validate_token_rows(a.k_rope, "k_rope", T, kDr, "[T, 64]", {DType::f32, DType::bf16}));
+  const TensorView& dev = a.cache.data;
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("append_kv");
+  MLA_TRY(check_slots(a.slots, a.cache, /*allow_skip=*/true));
+  return reference::append_kv(a);
+}
+
+Status read_kv(const ReadKvArgs& a, const ExecContext& ctx) {
+  MLA_TRY(validate_kv_cache(a.cache, "cache"));
+  MLA_TRY(detail::expect_shape(a.slots, "slots", {kAny}, "[T]"));
+  MLA_TRY(detail::expect_dtype(a.slots, "slots", {DType::i64}));
+  const int64_t T = a.slots.shape[0];
+  MLA_TRY(validate_token_rows(a.c_kv, "c_kv", T, kDc, "[T, 512]", {DType::f32}));
+  MLA_TRY(validate_token_rows(a.k_rope, "k_rope", T, kDr, "[T, 64]", {DType::f32}));
+  const TensorView& dev = a.cache.data;
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
+  MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("read_kv");
+  MLA_TRY(check_slots(a.slots, a.cache, /*allow_skip=*/false));
+  return reference::read_kv(a);
+}
+
+}  // namespace mla
