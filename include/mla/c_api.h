@@ -1,0 +1,146 @@
+/* The stable C ABI of mla: what the Python package (ctypes) and any other
+ * language binds to. Pure C (C99), no C++ types cross it, no exception escapes it.
+ *
+ * Conventions
+ *  - Every operation returns an int32_t status: MLA_OK (0) or one of the
+ *    MLA_ERR_* codes, which mirror mla::Errc value for value. On failure,
+ *    mla_last_error_message() returns the C++ message for the calling thread
+ *    (it names the argument and the bad value); it stays valid until the next
+ *    mla_* call on the same thread.
+ *  - Tensors are described by mla_tensor, a POD mirror of mla::TensorView
+ *    (DLPack-like: data pointer, dtype code, device, shape, strides counted in
+ *    elements). A NULL mla_tensor pointer means "argument not given" (optional
+ *    arguments only).
+ *  - Nothing here allocates device memory or synchronises: scratch memory comes
+ *    from the caller (the *_workspace_size functions say how much), and CUDA
+ *    work is queued on the stream passed as `stream` (a cudaStream_t; NULL is
+ *    the legacy default stream). CPU tensors run the exact CPU reference.
+ *  - The ABI is versioned: MLA_C_ABI_VERSION changes whenever a signature or a
+ *    struct layout changes; bindings check mla_abi_version() at load time. */
+#ifndef MLA_C_API_H_
+#define MLA_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define MLA_C_EXPORT __declspec(dllexport)
+#else
+#define MLA_C_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define MLA_C_ABI_VERSION 1
+
+/* ---- status codes (values of mla::Errc, plus MLA_ERR_INTERNAL) ------------ */
+enum {
+  MLA_OK = 0,
+  MLA_ERR_INVALID_SHAPE = 1,
+  MLA_ERR_INVALID_DTYPE = 2,
+  MLA_ERR_INVALID_STRIDE = 3,
+  MLA_ERR_INVALID_DEVICE = 4,
+  MLA_ERR_OUT_OF_RANGE = 5,
+  MLA_ERR_MISALIGNED = 6,
+  MLA_ERR_INVALID_VALUE = 7,
+  MLA_ERR_UNSUPPORTED = 8,
+  MLA_ERR_INSUFFICIENT_WORKSPACE = 9,
+  MLA_ERR_CUDA = 10,
+  /* Not an Errc: a C++ exception (e.g. std::bad_alloc) was caught at the ABI
+   * boundary. The message says which. */
+  MLA_ERR_INTERNAL = 100
+};
+
+/* ---- element types (values of mla::DType) --------------------------------- */
+enum {
+  MLA_DTYPE_F32 = 0,
+  MLA_DTYPE_F64 = 1,
+  MLA_DTYPE_BF16 = 2,
+  MLA_DTYPE_F16 = 3,
+  MLA_DTYPE_E4M3 = 4, /* float8_e4m3fn */
+  MLA_DTYPE_U8 = 5,
+  MLA_DTYPE_I32 = 6,
+  MLA_DTYPE_I64 = 7
+};
+
+/* ---- devices (DLPack's device type codes, as mla::DeviceType) ------------- */
+enum { MLA_DEVICE_CPU = 1, MLA_DEVICE_CUDA = 2 };
+
+/* ---- paged latent cache formats (values of mla::KvFormat) ----------------- */
+enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1 };
+
+#define MLA_MAX_DIMS 6
+
+/* A non-owning view of a strided array (mirror of mla::TensorView). */
+typedef struct mla_tensor {
+  void* data;
+  int32_t dtype;       /* MLA_DTYPE_* */
+  int32_t device_type; /* MLA_DEVICE_* */
+  int32_t device_id;
+  int32_t ndim; /* 0..MLA_MAX_DIMS */
+  int64_t shape[MLA_MAX_DIMS];
+  int64_t strides[MLA_MAX_DIMS]; /* in elements, not bytes */
+} mla_tensor;
+
+/* ---- library ---------------------------------------------------------------- */
+MLA_C_EXPORT int32_t mla_abi_version(void);
+MLA_C_EXPORT const char* mla_version(void);
+/* 1 when the library was built with the CUDA kernels. */
+MLA_C_EXPORT int32_t mla_built_with_cuda(void);
+/* The message of the last failed call on this thread ("" if none). */
+MLA_C_EXPORT const char* mla_last_error_message(void);
+/* "invalid_shape", ...: the name of a status code. */
+MLA_C_EXPORT const char* mla_status_name(int32_t status);
+/* Bytes of one cache entry for a MLA_KV_* format (1152, 656), -1 if unknown. */
+MLA_C_EXPORT int32_t mla_kv_entry_bytes(int32_t kv_format);
+
+/* ---- paged latent cache (mla/kv_cache.hpp) ---------------------------------- */
+/* cache: [num_pages, page_size, 1, 576] bf16 or [num_pages, page_size, 1, 656] u8. */
+MLA_C_EXPORT int32_t mla_validate_kv_cache(const mla_tensor* cache, int32_t kv_format);
+
+/* c_kv [T, 512], k_rope [T, 64] (f32 or bf16), slots [T] i64 (-1 skips a token). */
+MLA_C_EXPORT int32_t mla_append_kv(const mla_tensor* c_kv, const mla_tensor* k_rope,
+                                   const mla_tensor* slots, const mla_tensor* cache,
+                                   int32_t kv_format, void* stream);
+
+/* slots [T] i64 -> c_kv [T, 512] f32, k_rope [T, 64] f32 (dequantised). */
+MLA_C_EXPORT int32_t mla_read_kv(const mla_tensor* cache, int32_t kv_format,
+                                 const mla_tensor* slots, const mla_tensor* c_kv,
+                                 const mla_tensor* k_rope, void* stream);
+
+/* ---- absorbed decode (mla/decode.hpp) --------------------------------------- */
+/* q [B, s_q, h_q, 576], block_table [B, max_pages] i32, cache_seqlens [B] i32,
+ * out [B, s_q, h_q, 512] (bf16/f32), lse [B, h_q, s_q] f32. */
+MLA_C_EXPORT int32_t mla_decode_workspace_size(const mla_tensor* q, const mla_tensor* kv,
+                                               int32_t kv_format, const mla_tensor* block_table,
+                                               const mla_tensor* cache_seqlens, float softmax_scale,
+                                               int32_t causal, const mla_tensor* out,
+                                               const mla_tensor* lse, int32_t batch_invariant,
+                                               size_t* bytes);
+
+MLA_C_EXPORT int32_t mla_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                                const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                                float softmax_scale, int32_t causal, const mla_tensor* out,
+                                const mla_tensor* lse, int32_t batch_invariant, void* workspace,
+                                size_t workspace_bytes, void* stream);
+
+/* Attention over keys [kv_begin[b], kv_end[b]) only; out f32. */
+MLA_C_EXPORT int32_t mla_decode_partial(const mla_tensor* q, const mla_tensor* kv,
+                                        int32_t kv_format, const mla_tensor* block_table,
+                                        const mla_tensor* cache_seqlens, float softmax_scale,
+                                        int32_t causal, const mla_tensor* kv_begin,
+                                        const mla_tensor* kv_end, const mla_tensor* out,
+                                        const mla_tensor* lse, void* stream);
+
+/* partial_out [S, R, D] f32, partial_lse [S, R] f32 -> out [R, D], lse [R]. */
+MLA_C_EXPORT int32_t mla_merge_attn_partials(const mla_tensor* partial_out,
+                                             const mla_tensor* partial_lse, const mla_tensor* out,
+                                             const mla_tensor* lse, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MLA_C_API_H_ */

@@ -1,0 +1,66 @@
+// Shared pieces of the C ABI (include/mla/c_api.h): turning mla_tensor into
+// mla::TensorView with the C-level fields checked, the per-thread error
+// message, and the guard that keeps every C++ exception inside the library.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "mla/c_api.h"
+#include "mla/kv_cache.hpp"
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla::capi {
+
+// The C codes are the Errc values: the ABI promises it, the compiler checks it.
+static_assert(MLA_ERR_INVALID_SHAPE == int(Errc::invalid_shape) &&
+                  MLA_ERR_INVALID_DTYPE == int(Errc::invalid_dtype) &&
+                  MLA_ERR_INVALID_STRIDE == int(Errc::invalid_stride) &&
+                  MLA_ERR_INVALID_DEVICE == int(Errc::invalid_device) &&
+                  MLA_ERR_OUT_OF_RANGE == int(Errc::out_of_range) &&
+                  MLA_ERR_MISALIGNED == int(Errc::misaligned) &&
+                  MLA_ERR_INVALID_VALUE == int(Errc::invalid_value) &&
+                  MLA_ERR_UNSUPPORTED == int(Errc::unsupported) &&
+                  MLA_ERR_INSUFFICIENT_WORKSPACE == int(Errc::insufficient_workspace) &&
+                  MLA_ERR_CUDA == int(Errc::cuda_error),
+              "MLA_ERR_* must equal mla::Errc values");
+static_assert(MLA_DTYPE_F32 == int(DType::f32) && MLA_DTYPE_F64 == int(DType::f64) &&
+                  MLA_DTYPE_BF16 == int(DType::bf16) && MLA_DTYPE_F16 == int(DType::f16) &&
+                  MLA_DTYPE_E4M3 == int(DType::e4m3) && MLA_DTYPE_U8 == int(DType::u8) &&
+                  MLA_DTYPE_I32 == int(DType::i32) && MLA_DTYPE_I64 == int(DType::i64),
+              "MLA_DTYPE_* must equal mla::DType values");
+static_assert(MLA_DEVICE_CPU == int(DeviceType::cpu) && MLA_DEVICE_CUDA == int(DeviceType::cuda),
+              "MLA_DEVICE_* must equal mla::DeviceType values");
+static_assert(MLA_KV_BF16 == int(KvFormat::bf16) && MLA_KV_FP8_DS_MLA == int(KvFormat::fp8_ds_mla),
+              "MLA_KV_* must equal mla::KvFormat values");
+static_assert(MLA_MAX_DIMS == kMaxDims, "mla_tensor and TensorView hold the same rank");
+
+// Records `st` as this thread's last error (or clears it) and returns its code.
+int32_t set_status(const Status& st);
+
+// mla_tensor -> TensorView. `t == nullptr` gives an undefined view (an optional
+// argument left out); required arguments are then rejected by the C++ checks,
+// which name them. The C fields the C++ types cannot represent (unknown dtype
+// or device codes, ranks past MLA_MAX_DIMS, negative sizes) are caught here.
+Status to_view(const mla_tensor* t, const char* name, TensorView* out);
+Status to_kv_format(int32_t code, const char* name, KvFormat* out);
+Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out);
+
+inline ExecContext to_context(void* stream) {
+  return ExecContext{stream};
+}
+
+// Runs `body` (a callable returning Status), converting any exception that
+// escapes it into MLA_ERR_INTERNAL with its what().
+template <class F>
+int32_t guarded(F&& body) noexcept {
+  try {
+    return set_status(std::forward<F>(body)());
+  } catch (const std::exception& e) {
+    return set_status(Status(Errc(MLA_ERR_INTERNAL), std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return set_status(Status(Errc(MLA_ERR_INTERNAL), "internal error: unknown C++ exception"));
+  }
+}
+
+}  // namespace mla::capi
