@@ -1,0 +1,225 @@
+#include "api/decode_validate.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "common/validate.hpp"
+#include "mla/dims.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla::detail {
+namespace {
+
+// Float dtypes an argument accepts: the CUDA kernels' list, plus f64 on CPU
+// (the reference computes in fp64; f64 in and out lets tests compare exactly).
+Status expect_float_dtype(const TensorView& t, const char* name, bool cuda, bool allow_bf16) {
+  if (cuda)
+    return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32})
+                      : expect_dtype(t, name, {DType::f32});
+  return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32, DType::f64})
+                    : expect_dtype(t, name, {DType::f32, DType::f64});
+}
+
+Status check_decode(const DecodeArgs& a) {
+  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
+  MLA_TRY(expect_known_device(a.q, "q"));
+  const bool cuda = on_cuda(a.q.device);
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
+  if (s_q < 1) return error(Errc::invalid_shape, "q: s_q = {} must be at least 1", s_q);
+  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
+  if (cuda) {
+    bool known = false;
+    for (int h : kCudaDecodeHeads) known |= h == h_q;
+    if (!known)
+      return error(Errc::unsupported,
+                   "q: h_q = {} is not supported by the CUDA decode kernels (16, 32, 64 or 128 "
+                   "heads; the CPU reference takes any)",
+                   h_q);
+    if (s_q > kCudaDecodeMaxSq)
+      return error(Errc::unsupported,
+                   "q: s_q = {} is not supported by the CUDA decode kernels (1 to {}; the CPU "
+                   "reference takes any)",
+                   s_q, kCudaDecodeMaxSq);
+    MLA_TRY(expect_dtype(a.q, "q", {DType::bf16}));
+  } else {
+    MLA_TRY(expect_dtype(a.q, "q", {DType::bf16, DType::f32, DType::f64}));
+  }
+  MLA_TRY(expect_inner_contiguous(a.q, "q", 1));
+
+  MLA_TRY(validate_kv_cache(a.kv, "kv"));
+
+  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
+  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
+  MLA_TRY(expect_inner_contiguous(a.block_table, "block_table", 1));
+  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
+  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  MLA_TRY(expect_inner_contiguous(a.cache_seqlens, "cache_seqlens", 1));
+
+  MLA_TRY(expect_shape(a.out, "out", {B, s_q, h_q, kDv}, "[B, s_q, h_q, 512]"));
+  MLA_TRY(expect_float_dtype(a.out, "out", cuda, /*allow_bf16=*/true));
+  MLA_TRY(expect_inner_contiguous(a.out, "out", 1));
+  MLA_TRY(expect_shape(a.lse, "lse", {B, h_q, s_q}, "[B, h_q, s_q]"));
+  MLA_TRY(expect_float_dtype(a.lse, "lse", cuda, /*allow_bf16=*/false));
+  MLA_TRY(expect_inner_contiguous(a.lse, "lse", 1));
+
+  MLA_TRY(expect_same_device(a.q, "q", a.kv.data, "kv"));
+  MLA_TRY(expect_same_device(a.q, "q", a.block_table, "block_table"));
+  MLA_TRY(expect_same_device(a.q, "q", a.cache_seqlens, "cache_seqlens"));
+  MLA_TRY(expect_same_device(a.q, "q", a.out, "out"));
+  MLA_TRY(expect_same_device(a.q, "q", a.lse, "lse"));
+
+  if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0.f)
+    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", a.softmax_scale);
+
+  if (cuda) {
+    // The kernels move q, out and cache rows with 16-byte vector loads/stores.
+    MLA_TRY(expect_aligned(a.q, "q", 16));
+    MLA_TRY(expect_aligned(a.out, "out", 16));
+    MLA_TRY(expect_aligned(a.kv.data, "kv", 16));
+  }
+  return Status::Ok();
+}
+
+// A view that passes the null-data check: the workspace query reads shapes only.
+TensorView with_placeholder_data(TensorView t) {
+  alignas(256) static const char placeholder[1] = {};
+  if (t.data == nullptr) t.data = const_cast<char*>(placeholder);
+  return t;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// Shape check of any rank (the merge's row dims vary).
+Status expect_dims(const TensorView& t, const char* name, const std::vector<int64_t>& want,
+                   const char* symbolic) {
+  MLA_TRY(expect_defined(t, name));
+  bool same = t.ndim == static_cast<int>(want.size());
+  for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == want[d];
+  if (!same)
+    return error(Errc::invalid_shape, "{}: shape {} does not match {} = {}", name, shape_str(t),
+                 symbolic, dims_str(want));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate_decode_args(const DecodeArgs& a) {
+  return check_decode(a);
+}
+
+Status validate_decode_shapes(const DecodeArgs& a) {
+  DecodeArgs s = a;
+  for (TensorView* t : {&s.q, &s.kv.data, &s.block_table, &s.cache_seqlens, &s.out, &s.lse})
+    if (t->defined()) *t = with_placeholder_data(*t);
+  return check_decode(s);
+}
+
+Status validate_decode_host_values(const DecodeArgs& a) {
+  using reference::read_int;
+  const int64_t B = a.q.shape[0], page = a.kv.page_size(), num_pages = a.kv.num_pages();
+  const int64_t max_pages = a.block_table.shape[1], capacity = max_pages * page;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = read_int(a.cache_seqlens, {b});
+    if (len < 0) return error(Errc::out_of_range, "cache_seqlens[{}] = {} is negative", b, len);
+    if (len > capacity)
+      return error(Errc::out_of_range,
+                   "cache_seqlens[{}] = {} is past the capacity of block_table: max_pages * "
+                   "page_size = {} * {} = {}",
+                   b, len, max_pages, page, capacity);
+    const int64_t pages = (len + page - 1) / page;
+    for (int64_t j = 0; j < pages; ++j) {
+      const int64_t id = read_int(a.block_table, {b, j});
+      if (id < 0)
+        return error(Errc::out_of_range,
+                     "block_table[{}][{}] = {} is negative (request {} has cache_seqlens = {}, "
+                     "so it reads its first {} pages)",
+                     b, j, id, b, len, pages);
+      if (id >= num_pages)
+        return error(Errc::out_of_range,
+                     "block_table[{}][{}] = {} is past num_pages = {} (request {} has "
+                     "cache_seqlens = {}, so it reads its first {} pages)",
+                     b, j, id, num_pages, b, len, pages);
+    }
+  }
+  return Status::Ok();
+}
+
+Status validate_decode_partial_args(const DecodePartialArgs& a) {
+  MLA_TRY(check_decode(a.base));
+  const int64_t B = a.base.q.shape[0];
+  MLA_TRY(expect_float_dtype(a.base.out, "out", on_cuda(a.base.q.device), /*allow_bf16=*/false));
+  for (auto [t, name] : {std::pair{&a.kv_begin, "kv_begin"}, std::pair{&a.kv_end, "kv_end"}}) {
+    MLA_TRY(expect_shape(*t, name, {B}, "[B]"));
+    MLA_TRY(expect_dtype(*t, name, {DType::i32}));
+    MLA_TRY(expect_inner_contiguous(*t, name, 1));
+    MLA_TRY(expect_same_device(a.base.q, "q", *t, name));
+  }
+  return Status::Ok();
+}
+
+Status validate_decode_partial_host_values(const DecodePartialArgs& a) {
+  MLA_TRY(validate_decode_host_values(a.base));
+  using reference::read_int;
+  for (int64_t b = 0; b < a.base.q.shape[0]; ++b) {
+    const int64_t lo = read_int(a.kv_begin, {b}), hi = read_int(a.kv_end, {b});
+    const int64_t len = read_int(a.base.cache_seqlens, {b});
+    if (lo < 0) return error(Errc::out_of_range, "kv_begin[{}] = {} is negative", b, lo);
+    if (hi < lo)
+      return error(Errc::out_of_range, "kv_end[{}] = {} is before kv_begin[{}] = {}", b, hi, b, lo);
+    if (hi > len)
+      return error(Errc::out_of_range, "kv_end[{}] = {} is past cache_seqlens[{}] = {}", b, hi, b,
+                   len);
+  }
+  return Status::Ok();
+}
+
+Status validate_merge_args(const MergeArgs& a) {
+  MLA_TRY(expect_defined(a.partial_lse, "partial_lse"));
+  MLA_TRY(expect_known_device(a.partial_lse, "partial_lse"));
+  const int rows = a.partial_lse.ndim - 1;
+  if (rows < 1 || rows > kMaxDims - 2)
+    return error(Errc::invalid_shape,
+                 "partial_lse: shape {} must be [S, R...] with 1 to {} row dims",
+                 shape_str(a.partial_lse), kMaxDims - 2);
+  for (int d = 0; d < a.partial_lse.ndim; ++d)
+    if (a.partial_lse.shape[d] < 0)
+      return error(Errc::invalid_shape, "partial_lse: shape {} has negative dim {}",
+                   shape_str(a.partial_lse), d);
+  const int64_t S = a.partial_lse.shape[0];
+  if (S < 1) return error(Errc::invalid_shape, "partial_lse: S = {} partials, need at least 1", S);
+  std::vector<int64_t> r(a.partial_lse.shape + 1, a.partial_lse.shape + 1 + rows);
+  MLA_TRY(expect_defined(a.partial_out, "partial_out"));
+  if (a.partial_out.ndim != rows + 2)
+    return error(Errc::invalid_shape, "partial_out: shape {} must have {} dims [S, R..., D]",
+                 shape_str(a.partial_out), rows + 2);
+  const int64_t D = a.partial_out.shape[rows + 1];
+  std::vector<int64_t> po{S}, out, lse;
+  po.insert(po.end(), r.begin(), r.end());
+  po.push_back(D);
+  out = r;
+  out.push_back(D);
+  lse = r;
+  MLA_TRY(expect_dims(a.partial_out, "partial_out", po, "[S, R..., D]"));
+  MLA_TRY(expect_dims(a.out, "out", out, "[R..., D]"));
+  MLA_TRY(expect_dims(a.lse, "lse", lse, "[R...]"));
+  const bool cuda = on_cuda(a.partial_lse.device);
+  MLA_TRY(expect_float_dtype(a.partial_out, "partial_out", cuda, /*allow_bf16=*/false));
+  MLA_TRY(expect_float_dtype(a.partial_lse, "partial_lse", cuda, /*allow_bf16=*/false));
+  MLA_TRY(expect_float_dtype(a.out, "out", cuda, /*allow_bf16=*/true));
+  MLA_TRY(expect_float_dtype(a.lse, "lse", cuda, /*allow_bf16=*/false));
+  for (auto [t, name] : {std::pair{&a.partial_out, "partial_out"}, std::pair{&a.out, "out"},
+                         std::pair{&a.lse, "lse"}}) {
+    MLA_TRY(expect_inner_contiguous(*t, name, 0));  // non-negative strides
+    MLA_TRY(expect_same_device(a.partial_lse, "partial_lse", *t, name));
+  }
+  MLA_TRY(expect_inner_contiguous(a.partial_lse, "partial_lse", 0));
+  return Status::Ok();
+}
+
+}  // namespace mla::detail

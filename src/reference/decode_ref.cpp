@@ -1,0 +1,89 @@
+#include "reference/decode_ref.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mla/dims.hpp"
+#include "reference/kv_cache_ref.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla::reference {
+
+double attend_row(const double* q, const double* keys, int64_t n, double scale, double* scores,
+                  double* out512) {
+  std::fill(out512, out512 + kDv, 0.0);
+  if (n <= 0) return -std::numeric_limits<double>::infinity();
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    const double* k = keys + j * kDqk;
+    double dot = 0.0;
+    for (int c = 0; c < kDqk; ++c) dot += q[c] * k[c];
+    scores[j] = scale * dot;
+    m = std::max(m, scores[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double p = std::exp(scores[j] - m);
+    sum += p;
+    const double* v = keys + j * kDqk;  // V is the c_kv part of the same entry
+    for (int c = 0; c < kDv; ++c) out512[c] += p * v[c];
+  }
+  for (int c = 0; c < kDv; ++c) out512[c] /= sum;
+  return m + std::log(sum);
+}
+
+namespace {
+
+// Attention of every query of every request over its keys [begin(b), end(b))
+// (clipped to the request's length and to the causal limit).
+template <class Range>
+Status decode_ranges(const DecodeArgs& a, Range range) {
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
+  const int64_t page = a.kv.page_size();
+  std::vector<double> keys, scores, q(kDqk), o(kDv);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = read_int(a.cache_seqlens, {b});
+    auto [lo, hi] = range(b, len);
+    lo = std::max<int64_t>(lo, 0);
+    hi = std::min(hi, len);
+    const int64_t n = std::max<int64_t>(hi - lo, 0);
+    // Dequantise the request's keys once; every query and head reads them.
+    keys.resize(std::max<int64_t>(n, 1) * kDqk);
+    scores.resize(std::max<int64_t>(n, 1));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t pos = lo + j;
+      const int64_t slot = read_int(a.block_table, {b, pos / page}) * page + pos % page;
+      load_kv_entry(a.kv, slot, keys.data() + j * kDqk);
+    }
+    for (int64_t i = 0; i < s_q; ++i) {
+      const int64_t limit = visible_keys(len, s_q, i, a.causal);
+      const int64_t ni = std::clamp<int64_t>(limit - lo, 0, n);
+      for (int64_t h = 0; h < h_q; ++h) {
+        for (int c = 0; c < kDqk; ++c) q[c] = read(a.q, {b, i, h, c});
+        const double lse =
+            attend_row(q.data(), keys.data(), ni, a.softmax_scale, scores.data(), o.data());
+        for (int c = 0; c < kDv; ++c) write(a.out, {b, i, h, c}, o[c]);
+        write(a.lse, {b, h, i}, lse);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status mla_decode(const DecodeArgs& args) {
+  return decode_ranges(args, [](int64_t, int64_t len) {
+    return std::pair<int64_t, int64_t>{0, len};
+  });
+}
+
+Status mla_decode_partial(const DecodePartialArgs& args) {
+  return decode_ranges(args.base, [&](int64_t b, int64_t) {
+    return std::pair<int64_t, int64_t>{read_int(args.kv_begin, {b}), read_int(args.kv_end, {b})};
+  });
+}
+
+}  // namespace mla::reference
