@@ -1,0 +1,39 @@
+// Parameters of the causal flash-attention forward kernel (non-absorbed MLA
+// prefill: d_qk 192 = 128 nope + 64 rope, d_v 128). Plain data, host-visible,
+// so that the launcher and the tests can fill it without CUDA headers.
+#pragma once
+#include <cstdint>
+
+namespace mla::cuda::prefill {
+
+struct FlashFwdParams {
+  // q [T, h, 192] bf16; the 192 dims of a (token, head) are contiguous.
+  const void* q = nullptr;
+  int64_t q_row_stride = 0, q_head_stride = 0;  // elements
+  // Keys are read as two parts so that k_rope, shared by all heads in MLA,
+  // need not be copied h times: k_nope [Tk, h, 128] and k_rope [Tk, h|1, 64].
+  // k_rope_head_stride 0 means one rope vector per token for every head. A
+  // caller holding a full k [Tk, h, 192] passes k_rope = k + 128, same strides.
+  const void* k_nope = nullptr;
+  int64_t k_nope_row_stride = 0, k_nope_head_stride = 0;
+  const void* k_rope = nullptr;
+  int64_t k_rope_row_stride = 0, k_rope_head_stride = 0;
+  const void* v = nullptr;  // [Tk, h, 128] bf16
+  int64_t v_row_stride = 0, v_head_stride = 0;
+  void* out = nullptr;  // [T, h, 128] bf16 or f32 (out_f32)
+  int64_t out_row_stride = 0, out_head_stride = 0;
+  bool out_f32 = false;
+  float* lse = nullptr;  // [h, T] f32, natural log; may be null
+  int64_t lse_head_stride = 0, lse_row_stride = 1;
+  const int32_t* cu_seqlens_q = nullptr;  // [B + 1], device
+  const int32_t* cu_seqlens_k = nullptr;  // [B + 1], device
+  int32_t batch = 0;
+  int32_t heads = 0;
+  int32_t max_seqlen_q = 0;  // sizes the grid; sequences shorter exit early
+  float softmax_scale = 0.f;
+  // Causal, bottom-right aligned: query i of a sequence with Tq queries and Tk
+  // keys sees keys j <= i + (Tk - Tq). A query seeing no key gets out 0, lse -inf.
+  bool causal = true;
+};
+
+}  // namespace mla::cuda::prefill
