@@ -2,6 +2,7 @@
 #include "mla/kv_cache.hpp"
 
 #include "api/backend.hpp"
+#include "api/paged_checks.hpp"
 #include "common/validate.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "reference/tensor_read.hpp"
@@ -41,23 +42,6 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name) {
 
 namespace {
 
-// Global slots: -1 (only where allowed) skips the token; anything else must lie
-// in [0, num_pages * page_size).
-Status check_slots(const TensorView& slots, const KvCacheView& cache, bool allow_skip) {
-  const int64_t capacity = cache.num_pages() * cache.page_size();
-  for (int64_t t = 0; t < slots.shape[0]; ++t) {
-    const int64_t s = reference::read_int(slots, {t});
-    if (s == -1 && allow_skip) continue;
-    if (s < 0 || s >= capacity)
-      return error(Errc::out_of_range,
-                   "slots[{}] = {} is outside the cache: capacity num_pages * page_size = {} * {} "
-                   "= {}{}",
-                   t, s, cache.num_pages(), cache.page_size(), capacity,
-                   allow_skip ? " (-1 skips a token)" : "");
-  }
-  return Status::Ok();
-}
-
 Status validate_token_rows(const TensorView& t, const char* name, int64_t T, int64_t width,
                            const char* symbolic, std::initializer_list<DType> dtypes) {
   MLA_TRY(detail::expect_shape(t, name, {T, width}, symbolic));
@@ -79,7 +63,8 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
   if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("append_kv");
-  MLA_TRY(check_slots(a.slots, a.cache, /*allow_skip=*/true));
+  MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
+                                    /*allow_skip=*/true));
   return reference::append_kv(a);
 }
 
@@ -95,7 +80,8 @@ Status read_kv(const ReadKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
   if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("read_kv");
-  MLA_TRY(check_slots(a.slots, a.cache, /*allow_skip=*/false));
+  MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
+                                    /*allow_skip=*/false));
   return reference::read_kv(a);
 }
 

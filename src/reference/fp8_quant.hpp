@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "mla/indexer.hpp"
 #include "mla/kv_cache.hpp"
 
 namespace mla::reference {
@@ -37,7 +38,6 @@ void quantize_fp8_ds_mla_entry(const float* c_kv512, const float* k_rope64, uint
 void dequantize_fp8_ds_mla_entry(const uint8_t* entry656, double* out576);
 
 // One indexer vector of 128 values -> 128 e4m3 codes and its scale.
-inline constexpr int kIndexerDim = 128;
 void quantize_indexer_vector(const float* v128, uint8_t* codes128, float* scale);
 
 }  // namespace mla::reference

@@ -1,0 +1,63 @@
+// Host-side value checks of paged-cache addressing shared by the API entry
+// points: global slot lists and block tables with their lengths. They read the
+// values, so they run for CPU tensors only (a CUDA backend must itself never
+// dereference a slot or page outside the pool).
+#pragma once
+#include <cstdint>
+
+#include "common/validate.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla::detail {
+
+// slots [T]: each in [0, num_pages * page_size), or -1 where allow_skip.
+inline Status check_slot_values(const TensorView& slots, const char* name, int64_t num_pages,
+                                int64_t page_size, bool allow_skip) {
+  const int64_t capacity = num_pages * page_size;
+  for (int64_t t = 0; t < slots.shape[0]; ++t) {
+    const int64_t s = reference::read_int(slots, {t});
+    if (s == -1 && allow_skip) continue;
+    if (s < 0 || s >= capacity)
+      return error(Errc::out_of_range,
+                   "{}[{}] = {} is outside the cache: capacity num_pages * page_size = {} * {} = "
+                   "{}{}",
+                   name, t, s, num_pages, page_size, capacity,
+                   allow_skip ? " (-1 skips a token)" : "");
+  }
+  return Status::Ok();
+}
+
+// cache_seqlens [B] in [0, min(max_len, max_pages * page_size)], and the block
+// table pages each request reads, block_table[b][0, ceil(len / page_size)), in
+// [0, num_pages). max_len < 0: no output-width limit.
+inline Status check_block_table_values(const TensorView& block_table, const TensorView& seqlens,
+                                       int64_t page_size, int64_t num_pages, int64_t max_len) {
+  using reference::read_int;
+  const int64_t max_pages = block_table.shape[1], capacity = max_pages * page_size;
+  for (int64_t b = 0; b < seqlens.shape[0]; ++b) {
+    const int64_t len = read_int(seqlens, {b});
+    if (len < 0) return error(Errc::out_of_range, "cache_seqlens[{}] = {} is negative", b, len);
+    if (len > capacity)
+      return error(Errc::out_of_range,
+                   "cache_seqlens[{}] = {} is past the capacity of block_table: max_pages * "
+                   "page_size = {} * {} = {}",
+                   b, len, max_pages, page_size, capacity);
+    if (max_len >= 0 && len > max_len)
+      return error(Errc::out_of_range,
+                   "cache_seqlens[{}] = {} is past max_len = {} (the last dim of logits)", b, len,
+                   max_len);
+    const int64_t pages = (len + page_size - 1) / page_size;
+    for (int64_t j = 0; j < pages; ++j) {
+      const int64_t id = read_int(block_table, {b, j});
+      if (id < 0 || id >= num_pages)
+        return error(Errc::out_of_range,
+                     "block_table[{}][{}] = {} is {} (request {} has cache_seqlens = {}, so it "
+                     "reads its first {} pages)",
+                     b, j, id, id < 0 ? "negative" : fmt::format("past num_pages = {}", num_pages),
+                     b, len, pages);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace mla::detail
