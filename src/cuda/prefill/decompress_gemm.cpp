@@ -1,3 +1,5 @@
+#include "cuda/prefill/decompress_gemm.hpp"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -5,7 +7,6 @@
 #include <map>
 
 #include "common/validate.hpp"
-#include "cuda/prefill/decompress_gemm.hpp"
 
 namespace mla::cuda::prefill {
 namespace {
@@ -49,9 +50,9 @@ Status decompress_gemm(const DecompressGemm& g, void* stream) {
   // Row-major out[N, R] = c_kv[N, K] * W[R, K]^T is, in cuBLAS's column-major
   // terms, out^T[R, N] = op_T(W^T as [K, R]) * (c_kv^T as [K, N]).
   const float alpha = 1.f, beta = 0.f;
-  st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.rows_out), int(g.n), int(g.d_c), &alpha,
-                    g.w, CUDA_R_16BF, int(g.d_c), g.c_kv, CUDA_R_16BF, int(g.c_kv_row_stride),
-                    &beta, g.out, CUDA_R_16BF, int(g.out_row_stride), CUBLAS_COMPUTE_32F,
+  st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.rows_out), int(g.n), int(g.d_c), &alpha, g.w,
+                    CUDA_R_16BF, int(g.d_c), g.c_kv, CUDA_R_16BF, int(g.c_kv_row_stride), &beta,
+                    g.out, CUDA_R_16BF, int(g.out_row_stride), CUBLAS_COMPUTE_32F,
                     CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     return detail::error(Errc::cuda_error, "decompress: cublasGemmEx (N {}, rows {}, d_c {}): {}",

@@ -17,8 +17,9 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
                          p.heads, p.batch);
   const cudaError_t e = flash_fwd_launch_raw(p, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess)
-    return detail::error(Errc::cuda_error, "prefill attention launch (B {}, h {}, max_seqlen_q {}): {}",
-                         p.batch, p.heads, p.max_seqlen_q, cudaGetErrorString(e));
+    return detail::error(Errc::cuda_error,
+                         "prefill attention launch (B {}, h {}, max_seqlen_q {}): {}", p.batch,
+                         p.heads, p.max_seqlen_q, cudaGetErrorString(e));
   return Status::Ok();
 }
 

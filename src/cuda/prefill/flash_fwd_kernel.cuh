@@ -21,7 +21,7 @@ struct FlashFwdTraits {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kDnope = 128, kDrope = 64, kDqk = kDnope + kDrope, kDv = 128;
-  static constexpr int kChunkElems = 8;  // one 16-byte chunk of bf16
+  static constexpr int kChunkElems = 8;                     // one 16-byte chunk of bf16
   static constexpr int kQkChunks = kDqk / kChunkElems;      // 24 per row
   static constexpr int kNopeChunks = kDnope / kChunkElems;  // 16
   static constexpr int kVChunks = kDv / kChunkElems;        // 16
@@ -30,10 +30,10 @@ struct FlashFwdTraits {
   static constexpr int kSmemK = kBlockN * kDqk * 2;
   static constexpr int kSmemV = kBlockN * kDv * 2;
   static constexpr int kSmemBytes = kSmemQ + kStages * (kSmemK + kSmemV);
-  static constexpr int kNTiles = kBlockN / 8;   // n8 MMA tiles of S per warp
-  static constexpr int kOTiles = kDv / 8;       // n8 MMA tiles of O per warp
-  static constexpr int kQkSteps = kDqk / 16;    // k16 steps of Q.K^T
-  static constexpr int kPvSteps = kBlockN / 16; // k16 steps of P.V
+  static constexpr int kNTiles = kBlockN / 8;    // n8 MMA tiles of S per warp
+  static constexpr int kOTiles = kDv / 8;        // n8 MMA tiles of O per warp
+  static constexpr int kQkSteps = kDqk / 16;     // k16 steps of Q.K^T
+  static constexpr int kPvSteps = kBlockN / 16;  // k16 steps of P.V
 
   static_assert(kBlockM == kWarps * 16, "each warp owns one m16 tile of query rows");
   static_assert(kQkChunks % 8 == 0 && kVChunks % 8 == 0,
@@ -56,15 +56,15 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
   using T = FlashFwdTraits;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sK = sQ + T::kBlockM * T::kDqk;                 // kStages tiles
-  __nv_bfloat16* sV = sK + T::kStages * T::kBlockN * T::kDqk;    // kStages tiles
+  __nv_bfloat16* sK = sQ + T::kBlockM * T::kDqk;               // kStages tiles
+  __nv_bfloat16* sV = sK + T::kStages * T::kBlockN * T::kDqk;  // kStages tiles
 
   const int b = blockIdx.z;
   const int head = blockIdx.y;
-  const int q_begin = p.cu_seqlens_q[b];
-  const int seq_q = p.cu_seqlens_q[b + 1] - q_begin;
-  const int k_begin = p.cu_seqlens_k[b];
-  const int seq_k = p.cu_seqlens_k[b + 1] - k_begin;
+  const int q_begin = p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0;
+  const int seq_q = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - q_begin : p.max_seqlen_q;
+  const int k_begin = p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0;
+  const int seq_k = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - k_begin : p.seqlen_k;
   // Heaviest causal tiles (the last queries) first, so the tail of the grid is short.
   const int m_blocks = (p.max_seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int m_block = m_blocks - 1 - blockIdx.x;
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
   if (q0 >= seq_q) return;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int diag = seq_k - seq_q;  // query i sees keys j <= i + diag
+  const int diag = seq_k - seq_q + p.causal_shift;  // query i sees keys j <= i + diag
   int key_end = seq_k;
   if (p.causal) key_end = min(seq_k, q0 + T::kBlockM + diag);
   const int n_tiles = key_end > 0 ? (key_end + T::kBlockN - 1) / T::kBlockN : 0;
@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
       const int r = i / T::kQkChunks, c = i % T::kQkChunks;
       const bool ok = n0 + r < seq_k;
       const int64_t row = ok ? n0 + r : 0;
-      const __nv_bfloat16* src =
-          c < T::kNopeChunks ? gKn + row * p.k_nope_row_stride + c * 8
-                             : gKr + row * p.k_rope_row_stride + (c - T::kNopeChunks) * 8;
+      const __nv_bfloat16* src = c < T::kNopeChunks
+                                     ? gKn + row * p.k_nope_row_stride + c * 8
+                                     : gKr + row * p.k_rope_row_stride + (c - T::kNopeChunks) * 8;
       cp_async_16(smem_addr(dK + swz<T::kQkChunks>(r, c)), src, ok);
     }
     for (int i = tid; i < T::kBlockN * T::kVChunks; i += T::kThreads) {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
   float row_sum[2] = {0.f, 0.f};  // this thread's partial; the quad reduces at the end
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const int g = lane / 4, cq = lane % 4;
-  const int warp_row0 = q0 + warp * 16;                 // first query row of this warp
+  const int warp_row0 = q0 + warp * 16;  // first query row of this warp
   const int rows_limit[2] = {warp_row0 + g + diag, warp_row0 + g + 8 + diag};
 
   uint32_t qf[T::kQkSteps][4];
@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
     if (j == 0) {
 #pragma unroll
       for (int ks = 0; ks < T::kQkSteps; ++ks)
-        ldmatrix_x4(qf[ks], smem_addr(sQ + swz<T::kQkChunks>(warp * 16 + (lane % 16),
-                                                             ks * 2 + lane / 16)));
+        ldmatrix_x4(qf[ks],
+                    smem_addr(sQ + swz<T::kQkChunks>(warp * 16 + (lane % 16), ks * 2 + lane / 16)));
     }
     const int n0 = j * T::kBlockN;
     // A warp whose 16 rows see none of this tile's keys skips it (causal diagonal).
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
 #pragma unroll
         for (int dp = 0; dp < T::kOTiles / 2; ++dp) {
           uint32_t vf[4];
-          ldmatrix_x4_trans(vf, smem_addr(tV + swz<T::kVChunks>(kk * 16 + (lane % 16),
-                                                                 dp * 2 + lane / 16)));
+          ldmatrix_x4_trans(
+              vf, smem_addr(tV + swz<T::kVChunks>(kk * 16 + (lane % 16), dp * 2 + lane / 16)));
           mma_bf16_16816(o[2 * dp], pf[kk], vf[0], vf[1]);
           mma_bf16_16816(o[2 * dp + 1], pf[kk], vf[2], vf[3]);
         }
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
     const float inv = empty ? 0.f : 1.f / l;
     const int64_t tok = int64_t(q_begin) + row;
     if constexpr (kOutF32) {
-      float* dst = static_cast<float*>(p.out) + tok * p.out_row_stride +
-                   int64_t(head) * p.out_head_stride;
+      float* dst =
+          static_cast<float*>(p.out) + tok * p.out_row_stride + int64_t(head) * p.out_head_stride;
 #pragma unroll
       for (int i = 0; i < T::kOTiles; ++i)
         *reinterpret_cast<float2*>(dst + i * 8 + 2 * cq) =

@@ -25,8 +25,11 @@ struct FlashFwdParams {
   bool out_f32 = false;
   float* lse = nullptr;  // [h, T] f32, natural log; may be null
   int64_t lse_head_stride = 0, lse_row_stride = 1;
-  const int32_t* cu_seqlens_q = nullptr;  // [B + 1], device
-  const int32_t* cu_seqlens_k = nullptr;  // [B + 1], device
+  // [B + 1] device offsets. Null means one sequence (batch 1) of
+  // max_seqlen_q queries and seqlen_k keys: the chunked path uses this.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int32_t seqlen_k = 0;
   int32_t batch = 0;
   int32_t heads = 0;
   int32_t max_seqlen_q = 0;  // sizes the grid; sequences shorter exit early
@@ -34,6 +37,10 @@ struct FlashFwdParams {
   // Causal, bottom-right aligned: query i of a sequence with Tq queries and Tk
   // keys sees keys j <= i + (Tk - Tq). A query seeing no key gets out 0, lse -inf.
   bool causal = true;
+  // Added to the diagonal: query i sees keys j <= i + (Tk - Tq) + causal_shift.
+  // A key chunk [s0, s1) of a cache of L tokens whose last Tq are the queries
+  // uses L - s1, so that every chunk applies the mask of the whole sequence.
+  int32_t causal_shift = 0;
 };
 
 }  // namespace mla::cuda::prefill

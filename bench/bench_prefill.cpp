@@ -1,0 +1,293 @@
+// mla_bench_prefill: the PERF.md "prefill" suite on one GPU.
+//   attention alone: b1, L 8K/16K/32K, h 128, d_qk 192 (k_rope shared by the heads), d_v 128,
+//   causal decompression + attention: the same, from the latent c_kv [L, 512] + k_rope [L, 64]
+//   chunked: 4K new tokens over a 0/16K/64K prefix in a paged bf16 cache (page 64)
+// FLOPs: attention 2*h*(192+128) per visible (query, key) pair (causal: only the
+// visible pairs, ~half), decompression 2 * 2*L*512*(h*128). Timing: CUDA events,
+// warm-up, median of N runs; the bf16 GEMM ceiling is measured in the same run.
+// Usage: mla_bench_prefill [--json FILE] [--quick]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/prefill/chunked_prefill.hpp"
+#include "cuda/prefill/decompress_gemm.hpp"
+#include "cuda/prefill/flash_fwd.hpp"
+#include "mla/dims.hpp"
+
+namespace {
+
+constexpr double kPaperCeiling = 792e12;  // PERF.md: bf16 GEMM 8192^3 on this H200
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+#define OK(x)                                                                                 \
+  do {                                                                                        \
+    mla::Status s_ = (x);                                                                     \
+    if (!s_.ok()) {                                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_.to_string().c_str()); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+// Random bf16 in [-1, 1) filled on the device from a host pattern (fast, never zeros).
+void* dev_random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> host(std::min<size_t>(n, size_t(1) << 22));
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& x : host) {
+    float f = u(g);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    x = uint16_t((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+  }
+  void* d = nullptr;
+  CK(cudaMalloc(&d, n * 2));
+  for (size_t off = 0; off < n; off += host.size()) {
+    const size_t m = std::min(host.size(), n - off);
+    CK(cudaMemcpy(static_cast<uint16_t*>(d) + off, host.data(), m * 2, cudaMemcpyHostToDevice));
+  }
+  return d;
+}
+
+double median_ms(const std::function<void()>& fn, int reps, int warmup = 2) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t(reps);
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    fn();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t[i], a, b));
+  }
+  CK(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return t[reps / 2];
+}
+
+// Visible (query, key) pairs: Tq queries that are the last Tq of Tk keys, causal.
+double causal_pairs(double tq, double tk) {
+  return tq * (tk - tq) + tq * (tq + 1) / 2;
+}
+
+struct Row {
+  std::string suite, shape;
+  double ms, tflops, frac_paper, frac_measured;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  const int h = 128;
+  const float scale = float(mla::deepseek_v32_softmax_scale());
+  std::vector<Row> rows;
+
+  // ---- the ceiling, measured in this run: bf16 GEMM 8192^3 through cuBLAS ----
+  double ceiling = 0;
+  {
+    const int n = 8192;
+    void* A = dev_random_bf16(size_t(n) * n, 1);
+    void* B = dev_random_bf16(size_t(n) * n, 2);
+    void* C = nullptr;
+    CK(cudaMalloc(&C, size_t(n) * n * 2));
+    cublasHandle_t hd;
+    cublasCreate(&hd);
+    const float al = 1, be = 0;
+    const double ms = median_ms(
+        [&] {
+          cublasGemmEx(hd, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &al, A, CUDA_R_16BF, n, B,
+                       CUDA_R_16BF, n, &be, C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
+        },
+        10, 3);
+    ceiling = 2.0 * n * n * double(n) / (ms * 1e-3);
+    std::printf("ceiling: cuBLAS bf16 GEMM 8192^3 %.3f ms = %.1f TFLOP/s\n", ms, ceiling / 1e12);
+    cublasDestroy(hd);
+    CK(cudaFree(A));
+    CK(cudaFree(B));
+    CK(cudaFree(C));
+  }
+  auto add = [&](const char* suite, std::string shape, double ms, double flops) {
+    const double tf = flops / (ms * 1e-3);
+    rows.push_back({suite, shape, ms, tf / 1e12, tf / kPaperCeiling, tf / ceiling});
+    std::printf("%-22s %-28s %9.3f ms %7.1f TFLOP/s  %5.1f%% of 792  %5.1f%% of measured\n", suite,
+                shape.c_str(), ms, tf / 1e12, 100 * tf / kPaperCeiling, 100 * tf / ceiling);
+    std::fflush(stdout);
+  };
+
+  // ---- attention alone, and decompression + attention ----
+  std::vector<int> lens = quick ? std::vector<int>{8192} : std::vector<int>{8192, 16384, 32768};
+  for (int L : lens) {
+    const size_t nq = size_t(L) * h * 192, nkv = size_t(L) * h * 128;
+    void* q = dev_random_bf16(nq, 10 + L);
+    void* latent = dev_random_bf16(size_t(L) * 576, 11 + L);  // [L, 576]: c_kv ; k_rope
+    void* wuk = dev_random_bf16(size_t(h) * 128 * 512, 12);
+    void* wuv = dev_random_bf16(size_t(h) * 128 * 512, 13);
+    // Weights scaled so that k_nope/v stay O(1): random in [-1,1) * 1/sqrt(512) is
+    // not needed for timing (values are bounded and finite either way).
+    void *kn, *v, *out;
+    CK(cudaMalloc(&kn, nkv * 2));
+    CK(cudaMalloc(&v, nkv * 2));
+    CK(cudaMalloc(&out, nkv * 2));
+    float* lse;
+    CK(cudaMalloc(&lse, size_t(h) * L * 4));
+    auto decompress = [&] {
+      for (auto [w, dst] : {std::pair{wuk, kn}, std::pair{wuv, v}}) {
+        mla::cuda::prefill::DecompressGemm g{latent,           576, w,       dst,
+                                             int64_t(h) * 128, L,   h * 128, 512};
+        OK(mla::cuda::prefill::decompress_gemm(g, nullptr));
+      }
+    };
+    decompress();  // real k_nope / v values for the attention timing
+    mla::cuda::prefill::FlashFwdParams p;
+    p.q = q;
+    p.q_row_stride = int64_t(h) * 192;
+    p.q_head_stride = 192;
+    p.k_nope = kn;
+    p.k_nope_row_stride = int64_t(h) * 128;
+    p.k_nope_head_stride = 128;
+    p.k_rope = static_cast<char*>(latent) + 1024;
+    p.k_rope_row_stride = 576;
+    p.k_rope_head_stride = 0;
+    p.v = v;
+    p.v_row_stride = int64_t(h) * 128;
+    p.v_head_stride = 128;
+    p.out = out;
+    p.out_row_stride = int64_t(h) * 128;
+    p.out_head_stride = 128;
+    p.lse = lse;
+    p.lse_head_stride = L;
+    p.batch = 1;
+    p.heads = h;
+    p.max_seqlen_q = L;
+    p.seqlen_k = L;
+    p.softmax_scale = scale;
+    p.causal = true;
+    const double attn_flops = 2.0 * h * (192 + 128) * causal_pairs(L, L);
+    const double dec_flops = 2.0 * 2.0 * L * 512.0 * h * 128;
+    const int reps = L >= 32768 ? 7 : (L >= 16384 ? 11 : 21);
+    const std::string shape = "b1 h128 L" + std::to_string(L / 1024) + "K causal";
+    add("prefill-attention", shape,
+        median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps), attn_flops);
+    add("prefill-decompress", "L" + std::to_string(L / 1024) + "K h128 (2 GEMMs)",
+        median_ms(decompress, 11), dec_flops);
+    add("prefill-step", shape + " decomp+attn",
+        median_ms(
+            [&] {
+              decompress();
+              OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr));
+            },
+            reps),
+        attn_flops + dec_flops);
+    for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) CK(cudaFree(ptr));
+    CK(cudaFree(lse));
+  }
+
+  // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
+  std::vector<int> prefixes = quick ? std::vector<int>{0} : std::vector<int>{0, 16384, 65536};
+  for (int P : prefixes) {
+    const int T = 4096, L = P + T, page = 64, n_pages = (L + page - 1) / page;
+    void* cache = dev_random_bf16(size_t(n_pages) * page * 576, 20 + P);
+    std::vector<int32_t> bt(n_pages);
+    for (int i = 0; i < n_pages; ++i) bt[i] = (i * 7919) % n_pages;  // scattered pages
+    // (7919 is prime and > n_pages only sometimes: fall back to identity on collisions)
+    {
+      std::vector<char> seen(n_pages, 0);
+      bool ok = true;
+      for (int x : bt) ok &= !seen[x]++;
+      if (!ok)
+        for (int i = 0; i < n_pages; ++i) bt[i] = n_pages - 1 - i;
+    }
+    int32_t* dbt;
+    CK(cudaMalloc(&dbt, n_pages * 4));
+    CK(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
+    void* q = dev_random_bf16(size_t(T) * h * 192, 21);
+    void* wuk = dev_random_bf16(size_t(h) * 128 * 512, 22);
+    void* wuv = dev_random_bf16(size_t(h) * 128 * 512, 23);
+    void* out;
+    float* lse;
+    CK(cudaMalloc(&out, size_t(T) * h * 128 * 2));
+    CK(cudaMalloc(&lse, size_t(h) * T * 4));
+    mla::cuda::ChunkedPrefillArgs a;
+    a.q = mla::TensorView::make(q, mla::DType::bf16, {T, h, 192}, mla::Device::cuda());
+    a.cache.data = mla::TensorView::make(cache, mla::DType::bf16, {n_pages, page, 1, 576},
+                                         mla::Device::cuda());
+    a.cache.format = mla::KvFormat::bf16;
+    a.block_table = mla::TensorView::make(dbt, mla::DType::i32, {n_pages}, mla::Device::cuda());
+    a.seqlen = L;
+    a.w_uk = mla::TensorView::make(wuk, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
+    a.w_uv = mla::TensorView::make(wuv, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
+    a.softmax_scale = scale;
+    a.chunk_size = 16384;
+    a.out = mla::TensorView::make(out, mla::DType::bf16, {T, h, 128}, mla::Device::cuda());
+    a.lse = mla::TensorView::make(lse, mla::DType::f32, {h, T}, mla::Device::cuda());
+    size_t ws_bytes = 0;
+    OK(mla::cuda::chunked_prefill_workspace_size(a, &ws_bytes));
+    void* ws;
+    CK(cudaMalloc(&ws, ws_bytes));
+    const double flops =
+        2.0 * h * (192 + 128) * causal_pairs(T, L) + 2.0 * 2.0 * L * 512.0 * h * 128;
+    add("prefill-chunked", "4K new + " + std::to_string(P / 1024) + "K prefix (chunk 16K)",
+        median_ms(
+            [&] {
+              OK(mla::cuda::chunked_prefill(a, {ws, ws_bytes}, {}));
+            },
+            11),
+        flops);
+    for (void* ptr : {cache, q, wuk, wuv, out, ws}) CK(cudaFree(ptr));
+    CK(cudaFree(dbt));
+    CK(cudaFree(lse));
+  }
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::perror(json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\"device\": \"%s\", \"ceiling_tflops_measured\": %.1f, \"results\": [\n",
+                 prop.name, ceiling / 1e12);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::fprintf(f,
+                   "  {\"suite\": \"%s\", \"shape\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
+                   "\"frac_of_792\": %.4f, \"frac_of_measured\": %.4f}%s\n",
+                   rows[i].suite.c_str(), rows[i].shape.c_str(), rows[i].ms, rows[i].tflops,
+                   rows[i].frac_paper, rows[i].frac_measured, i + 1 < rows.size() ? "," : "");
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
