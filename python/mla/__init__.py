@@ -1,0 +1,29 @@
+"""mla: DeepSeek MLA / DSA attention (CPU reference and Hopper kernels) from Python.
+
+A pure-Python package over libmla.so's C ABI (ctypes): no framework is needed
+at import and nothing is compiled per Python version. Arrays come in from
+NumPy (ml_dtypes for bf16/fp8), torch, CuPy or JAX; CPU arrays run the exact
+CPU reference, CUDA arrays the kernels on the caller's current stream.
+
+    import mla
+    out, lse = mla.mla_decode(q, kv_cache, block_table, cache_seqlens, softmax_scale)
+
+Drop-in for FlashMLA's call shapes: ``from mla import flash_mla_compat as flash_mla``.
+"""
+
+from . import errors
+from .errors import (AlignmentError, CudaError, DeviceError, DTypeError, InternalError,
+                     InvalidValueError, LibraryNotFoundError, MlaError, OutOfRangeError,
+                     ShapeError, StrideError, UnsupportedError, WorkspaceError)
+from .ops import (append_kv, built_with_cuda, decode, decode_workspace_size, empty_kv_cache,
+                  merge_attn_partials, mla_decode, mla_decode_partial, read_kv,
+                  validate_kv_cache, version)
+
+__version__ = "0.1.0"
+
+
+def library_path() -> str:
+    """Path of the libmla.so in use (loads it)."""
+    from ._lib import lib
+
+    return str(lib().path)

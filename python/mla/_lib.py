@@ -1,0 +1,167 @@
+"""Loads libmla.so and declares the C ABI (include/mla/c_api.h) for ctypes.
+
+Search order for the library:
+  1. the file named by the environment variable MLA_LIBRARY (when set, only that);
+  2. the package directory (``mla/libmla.so`` or ``mla/_lib/libmla.so``: where
+     ``pip install .`` puts it);
+  3. the build trees of the source checkout: ``<repo>/build/libmla.so``, then
+     ``<repo>/build*/libmla.so``, newest first.
+
+Nothing here imports a framework: ctypes and the standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from pathlib import Path
+
+from . import errors
+
+ABI_VERSION = 1  # MLA_C_ABI_VERSION this package was written against
+MAX_DIMS = 6
+
+# Status, dtype, device and cache-format codes (c_api.h enums).
+OK = 0
+DTYPE_CODES = {"f32": 0, "f64": 1, "bf16": 2, "f16": 3, "e4m3": 4, "u8": 5, "i32": 6, "i64": 7}
+DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
+DTYPE_SIZES = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2, "e4m3": 1, "u8": 1, "i32": 4, "i64": 8}
+DEVICE_CPU, DEVICE_CUDA = 1, 2
+KV_FORMATS = {"bf16": 0, "fp8_ds_mla": 1}
+
+
+class MlaTensor(ctypes.Structure):
+    """Mirror of ``mla_tensor`` (and so of ``mla::TensorView``)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("strides", ctypes.c_int64 * MAX_DIMS),
+    ]
+
+
+_T = ctypes.POINTER(MlaTensor)
+_i32, _f32, _vp, _sz = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t
+
+# name -> argtypes; every operation returns int32 status. Functions missing from
+# the loaded library (an older build) raise UnsupportedError when called.
+SIGNATURES: dict[str, list] = {
+    "mla_validate_kv_cache": [_T, _i32],
+    "mla_append_kv": [_T, _T, _T, _T, _i32, _vp],
+    "mla_read_kv": [_T, _i32, _T, _T, _T, _vp],
+    "mla_decode_workspace_size": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32,
+                                  ctypes.POINTER(_sz)],
+    "mla_decode": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32, _vp, _sz, _vp],
+    "mla_decode_partial": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _T, _T, _vp],
+    "mla_merge_attn_partials": [_T, _T, _T, _T, _vp],
+}
+
+
+def _source_root() -> Path:
+    return Path(__file__).resolve().parent.parent.parent  # python/mla/_lib.py -> repo
+
+
+def candidate_paths() -> list[Path]:
+    """Where libmla.so is looked for, in order."""
+    env = os.environ.get("MLA_LIBRARY")
+    if env:  # explicit: that file and no other, so a stale build is never picked by accident
+        return [Path(env)]
+    out: list[Path] = []
+    here = Path(__file__).resolve().parent
+    out += [here / "libmla.so", here / "_lib" / "libmla.so"]
+    root = _source_root()
+    out.append(root / "build" / "libmla.so")
+    others = [Path(p) for p in glob.glob(str(root / "build*" / "libmla.so"))]
+    others = [p for p in others if p.parent.name != "build"]
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return out + others
+
+
+class Library:
+    """The loaded libmla.so with typed entry points."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._dll = ctypes.CDLL(str(path))
+        d = self._dll
+        d.mla_abi_version.restype = _i32
+        d.mla_version.restype = ctypes.c_char_p
+        d.mla_built_with_cuda.restype = _i32
+        d.mla_last_error_message.restype = ctypes.c_char_p
+        d.mla_status_name.restype = ctypes.c_char_p
+        d.mla_status_name.argtypes = [_i32]
+        d.mla_kv_entry_bytes.restype = _i32
+        d.mla_kv_entry_bytes.argtypes = [_i32]
+        abi = d.mla_abi_version()
+        if abi != ABI_VERSION:
+            raise errors.LibraryNotFoundError(
+                f"{path}: C ABI version {abi}, this mla package needs {ABI_VERSION}; "
+                "rebuild the library or reinstall the package")
+        self.version = d.mla_version().decode()
+        self.built_with_cuda = bool(d.mla_built_with_cuda())
+        self._fns: dict[str, object] = {}
+
+    def fn(self, name: str):
+        f = self._fns.get(name)
+        if f is None:
+            try:
+                f = getattr(self._dll, name)
+            except AttributeError:
+                raise errors.UnsupportedError(
+                    f"{name}: not in {self.path} (built from an older source tree?)") from None
+            f.argtypes = SIGNATURES[name]
+            f.restype = _i32
+            self._fns[name] = f
+        return f
+
+    def has(self, name: str) -> bool:
+        try:
+            self.fn(name)
+            return True
+        except errors.UnsupportedError:
+            return False
+
+    def call(self, name: str, *args) -> None:
+        """Calls a C function; a non-zero status raises the matching MlaError."""
+        status = self.fn(name)(*args)
+        if status != OK:
+            msg = self._dll.mla_last_error_message().decode(errors="replace")
+            raise errors.error_for(status, msg)
+
+    def kv_entry_bytes(self, fmt: int) -> int:
+        return self._dll.mla_kv_entry_bytes(fmt)
+
+
+_lock = threading.Lock()
+_library: Library | None = None
+
+
+def lib() -> Library:
+    """The library, loaded on first use."""
+    global _library
+    if _library is None:
+        with _lock:
+            if _library is None:
+                _library = _load()
+    return _library
+
+
+def _load() -> Library:
+    tried = []
+    for p in candidate_paths():
+        if not p.is_file():
+            tried.append(f"{p} (absent)")
+            continue
+        try:
+            return Library(p)
+        except OSError as e:
+            tried.append(f"{p} ({e})")
+    raise errors.LibraryNotFoundError(
+        "libmla.so not found; set MLA_LIBRARY to its path, or build the source tree "
+        "(cmake -S . -B build && cmake --build build). Tried:\n  " + "\n  ".join(tried))
