@@ -87,6 +87,122 @@ inline void poison_bytes(void* p, size_t n) {
   std::memset(p, 0xff, n);
 }
 
+// ---- owned host tensors -----------------------------------------------------
+
+// A dense row-major host buffer of any dtype, with element access as double
+// (rounded to the dtype on write: bf16 by RNE, f32 by a cast). Storage is
+// 8-byte aligned (enough for every dtype; CUDA-style 16-byte checks need
+// with_offset_bytes(0) on a 16-aligned allocation, which std::vector gives).
+struct HostTensor {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::vector<uint64_t> storage;
+
+  HostTensor() = default;
+  HostTensor(DType dt, std::vector<int64_t> shp) : dtype(dt), shape(std::move(shp)) {
+    storage.assign((numel() * dtype_size(dtype) + 7) / 8 + 1, 0);
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  void* data() { return storage.data(); }
+  TensorView view(Device dev = Device::cpu()) const {
+    TensorView t;
+    t.data = const_cast<uint64_t*>(storage.data());
+    t.dtype = dtype;
+    t.device = dev;
+    t.ndim = static_cast<int32_t>(shape.size());
+    int64_t stride = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+      t.shape[i] = shape[i];
+      t.strides[i] = stride;
+      stride *= shape[i];
+    }
+    return t;
+  }
+  double get(int64_t i) const {
+    const auto* p = reinterpret_cast<const uint8_t*>(storage.data()) + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::f32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DType::f64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
+      case DType::bf16: {
+        bf16 v;
+        std::memcpy(&v.bits, p, 2);
+        return bf16_to_float(v);
+      }
+      case DType::i32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DType::i64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
+      case DType::e4m3: return e4m3_to_float(*p);
+      case DType::u8: return *p;
+      case DType::f16: break;
+    }
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  void set(int64_t i, double v) {
+    auto* p = reinterpret_cast<uint8_t*>(storage.data()) + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::f32: {
+        float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        return;
+      }
+      case DType::f64: std::memcpy(p, &v, 8); return;
+      case DType::bf16: {
+        bf16 h = float_to_bf16(static_cast<float>(v));
+        std::memcpy(p, &h.bits, 2);
+        return;
+      }
+      case DType::i32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        return;
+      }
+      case DType::i64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        return;
+      }
+      case DType::e4m3: *p = float_to_e4m3(static_cast<float>(v)); return;
+      case DType::u8: *p = static_cast<uint8_t>(v); return;
+      case DType::f16: return;
+    }
+  }
+  // NaN in every float dtype (0xff bytes: NaN for f32/f64/bf16/e4m3, -1 for ints).
+  void poison() { std::memset(storage.data(), 0xff, storage.size() * 8); }
+};
+
+// Random values in [lo, hi], rounded to the dtype.
+inline HostTensor random_tensor(Rng& rng, DType dt, std::vector<int64_t> shape, double lo = -1.0,
+                                double hi = 1.0) {
+  HostTensor t(dt, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, rng.uniform(lo, hi));
+  return t;
+}
+// Same values in another dtype (exact when the target is at least as wide).
+inline HostTensor convert(const HostTensor& src, DType dt) {
+  HostTensor t(dt, src.shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, src.get(i));
+  return t;
+}
+
 // ---- paged latent caches -------------------------------------------------
 
 struct PagedCacheSpec {

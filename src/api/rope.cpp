@@ -1,0 +1,87 @@
+// RoPE entry points: validation, then the CPU reference (no CUDA kernel yet:
+// the rope is fused into the kernels that consume q and k).
+#include "mla/rope.hpp"
+
+#include <cmath>
+
+#include "api/backend.hpp"
+#include "common/validate.hpp"
+#include "mla/dims.hpp"
+#include "reference/rope_ref.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla {
+namespace {
+
+Status validate_config(const RopeConfig& c) {
+  using detail::error;
+  if (c.dim <= 0 || c.dim % 2 != 0)
+    return error(Errc::invalid_value, "config.dim = {} must be even and > 0", c.dim);
+  if (!std::isfinite(c.theta) || c.theta <= 1.0)
+    return error(Errc::invalid_value, "config.theta = {} must be finite and > 1", c.theta);
+  if (!std::isfinite(c.factor) || c.factor <= 0.0)
+    return error(Errc::invalid_value, "config.factor = {} must be finite and > 0", c.factor);
+  if (c.factor > 1.0) {
+    if (c.original_max_position <= 0)
+      return error(Errc::invalid_value, "config.original_max_position = {} must be > 0",
+                   c.original_max_position);
+    if (!(c.beta_fast > 0.0) || !(c.beta_slow > 0.0) || !std::isfinite(c.beta_fast) ||
+        c.beta_fast < c.beta_slow)
+      return error(Errc::invalid_value,
+                   "config.beta_fast = {} and config.beta_slow = {} must be finite with "
+                   "beta_fast >= beta_slow > 0",
+                   c.beta_fast, c.beta_slow);
+  }
+  if (!std::isfinite(c.mscale) || !std::isfinite(c.mscale_all_dim))
+    return error(Errc::invalid_value, "config.mscale = {} / mscale_all_dim = {} must be finite",
+                 c.mscale, c.mscale_all_dim);
+  return Status::Ok();
+}
+
+Status expect_rope_float(const TensorView& t, const char* name) {
+  if (detail::on_cuda(t.device)) return detail::expect_dtype(t, name, {DType::f32});
+  return detail::expect_dtype(t, name, {DType::f32, DType::f64});
+}
+
+}  // namespace
+
+double rope_attention_factor(const RopeConfig& c) {
+  return yarn_mscale(c.factor, c.mscale) / yarn_mscale(c.factor, c.mscale_all_dim);
+}
+
+Status rope_inv_freq(const RopeConfig& config, TensorView inv_freq) {
+  MLA_TRY(validate_config(config));
+  MLA_TRY(detail::expect_shape(inv_freq, "inv_freq", {config.dim / 2}, "[dim / 2]"));
+  MLA_TRY(detail::expect_known_device(inv_freq, "inv_freq"));
+  if (detail::on_cuda(inv_freq.device)) return detail::no_cuda_backend("rope_inv_freq");
+  MLA_TRY(expect_rope_float(inv_freq, "inv_freq"));
+  const std::vector<double> f = reference::yarn_inv_freq(config);
+  for (int j = 0; j < config.dim / 2; ++j) reference::write(inv_freq, {j}, f[j]);
+  return Status::Ok();
+}
+
+Status apply_rope(const ApplyRopeArgs& a, const ExecContext& ctx) {
+  MLA_TRY(validate_config(a.config));
+  MLA_TRY(detail::expect_shape(a.x, "x", {detail::kAny, detail::kAny, a.config.dim},
+                               "[T, heads, config.dim]"));
+  MLA_TRY(detail::expect_known_device(a.x, "x"));
+  const int64_t T = a.x.shape[0], H = a.x.shape[1];
+  MLA_TRY(detail::expect_shape(a.out, "out", {T, H, a.config.dim}, "[T, heads, config.dim] (x's)"));
+  MLA_TRY(detail::expect_shape(a.positions, "positions", {T}, "[T]"));
+  MLA_TRY(expect_rope_float(a.x, "x"));
+  MLA_TRY(expect_rope_float(a.out, "out"));
+  MLA_TRY(detail::expect_dtype(a.positions, "positions", {DType::i32, DType::i64}));
+  MLA_TRY(detail::expect_inner_contiguous(a.x, "x", 1));
+  MLA_TRY(detail::expect_inner_contiguous(a.out, "out", 1));
+  MLA_TRY(detail::expect_inner_contiguous(a.positions, "positions", 1));
+  MLA_TRY(detail::expect_same_device(a.x, "x", a.out, "out"));
+  MLA_TRY(detail::expect_same_device(a.x, "x", a.positions, "positions"));
+  if (detail::on_cuda(a.x.device)) return detail::no_cuda_backend("apply_rope");
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = reference::read_int(a.positions, {t});
+    if (p < 0) return detail::error(Errc::out_of_range, "positions[{}] = {} is negative", t, p);
+  }
+  return reference::apply_rope(a);
+}
+
+}  // namespace mla

@@ -1,0 +1,283 @@
+// Every bad input of the dense-decode entry points gives the right Errc and a
+// message naming the argument and the bad value.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "common/decode_problem.hpp"
+#include "common/random.hpp"
+#include "mla/decode.hpp"
+
+namespace mla {
+namespace {
+
+using testing::DecodeProblem;
+using testing::DecodeShape;
+using testing::HostTensor;
+using testing::Rng;
+
+// Status matcher: code plus every fragment in the message.
+void expect_error(const Status& st, Errc code, std::initializer_list<const char*> fragments) {
+  ASSERT_FALSE(st.ok()) << "expected " << errc_name(code);
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  for (const char* f : fragments)
+    EXPECT_NE(st.message().find(f), std::string::npos)
+        << "message \"" << st.message() << "\" lacks \"" << f << "\"";
+}
+
+// A valid problem and its outputs; each test breaks one thing.
+struct Fixture {
+  DecodeProblem p;
+  HostTensor out, lse;
+  explicit Fixture(DecodeShape s = default_shape()) {
+    Rng rng(42);
+    p = testing::make_decode_problem(rng, s);
+    out = p.make_out(DType::f32);
+    lse = p.make_lse(DType::f32);
+  }
+  static DecodeShape default_shape() {
+    DecodeShape s;
+    s.s_q = 2;
+    s.h_q = 16;
+    s.lengths = {5, 40, 0};
+    s.cache.page_size = 16;
+    return s;
+  }
+  DecodeArgs args() const { return p.args(p.q, out, lse); }
+};
+
+TEST(DecodeValidation, ValidInputPasses) {
+  Fixture f;
+  Status st = mla_decode(f.args());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST(DecodeValidation, QueryShapeDtypeStride) {
+  Fixture f;
+  DecodeArgs a = f.args();
+  a.q.shape[3] = 512;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "512", "576"});
+  a = f.args();
+  a.q.shape[1] = 0;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "s_q = 0"});
+  a = f.args();
+  a.q.ndim = 3;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "3 dims"});
+  a = f.args();
+  a.q.dtype = DType::i32;
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"q", "i32"});
+  a = f.args();
+  a.q.strides[3] = 2;
+  expect_error(mla_decode(a), Errc::invalid_stride, {"q", "stride of dim 3 is 2"});
+  a = f.args();
+  a.q = TensorView{};
+  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "not given"});
+}
+
+TEST(DecodeValidation, OutputShapesAndDtypes) {
+  Fixture f;
+  DecodeArgs a = f.args();
+  a.out.shape[3] = 576;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"out", "576"});
+  a = f.args();
+  a.out.dtype = DType::i32;
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"out", "i32"});
+  a = f.args();
+  a.lse.shape[1] = 2;  // [B, s_q, h_q] instead of [B, h_q, s_q]
+  a.lse.shape[2] = 16;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"lse", "[3, 2, 16]", "h_q"});
+  a = f.args();
+  a.lse.dtype = DType::bf16;
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"lse", "bf16"});
+}
+
+TEST(DecodeValidation, BlockTableAndSeqlensShapes) {
+  Fixture f;
+  DecodeArgs a = f.args();
+  a.block_table.shape[0] = 4;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"block_table", "4"});
+  a = f.args();
+  a.block_table.dtype = DType::i64;
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"block_table", "i64"});
+  a = f.args();
+  a.cache_seqlens.shape[0] = 2;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"cache_seqlens", "[2]"});
+  a = f.args();
+  a.cache_seqlens.dtype = DType::f32;
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"cache_seqlens", "f32"});
+}
+
+TEST(DecodeValidation, CacheIsValidated) {
+  Fixture f;
+  DecodeArgs a = f.args();
+  a.kv.data.dtype = DType::u8;  // bf16 format over byte data
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"kv", "u8"});
+  a = f.args();
+  a.kv.data.shape[3] = 656;
+  expect_error(mla_decode(a), Errc::invalid_shape, {"kv", "656"});
+}
+
+TEST(DecodeValidation, SoftmaxScale) {
+  Fixture f;
+  for (float bad : {0.f, -0.5f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    DecodeArgs a = f.args();
+    a.softmax_scale = bad;
+    expect_error(mla_decode(a), Errc::invalid_value,
+                 {"softmax_scale", fmt::format("{}", bad).c_str()});
+  }
+}
+
+TEST(DecodeValidation, DevicesMustMatch) {
+  Fixture f;
+  DecodeArgs a = f.args();
+  a.out.device = Device::cuda(0);
+  expect_error(mla_decode(a), Errc::invalid_device, {"out", "cuda:0", "cpu:0"});
+  a = f.args();
+  a.block_table.device = Device::cuda(1);
+  expect_error(mla_decode(a), Errc::invalid_device, {"block_table", "cuda:1"});
+  a = f.args();
+  a.q.device.type = static_cast<DeviceType>(7);
+  expect_error(mla_decode(a), Errc::invalid_device, {"q", "7"});
+}
+
+// The example of the standards, verbatim: a page id past the pool.
+TEST(DecodeValidation, BlockTableEntryPastThePool) {
+  DecodeShape s = Fixture::default_shape();
+  s.cache.page_size = 1;
+  s.lengths = {1, 2, 3, 8};
+  s.cache.spare_pages = 900 - 14;  // 14 pages in use: the pool holds 900
+  Fixture f(s);
+  ASSERT_EQ(f.p.cache.num_pages, 900);
+  f.p.cache.block_table[3 * f.p.cache.max_pages + 7] = 912;
+  expect_error(mla_decode(f.args()), Errc::out_of_range,
+               {"block_table[3][7] = 912 is past num_pages = 900"});
+  f.p.cache.block_table[3 * f.p.cache.max_pages + 7] = 900;
+  expect_error(mla_decode(f.args()), Errc::out_of_range, {"block_table[3][7] = 900"});
+  f.p.cache.block_table[3 * f.p.cache.max_pages + 7] = -1;
+  expect_error(mla_decode(f.args()), Errc::out_of_range, {"block_table[3][7] = -1 is negative"});
+}
+
+// Entries past the pages a request reads are never looked at (engines leave
+// garbage there): the fixture's block tables hold -1 and huge ids in them.
+TEST(DecodeValidation, UnusedBlockTableEntriesAreIgnored) {
+  Fixture f;
+  const auto& c = f.p.cache;
+  ASSERT_TRUE(c.block_table[2 * c.max_pages + 0] < 0 ||
+              c.block_table[2 * c.max_pages + 0] >= c.num_pages)
+      << "request 2 has length 0: its row must hold only garbage";
+  Status st = mla_decode(f.args());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST(DecodeValidation, SeqlensNegativeOrPastCapacity) {
+  Fixture f;
+  f.p.cache.seqlens[1] = -3;
+  expect_error(mla_decode(f.args()), Errc::out_of_range, {"cache_seqlens[1] = -3 is negative"});
+  const int64_t cap = f.p.cache.max_pages * 16;
+  f.p.cache.seqlens[1] = int32_t(cap + 1);
+  expect_error(mla_decode(f.args()), Errc::out_of_range,
+               {fmt::format("cache_seqlens[1] = {} is past the capacity", cap + 1).c_str(),
+                fmt::format("= {}", cap).c_str()});
+}
+
+// CUDA tensors: the checks that need no data still run (the kernel's
+// constraints), and fail before anything touches the (host) pointers.
+TEST(DecodeValidation, CudaConstraints) {
+  DecodeShape s = Fixture::default_shape();
+  s.h_q = 24;
+  Fixture f(s);
+  HostTensor qb = testing::convert(f.p.q, DType::bf16);
+  DecodeArgs a = f.p.args(qb, f.out, f.lse, Device::cuda(0));
+  expect_error(mla_decode(a), Errc::unsupported, {"h_q = 24"});
+  Fixture g;
+  HostTensor qg = testing::convert(g.p.q, DType::bf16);
+  a = g.p.args(qg, g.out, g.lse, Device::cuda(0));
+  a.q.shape[1] = 5;
+  a.out.shape[1] = 5;
+  a.lse.shape[2] = 5;
+  expect_error(mla_decode(a), Errc::unsupported, {"s_q = 5"});
+  a = g.p.args(g.p.q, g.out, g.lse, Device::cuda(0));  // f64 q: CPU only
+  expect_error(mla_decode(a), Errc::invalid_dtype, {"q", "f64"});
+  a = g.p.args(qg, g.out, g.lse, Device::cuda(0));
+  a.q.data = static_cast<char*>(a.q.data) + 2;
+  expect_error(mla_decode(a), Errc::misaligned, {"q", "16-byte"});
+}
+
+TEST(DecodeValidation, WorkspaceSize) {
+  Fixture f;
+  size_t bytes = 123;
+  DecodeArgs a = f.args();
+  a.q.data = nullptr;  // the query reads shapes only
+  a.out.data = nullptr;
+  Status st = decode_workspace_size(a, {}, &bytes);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(bytes, 0u);
+  expect_error(decode_workspace_size(a, {}, nullptr), Errc::invalid_value, {"bytes"});
+  a.q.shape[3] = 100;
+  expect_error(decode_workspace_size(a, {}, &bytes), Errc::invalid_shape, {"q", "100"});
+}
+
+TEST(DecodeValidation, PartialRanges) {
+  Fixture f;
+  HostTensor begin(DType::i32, {3}), end(DType::i32, {3});
+  for (int b = 0; b < 3; ++b) end.set(b, f.p.shape.lengths[b]);
+  DecodePartialArgs pa;
+  pa.base = f.args();
+  pa.kv_begin = begin.view();
+  pa.kv_end = end.view();
+  Status st = mla_decode_partial(pa);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  end.set(1, 41);
+  expect_error(mla_decode_partial(pa), Errc::out_of_range,
+               {"kv_end[1] = 41 is past cache_seqlens[1] = 40"});
+  end.set(1, 10);
+  begin.set(1, 11);
+  expect_error(mla_decode_partial(pa), Errc::out_of_range,
+               {"kv_end[1] = 10 is before kv_begin[1] = 11"});
+  begin.set(1, -2);
+  expect_error(mla_decode_partial(pa), Errc::out_of_range, {"kv_begin[1] = -2 is negative"});
+  begin.set(1, 0);
+  HostTensor out_bf16 = f.p.make_out(DType::bf16);
+  pa.base.out = out_bf16.view();
+  expect_error(mla_decode_partial(pa), Errc::invalid_dtype, {"out", "bf16"});
+  pa.base = f.args();
+  pa.kv_end.shape[0] = 2;
+  expect_error(mla_decode_partial(pa), Errc::invalid_shape, {"kv_end", "[2]"});
+}
+
+TEST(DecodeValidation, MergeShapes) {
+  Rng rng(1);
+  HostTensor po = testing::random_tensor(rng, DType::f32, {2, 4, 8});
+  HostTensor pl = testing::random_tensor(rng, DType::f32, {2, 4});
+  HostTensor out(DType::f32, {4, 8}), lse(DType::f32, {4});
+  MergeArgs m{po.view(), pl.view(), out.view(), lse.view()};
+  EXPECT_TRUE(merge_attn_partials(m).ok());
+
+  MergeArgs b = m;
+  b.out.shape[1] = 9;
+  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"out", "[4, 9]", "[4, 8]"});
+  b = m;
+  b.partial_lse.shape[0] = 0;
+  b.partial_out.shape[0] = 0;
+  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"partial_lse", "S = 0"});
+  b = m;
+  b.partial_out.shape[1] = 3;
+  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"partial_out", "[2, 3, 8]"});
+  b = m;
+  b.partial_lse.dtype = DType::bf16;
+  expect_error(merge_attn_partials(b), Errc::invalid_dtype, {"partial_lse", "bf16"});
+  b = m;
+  b.lse.device = Device::cuda(0);
+  expect_error(merge_attn_partials(b), Errc::invalid_device, {"lse"});
+  b = m;
+  b.partial_out.strides[2] = -1;
+  expect_error(merge_attn_partials(b), Errc::invalid_stride, {"partial_out", "-1"});
+}
+
+}  // namespace
+}  // namespace mla
