@@ -139,6 +139,34 @@ MLA_C_EXPORT int32_t mla_merge_attn_partials(const mla_tensor* partial_out,
                                              const mla_tensor* partial_lse, const mla_tensor* out,
                                              const mla_tensor* lse, void* stream);
 
+/* ---- lightning indexer (mla/indexer.hpp) ------------------------------------ */
+/* cache: [num_pages, 8448] u8 (64 tokens a page: 64x128 e4m3, then 64 fp32 scales). */
+MLA_C_EXPORT int32_t mla_validate_indexer_cache(const mla_tensor* cache);
+
+/* keys [T, 128] f32/bf16, slots [T] i64 (-1 skips). */
+MLA_C_EXPORT int32_t mla_append_indexer_keys(const mla_tensor* keys, const mla_tensor* slots,
+                                             const mla_tensor* cache, void* stream);
+
+/* q [.., 64, 128] f32/bf16, weights [.., 64] f32 -> q8 [.., 64, 128] e4m3, w_folded [.., 64]. */
+MLA_C_EXPORT int32_t mla_quantize_indexer_query(const mla_tensor* q, const mla_tensor* weights,
+                                                const mla_tensor* q8, const mla_tensor* w_folded,
+                                                void* stream);
+
+/* q8 [B, s_q, 64, 128] e4m3, w_folded [B, s_q, 64] f32, block_table [B, max_pages] i32,
+ * cache_seqlens [B] i32 -> logits [B, s_q, max_len] f32. */
+MLA_C_EXPORT int32_t mla_indexer_logits_decode(const mla_tensor* q8, const mla_tensor* w_folded,
+                                               const mla_tensor* cache,
+                                               const mla_tensor* block_table,
+                                               const mla_tensor* cache_seqlens,
+                                               const mla_tensor* logits, void* stream);
+
+/* q8 [T, 64, 128], w_folded [T, 64], k8 [N, 128] e4m3, k_scale [N] f32,
+ * k_start/k_end [T] i32 -> logits [T, N] f32. */
+MLA_C_EXPORT int32_t mla_indexer_logits_prefill(const mla_tensor* q8, const mla_tensor* w_folded,
+                                                const mla_tensor* k8, const mla_tensor* k_scale,
+                                                const mla_tensor* k_start, const mla_tensor* k_end,
+                                                const mla_tensor* logits, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -15,8 +15,10 @@ from . import errors
 from .errors import (AlignmentError, CudaError, DeviceError, DTypeError, InternalError,
                      InvalidValueError, LibraryNotFoundError, MlaError, OutOfRangeError,
                      ShapeError, StrideError, UnsupportedError, WorkspaceError)
-from .ops import (append_kv, built_with_cuda, decode, decode_workspace_size, empty_kv_cache,
-                  merge_attn_partials, mla_decode, mla_decode_partial, read_kv,
+from .ops import (append_indexer_keys, append_kv, built_with_cuda, decode,
+                  decode_workspace_size, empty_indexer_cache, empty_kv_cache,
+                  indexer_logits_decode, indexer_logits_prefill, merge_attn_partials, mla_decode,
+                  mla_decode_partial, quantize_indexer_query, read_kv, validate_indexer_cache,
                   validate_kv_cache, version)
 
 __version__ = "0.1.0"

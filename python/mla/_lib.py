@@ -60,6 +60,11 @@ SIGNATURES: dict[str, list] = {
     "mla_decode": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32, _vp, _sz, _vp],
     "mla_decode_partial": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _T, _T, _vp],
     "mla_merge_attn_partials": [_T, _T, _T, _T, _vp],
+    "mla_validate_indexer_cache": [_T],
+    "mla_append_indexer_keys": [_T, _T, _T, _vp],
+    "mla_quantize_indexer_query": [_T, _T, _T, _T, _vp],
+    "mla_indexer_logits_decode": [_T, _T, _T, _T, _T, _T, _vp],
+    "mla_indexer_logits_prefill": [_T, _T, _T, _T, _T, _T, _T, _vp],
 }
 
 

@@ -244,3 +244,78 @@ def merge_attn_partials(partial_out, partial_lse, *, out=None, lse=None, out_dty
 
 
 decode = mla_decode  # short alias
+
+
+# ---- lightning indexer (mla/indexer.hpp) ------------------------------------------
+
+INDEXER_HEADS, INDEXER_DIM, INDEXER_PAGE_TOKENS, INDEXER_PAGE_BYTES = 64, 128, 64, 8448
+
+
+def empty_indexer_cache(num_pages: int, like=None):
+    """An uninitialised indexer key cache [num_pages, 8448] u8 (64 tokens a page)."""
+    if like is None:
+        import numpy as np
+
+        like = np.empty(0, np.float32)
+    return _arrays.empty(like, (num_pages, INDEXER_PAGE_BYTES), "u8")
+
+
+def validate_indexer_cache(cache) -> None:
+    c = _Call(cache)
+    c.run("mla_validate_indexer_cache", c.t(cache, "cache"))
+
+
+def append_indexer_keys(keys, slots, cache, *, stream=None):
+    """Quantises keys [T, 128] (f32/bf16) per token into the indexer cache at
+    slots [T] int64 (page * 64 + offset; -1 skips). Returns `cache`."""
+    c = _Call(cache, stream)
+    c.run("mla_append_indexer_keys", c.t(keys, "keys"), c.t(slots, "slots"),
+          c.t(cache, "cache", True), c.stream_arg)
+    return cache
+
+
+def quantize_indexer_query(q, weights, *, q8=None, w_folded=None, stream=None):
+    """q [.., 64, 128] f32/bf16, weights [.., 64] f32 -> (q8 e4m3 [.., 64, 128],
+    w_folded f32 [.., 64] = w * 64^-0.5 * s_q * 128^-0.5)."""
+    shape = tuple(getattr(q, "shape", ()))
+    if q8 is None and len(shape) >= 2:
+        q8 = _arrays.empty(q, shape, "e4m3")
+    if w_folded is None and len(shape) >= 2:
+        w_folded = _arrays.empty(q, shape[:-1], "f32")
+    c = _Call(q, stream)
+    c.run("mla_quantize_indexer_query", c.t(q, "q"), c.t(weights, "weights"),
+          c.t(q8, "q8", True), c.t(w_folded, "w_folded", True), c.stream_arg)
+    return q8, w_folded
+
+
+def indexer_logits_decode(q8, w_folded, cache, block_table, cache_seqlens, *, max_len=None,
+                          logits=None, stream=None):
+    """Indexer logits over the paged key cache: logits [B, s_q, max_len] f32, -inf
+    past each new token's causal limit. max_len defaults to the block table's
+    capacity (max_pages * 64), which needs no read of cache_seqlens."""
+    shape = _shape(q8, "q8", 4)
+    if logits is None and shape is not None:
+        bt = tuple(getattr(block_table, "shape", ()))
+        if max_len is None:
+            max_len = bt[1] * INDEXER_PAGE_TOKENS if len(bt) == 2 else 0
+        logits = _arrays.empty(q8, (shape[0], shape[1], max_len), "f32")
+    c = _Call(q8, stream)
+    c.run("mla_indexer_logits_decode", c.t(q8, "q8"), c.t(w_folded, "w_folded"),
+          c.t(cache, "cache"), c.t(block_table, "block_table"),
+          c.t(cache_seqlens, "cache_seqlens"), c.t(logits, "logits", True), c.stream_arg)
+    return logits
+
+
+def indexer_logits_prefill(q8, w_folded, k8, k_scale, k_start, k_end, *, logits=None,
+                           stream=None):
+    """Indexer logits over a flat key array (DeepGEMM's shapes): q8 [T, 64, 128],
+    w_folded [T, 64], k8 [N, 128] e4m3, k_scale [N], k_start/k_end [T] int32 ->
+    logits [T, N] f32, -inf outside [k_start[t], k_end[t])."""
+    qs, ks = tuple(getattr(q8, "shape", ())), tuple(getattr(k8, "shape", ()))
+    if logits is None and len(qs) == 3 and len(ks) == 2:
+        logits = _arrays.empty(q8, (qs[0], ks[0]), "f32")
+    c = _Call(q8, stream)
+    c.run("mla_indexer_logits_prefill", c.t(q8, "q8"), c.t(w_folded, "w_folded"),
+          c.t(k8, "k8"), c.t(k_scale, "k_scale"), c.t(k_start, "k_start"),
+          c.t(k_end, "k_end"), c.t(logits, "logits", True), c.stream_arg)
+    return logits
