@@ -1,0 +1,83 @@
+// Thin wrappers over the Hopper (sm_80+ subset) instructions the kernels use:
+// asynchronous global->shared copies, ldmatrix, the bf16 tensor-core MMA
+// m16n8k16, and packing helpers. Each is one instruction; the comments give the
+// fragment layouts the callers rely on (PTX ISA, "Warp-level matrix fragment
+// for mma.m16n8k16"), with g = lane / 4 and t = lane % 4.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace mla::cuda::ptx {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous copy global -> shared, bypassing L1 (.cg): the cache
+// stream is read once per CTA. When `valid` is false nothing is read and the
+// 16 shared bytes are zero-filled (src-size 0), so masked keys hold zeros,
+// never stale or NaN bytes that 0 * NaN would spread through P.V.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_size)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ldmatrix: each of the 4 (or 2) 8x8 b16 matrices is addressed by 8 lanes
+// (lanes 8i..8i+7 give the 8 row addresses of matrix i); lane l receives row
+// l/4, elements 2(l%4), 2(l%4)+1 of every matrix (.trans: column l/4 instead).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+
+// D = A * B + D, bf16 inputs, fp32 accumulators.
+//   A 16x16 row-major: a[0] (g, 2t..), a[1] (g+8, 2t..), a[2] (g, 2t+8..), a[3] (g+8, 2t+8..)
+//   B 16x8 (k x n):    b[0] (k 2t.., n g), b[1] (k 2t+8.., n g)
+//   C 16x8:            c[0..1] (g, 2t..2t+1), c[2..3] (g+8, 2t..2t+1)
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> packed bf16x2 (round to nearest even), low half = lo.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// exp2 with the hardware approximation (ex2.approx.ftz): the softmax runs in
+// the log2 domain (scores pre-multiplied by log2(e)); its relative error
+// (~2^-22) is far below the bf16 rounding of P.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace mla::cuda::ptx

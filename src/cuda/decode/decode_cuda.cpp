@@ -1,0 +1,219 @@
+// Host side of the CUDA decode: GPU-specific argument checks, the workspace
+// layout, and the three launches (schedule -> main -> combine) on the caller's
+// stream. Nothing here synchronises or allocates, so the whole call can be
+// captured in a CUDA graph and replayed with new cache_seqlens/block_table
+// contents (the schedule is recomputed on the device at every replay).
+#include "cuda/decode/decode_cuda.hpp"
+
+#include <cmath>
+
+#include "common/validate.hpp"
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/decode/decode_launch.hpp"
+
+namespace mla::cuda {
+
+using detail::error;
+using namespace mla::cuda::decode;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Geometry {
+  int B = 0, s_q = 0, h_q = 0, rows = 0;
+  int row_tiles = 0, row_blocks = 0, num_workers = 0;
+  WorkspaceLayout layout;
+};
+
+Status expect_cuda(const TensorView& t, const char* name, int device) {
+  if (t.device.type != DeviceType::cuda)
+    return error(Errc::invalid_device, "{}: is on the CPU, the CUDA decode needs a CUDA tensor",
+                 name);
+  if (t.device.id != device)
+    return error(Errc::invalid_device, "{}: is on cuda:{} but q is on cuda:{}", name, t.device.id,
+                 device);
+  return Status::Ok();
+}
+
+// GPU-specific checks on top of the API's device-independent validation
+// (repeated where cheap: the backend must be safe when called directly).
+Status check_args(const DecodeArgs& a, bool need_data) {
+  const int dev = a.q.device.id;
+  if (a.q.ndim != 4 || a.q.shape[3] != kDqk)
+    return error(Errc::invalid_shape, "q: shape {} does not match [B, s_q, h_q, 576]",
+                 detail::shape_str(a.q));
+  MLA_TRY(expect_cuda(a.q, "q", dev));
+  MLA_TRY(expect_cuda(a.kv.data, "kv", dev));
+  MLA_TRY(expect_cuda(a.block_table, "block_table", dev));
+  MLA_TRY(expect_cuda(a.cache_seqlens, "cache_seqlens", dev));
+  MLA_TRY(expect_cuda(a.out, "out", dev));
+  MLA_TRY(expect_cuda(a.lse, "lse", dev));
+  const int64_t s_q = a.q.shape[1], h_q = a.q.shape[2];
+  if (h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
+    return error(Errc::unsupported, "q: h_q = {} is not one of the CUDA decode's 16, 32, 64, 128",
+                 h_q);
+  if (s_q < 1 || s_q > 4)
+    return error(Errc::unsupported, "q: s_q = {} is outside the CUDA decode's 1..4", s_q);
+  MLA_TRY(detail::expect_dtype(a.q, "q", {DType::bf16}));
+  MLA_TRY(detail::expect_dtype(a.out, "out", {DType::bf16, DType::f32}));
+  MLA_TRY(detail::expect_dtype(a.lse, "lse", {DType::f32}));
+  MLA_TRY(detail::expect_dtype(a.block_table, "block_table", {DType::i32}));
+  MLA_TRY(detail::expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  if (a.q.strides[3] != 1 || a.out.strides[3] != 1)
+    return error(Errc::invalid_stride, "q/out: the last dim must be dense (strides {} / {})",
+                 a.q.strides[3], a.out.strides[3]);
+  if (a.kv.data.ndim != 4 || a.kv.data.strides[3] != 1 || a.kv.data.strides[2] < 0)
+    return error(Errc::invalid_stride,
+                 "kv: expected a [num_pages, page_size, 1, entry] view "
+                 "with a dense entry");
+  if (a.kv.num_pages() > INT32_MAX || a.kv.page_size() > INT32_MAX ||
+      a.block_table.shape[1] > INT32_MAX)
+    return error(Errc::invalid_shape,
+                 "kv/block_table: num_pages {} / page_size {} / max_pages {} "
+                 "past 2^31-1",
+                 a.kv.num_pages(), a.kv.page_size(), a.block_table.shape[1]);
+  if (need_data) {
+    // 16-byte vector loads/stores: q rows, cache entries, out rows.
+    MLA_TRY(detail::expect_aligned(a.q, "q", 16));
+    MLA_TRY(detail::expect_aligned(a.out, "out", 16));
+    MLA_TRY(detail::expect_aligned(a.kv.data, "kv", 16));
+  }
+  return Status::Ok();
+}
+
+Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
+  DeviceFacts f;
+  MLA_TRY(device_facts(a.q.device.id, &f));
+  if (f.major != 9)
+    return error(Errc::unsupported,
+                 "cuda:{} has compute capability {}.{}; the decode kernels are built for sm_90a "
+                 "(Hopper)",
+                 a.q.device.id, f.major, f.minor);
+  g->B = int(a.q.shape[0]);
+  g->s_q = int(a.q.shape[1]);
+  g->h_q = int(a.q.shape[2]);
+  g->rows = g->s_q * g->h_q;
+  g->row_tiles = row_tiles_for(g->rows);
+  g->row_blocks = (g->rows + 16 * g->row_tiles - 1) / (16 * g->row_tiles);
+  const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
+  if (main_kernel_smem_bytes(g->row_tiles, fp8) > size_t(f.max_smem_per_block_optin))
+    return error(Errc::unsupported,
+                 "cuda:{}: the decode kernel needs {} B of shared memory, the "
+                 "device allows {}",
+                 a.q.device.id, main_kernel_smem_bytes(g->row_tiles, fp8),
+                 f.max_smem_per_block_optin);
+  // One CTA per SM (the kernel's shared memory allows no second one); the R
+  // row blocks of a worker run side by side.
+  g->num_workers = std::max(1, f.sm_count / g->row_blocks);
+  const int64_t B = g->B, P = g->num_workers;
+  WorkspaceLayout& L = g->layout;
+  L.max_pieces = opts.batch_invariant ? B * kInvariantMaxSplits : B + P;
+  L.max_slots = L.max_pieces;
+  size_t off = 0;
+  L.pieces = off;
+  off = align_up(off + sizeof(Piece) * L.max_pieces);
+  L.piece_pos = off;
+  off = align_up(off + sizeof(int64_t) * L.max_pieces);
+  L.req_pos = off;
+  off = align_up(off + sizeof(int64_t) * B);
+  L.req_split = off;
+  off = align_up(off + sizeof(RequestSplit) * B);
+  L.worker_begin = off;
+  off = align_up(off + sizeof(int32_t) * (P + 1));
+  L.partial_lse = off;
+  off = align_up(off + sizeof(float) * L.max_slots * g->rows);
+  L.partial_out = off;
+  off = align_up(off + sizeof(float) * L.max_slots * g->rows * kDv);
+  L.total = off;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, size_t* bytes) {
+  MLA_TRY(check_args(args, /*need_data=*/false));
+  Geometry g;
+  MLA_TRY(geometry(args, opts, &g));
+  *bytes = g.layout.total;
+  return Status::Ok();
+}
+
+Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
+                  const ExecContext& ctx) {
+  MLA_TRY(check_args(a, /*need_data=*/true));
+  Geometry g;
+  MLA_TRY(geometry(a, opts, &g));
+  if (ws.bytes < g.layout.total)
+    return error(Errc::insufficient_workspace,
+                 "workspace: {} bytes given, this call needs {} (decode_workspace_size)", ws.bytes,
+                 g.layout.total);
+  if (ws.data == nullptr || reinterpret_cast<uintptr_t>(ws.data) % kAlign != 0)
+    return error(Errc::misaligned, "workspace: pointer {} must be non-null and {}-byte aligned",
+                 ws.data, kAlign);
+  if (g.B == 0) return Status::Ok();
+
+  int current = -1;
+  MLA_CUDA_TRY(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != a.q.device.id)
+    return error(Errc::invalid_device,
+                 "q is on cuda:{} but the current device is cuda:{}; call cudaSetDevice first",
+                 a.q.device.id, current);
+
+  const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
+  const int64_t esz = fp8 ? 1 : 2;
+  DecodeParams p{};
+  p.q = a.q.data;
+  p.q_stride_b = a.q.strides[0];
+  p.q_stride_s = a.q.strides[1];
+  p.q_stride_h = a.q.strides[2];
+  p.kv = static_cast<const uint8_t*>(a.kv.data.data);
+  p.page_stride_bytes = a.kv.data.strides[0] * esz;
+  p.token_stride_bytes = a.kv.data.strides[1] * esz;
+  p.num_pages = int32_t(a.kv.num_pages());
+  p.page_size = int32_t(a.kv.page_size());
+  p.block_table = static_cast<const int32_t*>(a.block_table.data);
+  p.bt_stride_b = a.block_table.strides[0];
+  p.bt_stride_p = a.block_table.strides[1];
+  p.max_pages = int32_t(a.block_table.shape[1]);
+  p.seqlens = static_cast<const int32_t*>(a.cache_seqlens.data);
+  p.seqlens_stride = a.cache_seqlens.strides[0];
+  p.out = a.out.data;
+  p.out_f32 = a.out.dtype == DType::f32;
+  p.out_stride_b = a.out.strides[0];
+  p.out_stride_s = a.out.strides[1];
+  p.out_stride_h = a.out.strides[2];
+  p.lse = static_cast<float*>(a.lse.data);
+  p.lse_stride_b = a.lse.strides[0];
+  p.lse_stride_h = a.lse.strides[1];
+  p.lse_stride_s = a.lse.strides[2];
+  p.B = g.B;
+  p.s_q = g.s_q;
+  p.h_q = g.h_q;
+  p.rows = g.rows;
+  p.causal = a.causal;
+  p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);
+  p.num_workers = g.num_workers;
+  p.batch_invariant = opts.batch_invariant;
+  p.max_pieces = g.layout.max_pieces;
+  auto* base = static_cast<uint8_t*>(ws.data);
+  p.pieces = reinterpret_cast<Piece*>(base + g.layout.pieces);
+  p.piece_pos = reinterpret_cast<int64_t*>(base + g.layout.piece_pos);
+  p.req_pos = reinterpret_cast<int64_t*>(base + g.layout.req_pos);
+  p.req_split = reinterpret_cast<RequestSplit*>(base + g.layout.req_split);
+  p.worker_begin = reinterpret_cast<int32_t*>(base + g.layout.worker_begin);
+  p.partial_lse = reinterpret_cast<float*>(base + g.layout.partial_lse);
+  p.partial_out = reinterpret_cast<float*>(base + g.layout.partial_out);
+
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");
+  MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
+               "decode_main_kernel launch");
+  MLA_CUDA_TRY(launch_decode_combine(p, stream), "decode_combine_kernel launch");
+  return Status::Ok();
+}
+
+}  // namespace mla::cuda
