@@ -1,0 +1,73 @@
+// Kernel-level interface of the lightning-indexer kernels (raw pointers, POD
+// params): the API wrappers in indexer_cuda.cpp fill these after validation,
+// and the GPU tests and the benchmark call them directly.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mla/status.hpp"
+
+namespace mla::cuda::dsa {
+
+inline constexpr int kIndexerHeads = 64;  // H_I
+inline constexpr int kIndexerDim = 128;   // d_I
+
+// The paged indexer key cache: each page holds page_size x 128 e4m3 codes,
+// then page_size fp32 scales (DESIGN.md section 2; 8448 B for a page of 64).
+struct IndexerCachePtr {
+  uint8_t* base = nullptr;
+  int64_t page_stride = 0;  // bytes between pages (>= page_size * 132)
+  int page_size = 64;
+  int64_t num_pages = 0;
+};
+
+// Quantise T keys [T, 128] (f32 or bf16 by `key_is_bf16`) into the cache at
+// global slots (i64, -1 skips the token; a slot past the cache is skipped too,
+// the API rejects it first where it can read the slots).
+struct IndexerAppendParams {
+  const void* keys = nullptr;
+  bool key_is_bf16 = false;
+  int64_t key_row_stride = 128;  // elements
+  const int64_t* slots = nullptr;
+  int64_t num_tokens = 0;
+  IndexerCachePtr cache;
+};
+Status launch_indexer_append(const IndexerAppendParams& p, cudaStream_t stream);
+
+// I[t, s] = k_scale[s] * sum_h w[t, h] * ReLU(q8[t, h] . k8[s]) for keys s in the
+// query's range [lo_t, hi_t), -inf for the other columns in [0, width).
+//   q      [num_tokens, 64, 128] e4m3 (heads and dims dense), token stride q_stride bytes
+//   w      [num_tokens, 64] f32 (query scale and 64^-0.5 * 128^-0.5 folded in)
+//   logits [num_tokens, width] f32, row stride logits_stride elements
+// Decode (paged):  tokens are [B, s_q] flattened, token (b, i) sees keys
+//   [0, seqlens[b] - (s_q - 1 - i)) of request b through block_table.
+// Prefill (flat):  keys [num_keys, 128] e4m3 + scales [num_keys] f32; token t
+//   sees [ks[t], ke[t]).
+struct IndexerLogitsParams {
+  const uint8_t* q = nullptr;
+  int64_t q_stride = kIndexerHeads * kIndexerDim;
+  const float* w = nullptr;
+  int64_t w_stride = kIndexerHeads;
+  float* logits = nullptr;
+  int64_t logits_stride = 0;
+  int64_t width = 0;
+  int64_t num_tokens = 0;
+  // decode
+  int batch = 0;
+  int s_q = 1;
+  const int32_t* seqlens = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  IndexerCachePtr cache;
+  // prefill
+  const uint8_t* flat_keys = nullptr;
+  const float* flat_scales = nullptr;
+  int64_t num_keys = 0;
+  const int32_t* ks = nullptr;
+  const int32_t* ke = nullptr;
+};
+Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
+Status launch_indexer_logits_prefill(const IndexerLogitsParams& p, cudaStream_t stream);
+
+}  // namespace mla::cuda::dsa
