@@ -167,6 +167,32 @@ MLA_C_EXPORT int32_t mla_indexer_logits_prefill(const mla_tensor* q8, const mla_
                                                 const mla_tensor* k_start, const mla_tensor* k_end,
                                                 const mla_tensor* logits, void* stream);
 
+/* ---- rotary position embedding (mla/rope.hpp) ------------------------------- */
+enum { MLA_ROPE_INTERLEAVED = 0, MLA_ROPE_HALF_SPLIT = 1 };
+
+/* Mirror of mla::RopeConfig (YaRN parameters, named as in the model configs). */
+typedef struct mla_rope_config {
+  int32_t dim;
+  int32_t reserved; /* 0 */
+  double theta;
+  double factor;
+  int64_t original_max_position;
+  double beta_fast;
+  double beta_slow;
+  double mscale;
+  double mscale_all_dim;
+} mla_rope_config;
+
+/* DeepSeek-V3/V3.2's configuration. */
+MLA_C_EXPORT void mla_rope_default_config(mla_rope_config* config);
+/* inv_freq [dim/2] f32/f64, CPU. */
+MLA_C_EXPORT int32_t mla_rope_inv_freq(const mla_rope_config* config, const mla_tensor* inv_freq);
+MLA_C_EXPORT int32_t mla_rope_attention_factor(const mla_rope_config* config, double* factor);
+/* x, out [T, heads, dim] (out may alias x), positions [T] i32/i64. */
+MLA_C_EXPORT int32_t mla_apply_rope(const mla_tensor* x, const mla_tensor* positions,
+                                    const mla_tensor* out, const mla_rope_config* config,
+                                    int32_t layout, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

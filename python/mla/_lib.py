@@ -46,7 +46,24 @@ class MlaTensor(ctypes.Structure):
     ]
 
 
+class MlaRopeConfig(ctypes.Structure):
+    """Mirror of ``mla_rope_config`` (mla::RopeConfig)."""
+
+    _fields_ = [
+        ("dim", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("theta", ctypes.c_double),
+        ("factor", ctypes.c_double),
+        ("original_max_position", ctypes.c_int64),
+        ("beta_fast", ctypes.c_double),
+        ("beta_slow", ctypes.c_double),
+        ("mscale", ctypes.c_double),
+        ("mscale_all_dim", ctypes.c_double),
+    ]
+
+
 _T = ctypes.POINTER(MlaTensor)
+_R = ctypes.POINTER(MlaRopeConfig)
 _i32, _f32, _vp, _sz = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t
 
 # name -> argtypes; every operation returns int32 status. Functions missing from
@@ -65,6 +82,9 @@ SIGNATURES: dict[str, list] = {
     "mla_quantize_indexer_query": [_T, _T, _T, _T, _vp],
     "mla_indexer_logits_decode": [_T, _T, _T, _T, _T, _T, _vp],
     "mla_indexer_logits_prefill": [_T, _T, _T, _T, _T, _T, _T, _vp],
+    "mla_rope_inv_freq": [_R, _T],
+    "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
+    "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
 }
 
 
@@ -103,6 +123,9 @@ class Library:
         d.mla_status_name.argtypes = [_i32]
         d.mla_kv_entry_bytes.restype = _i32
         d.mla_kv_entry_bytes.argtypes = [_i32]
+        if hasattr(d, "mla_rope_default_config"):
+            d.mla_rope_default_config.restype = None
+            d.mla_rope_default_config.argtypes = [_R]
         abi = d.mla_abi_version()
         if abi != ABI_VERSION:
             raise errors.LibraryNotFoundError(

@@ -1,0 +1,76 @@
+"""Rotary position embedding as DeepSeek-V3/V3.2 apply it (mla/rope.hpp)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+from . import _arrays, errors
+from ._dlpack import dtype_name
+from ._lib import MlaRopeConfig, lib
+from .ops import _Call
+
+LAYOUTS = {"interleaved": 0, "half_split": 1}
+
+
+@dataclasses.dataclass
+class RopeConfig:
+    """YaRN parameters, named as in the model configs; defaults: DeepSeek-V3/V3.2."""
+
+    dim: int = 64
+    theta: float = 10000.0
+    factor: float = 40.0
+    original_max_position: int = 4096
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 1.0
+
+    @classmethod
+    def deepseek_v3(cls) -> "RopeConfig":
+        c = MlaRopeConfig()
+        lib()._dll.mla_rope_default_config(ctypes.byref(c))
+        return cls(**{f.name: getattr(c, f.name) for f in dataclasses.fields(cls)})
+
+    def _c(self) -> MlaRopeConfig:
+        return MlaRopeConfig(self.dim, 0, self.theta, self.factor, self.original_max_position,
+                             self.beta_fast, self.beta_slow, self.mscale, self.mscale_all_dim)
+
+
+def rope_inv_freq(config: RopeConfig | None = None, *, dtype: str = "f64"):
+    """inv_freq [dim/2] (NumPy, f64 or f32): YaRN-scaled inverse frequencies."""
+    import numpy as np
+
+    config = config or RopeConfig()
+    out = np.empty(max(config.dim, 0) // 2, _arrays.numpy_dtype(dtype))
+    c = _Call(out)
+    cfg = config._c()
+    c.run("mla_rope_inv_freq", ctypes.byref(cfg), c.t(out, "inv_freq", True))
+    return out
+
+
+def rope_attention_factor(config: RopeConfig | None = None) -> float:
+    """The factor cos/sin are multiplied by (1 for DeepSeek-V3)."""
+    config = config or RopeConfig()
+    v = ctypes.c_double(0)
+    cfg = config._c()
+    lib().call("mla_rope_attention_factor", ctypes.byref(cfg), ctypes.byref(v))
+    return v.value
+
+
+def apply_rope(x, positions, config: RopeConfig | None = None, layout: str = "interleaved", *,
+               out=None, stream=None):
+    """Rotates x [T, heads, dim] (f32; f64 on CPU) by positions [T] (int32/int64).
+    layout 'interleaved' pairs (2i, 2i+1) (MLA's q_rope/k_rope), 'half_split' pairs
+    (i, i + dim/2) (V3.2's indexer). out may be x (in place); allocated otherwise."""
+    if layout not in LAYOUTS:
+        raise errors.InvalidValueError(
+            f"layout = {layout!r} is neither 'interleaved' nor 'half_split'")
+    config = config or RopeConfig()
+    if out is None:
+        out = _arrays.empty(x, tuple(getattr(x, "shape", ())), dtype_name(x))
+    c = _Call(x, stream)
+    cfg = config._c()
+    c.run("mla_apply_rope", c.t(x, "x"), c.t(positions, "positions"), c.t(out, "out", True),
+          ctypes.byref(cfg), LAYOUTS[layout], c.stream_arg)
+    return out

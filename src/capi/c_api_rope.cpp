@@ -1,0 +1,77 @@
+// C ABI of the rotary position embedding (mla/rope.hpp).
+#include "capi/capi_common.hpp"
+#include "mla/rope.hpp"
+
+using namespace mla;
+using namespace mla::capi;
+
+static_assert(MLA_ROPE_INTERLEAVED == int(RopeLayout::interleaved) &&
+                  MLA_ROPE_HALF_SPLIT == int(RopeLayout::half_split),
+              "MLA_ROPE_* must equal mla::RopeLayout values");
+
+namespace {
+
+Status to_rope_config(const mla_rope_config* c, RopeConfig* out) {
+  if (c == nullptr) {
+    *out = deepseek_v3_rope();
+    return Status::Ok();
+  }
+  out->dim = c->dim;
+  out->theta = c->theta;
+  out->factor = c->factor;
+  out->original_max_position = c->original_max_position;
+  out->beta_fast = c->beta_fast;
+  out->beta_slow = c->beta_slow;
+  out->mscale = c->mscale;
+  out->mscale_all_dim = c->mscale_all_dim;
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+void mla_rope_default_config(mla_rope_config* c) {
+  if (c == nullptr) return;
+  const RopeConfig d = deepseek_v3_rope();
+  *c = mla_rope_config{d.dim,       0,           d.theta,  d.factor,        d.original_max_position,
+                       d.beta_fast, d.beta_slow, d.mscale, d.mscale_all_dim};
+}
+
+int32_t mla_rope_inv_freq(const mla_rope_config* config, const mla_tensor* inv_freq) {
+  return guarded([&] {
+    RopeConfig c;
+    TensorView t;
+    MLA_TRY(to_rope_config(config, &c));
+    MLA_TRY(to_view(inv_freq, "inv_freq", &t));
+    return rope_inv_freq(c, t);
+  });
+}
+
+int32_t mla_rope_attention_factor(const mla_rope_config* config, double* factor) {
+  return guarded([&] {
+    RopeConfig c;
+    MLA_TRY(to_rope_config(config, &c));
+    if (factor == nullptr) return Status(Errc::invalid_value, "factor: null pointer");
+    *factor = rope_attention_factor(c);
+    return Status::Ok();
+  });
+}
+
+int32_t mla_apply_rope(const mla_tensor* x, const mla_tensor* positions, const mla_tensor* out,
+                       const mla_rope_config* config, int32_t layout, void* stream) {
+  return guarded([&] {
+    ApplyRopeArgs a;
+    MLA_TRY(to_view(x, "x", &a.x));
+    MLA_TRY(to_view(positions, "positions", &a.positions));
+    MLA_TRY(to_view(out, "out", &a.out));
+    MLA_TRY(to_rope_config(config, &a.config));
+    if (layout != MLA_ROPE_INTERLEAVED && layout != MLA_ROPE_HALF_SPLIT)
+      return Status(Errc::invalid_value, "layout = " + std::to_string(layout) +
+                                             " is neither interleaved (0) nor half_split (1)");
+    a.layout = RopeLayout(layout);
+    return apply_rope(a, to_context(stream));
+  });
+}
+
+}  // extern "C"
