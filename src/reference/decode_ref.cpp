@@ -7,31 +7,23 @@
 
 #include "mla/dims.hpp"
 #include "reference/kv_cache_ref.hpp"
+#include "reference/softmax_ref.hpp"
 #include "reference/tensor_read.hpp"
 
 namespace mla::reference {
 
 double attend_row(const double* q, const double* keys, int64_t n, double scale, double* scores,
                   double* out512) {
-  std::fill(out512, out512 + kDv, 0.0);
-  if (n <= 0) return -std::numeric_limits<double>::infinity();
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    const double* k = keys + j * kDqk;
-    double dot = 0.0;
-    for (int c = 0; c < kDqk; ++c) dot += q[c] * k[c];
-    scores[j] = scale * dot;
-    m = std::max(m, scores[j]);
-  }
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    const double p = std::exp(scores[j] - m);
-    sum += p;
-    const double* v = keys + j * kDqk;  // V is the c_kv part of the same entry
-    for (int c = 0; c < kDv; ++c) out512[c] += p * v[c];
-  }
-  for (int c = 0; c < kDv; ++c) out512[c] /= sum;
-  return m + std::log(sum);
+  return softmax_attend(
+      n, kDv,
+      [&](int64_t j) {
+        const double* k = keys + j * kDqk;
+        double dot = 0.0;
+        for (int c = 0; c < kDqk; ++c) dot += q[c] * k[c];
+        return scale * dot;
+      },
+      [&](int64_t j, int64_t c) { return keys[j * kDqk + c]; },  // V = the entry's c_kv
+      scores, out512);
 }
 
 namespace {

@@ -8,8 +8,7 @@
 
 namespace mla::reference {
 
-// One query row against n keys in fp64, two passes (max, then exp-sum), no
-// online rescaling: the plainest form of softmax, so it is the oracle.
+// One query row against n keys (softmax_attend of reference/softmax_ref.hpp):
 //   q        576 values
 //   keys     n entries of 576 values [c_kv ; k_rope], row-major
 //   out512   sum_j p_j c_kv_j (0 when n == 0)

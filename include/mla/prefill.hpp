@@ -1,0 +1,56 @@
+// Non-absorbed MLA (DESIGN.md section 1), the form for prefilling many new
+// tokens: decompress the latent cache into per-head keys and values with
+// W_UK / W_UV, then causal multi-head attention with d_qk 192 = 128 nope + 64
+// rope and d_v 128. It computes the same function as absorbed decode followed
+// by W_UV (tests/cpu/test_mha_ref.cpp shows it).
+#pragma once
+#include <cstdint>
+
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// Per-head decompression of N latent vectors:
+//   k_nope[n, h, d] = sum_c W_UK[h, d, c] c_kv[n, c]
+//   v     [n, h, d] = sum_c W_UV[h, d, c] c_kv[n, c]
+// Shapes (DeepSeek: d_c 512, d_nope = d_v = 128):
+//   c_kv [N, d_c]; w_uk [h, d_nope, d_c]; w_uv [h, d_v, d_c]  f32 or bf16 (f64 on CPU)
+//   k_nope [N, h, d_nope]; v [N, h, d_v]                       f32 or bf16 (f64 on CPU)
+// The rope part of the key is not decompressed: k = [k_nope ; k_rope], with
+// k_rope shared by every head (the caller broadcasts it).
+struct DecompressKvArgs {
+  TensorView c_kv;
+  TensorView w_uk;
+  TensorView w_uv;
+  TensorView k_nope;
+  TensorView v;
+};
+Status decompress_kv(const DecompressKvArgs& args, const ExecContext& ctx = {});
+
+// Causal multi-head attention over variable-length sequences packed along the
+// token dim (B sequences; sequence b owns query rows [cu_seqlens_q[b],
+// cu_seqlens_q[b+1]) and key rows [cu_seqlens_k[b], cu_seqlens_k[b+1])):
+//   q   [T, h, d_qk]   k [Tk, h, d_qk]   v [Tk, h, d_v]   f32/bf16 (f64 on CPU)
+//   cu_seqlens_q, cu_seqlens_k  [B+1] i32, non-decreasing, starting at 0,
+//                               ending at T and Tk
+//   out [T, h, d_v] f32/bf16 (f64 on CPU);  lse [h, T] f32 (f64 on CPU), natural log
+// Causal alignment is bottom-right: the queries of a sequence are its LAST
+// len_q tokens (chunked prefill: earlier chunks are already in the keys), so
+// query i (0-based within its sequence) sees keys j <= len_k - len_q + i. A
+// query that sees no key (len_k < len_q) gets out 0 and lse -inf. DeepSeek
+// uses d_qk 192 and d_v 128; the CPU reference takes any sizes.
+struct MhaPrefillArgs {
+  TensorView q;
+  TensorView k;
+  TensorView v;
+  TensorView cu_seqlens_q;
+  TensorView cu_seqlens_k;
+  float softmax_scale = 0.f;
+  bool causal = true;
+  TensorView out;
+  TensorView lse;
+};
+Status mha_prefill(const MhaPrefillArgs& args, const ExecContext& ctx = {});
+
+}  // namespace mla
