@@ -1,0 +1,56 @@
+// Sparse absorbed MLA attention over index lists (DSA, DESIGN.md section 1):
+// each query token attends only to the cache entries its list names, chosen by
+// the lightning indexer + top-k (mla/indexer.hpp, mla/topk.hpp) or by
+// block-sparse selection (mla/block_sparse.hpp).
+//
+// Index lists, shared rules:
+//  - an entry is a position into the keys (a global cache slot
+//    page * page_size + offset for decode, a row of kv for prefill);
+//  - -1 means "no token": skipped, never read;
+//  - duplicates count as often as they appear (a plain gather, as FlashMLA
+//    does): the softmax sees the key twice;
+//  - order does not matter (the result is a sum);
+//  - a query with no valid entry gets out = 0 and lse = -inf.
+#pragma once
+#include "mla/kv_cache.hpp"
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// Decode (FlashMLA's sparse decode shapes):
+//   q            [B, s_q, h_q, 576]  bf16/f32 (f64 on CPU)
+//   kv           paged cache, bf16 or fp8_ds_mla
+//   indices      [B, s_q, topk] i32 global slots; each in [0, num_pages * page_size) or -1
+//   topk_length  optional [B] i32 in [0, topk]: entries j >= topk_length[b] are
+//                ignored (not read, not checked)
+//   out          [B, s_q, h_q, 512]  bf16/f32 (f64 on CPU)
+//   lse          [B, h_q, s_q]       f32 (f64 on CPU), natural log
+// There is no causal mask here: the index list is the mask.
+struct SparseDecodeArgs {
+  TensorView q;
+  KvCacheView kv;
+  TensorView indices;
+  TensorView topk_length;
+  float softmax_scale = 0.f;
+  TensorView out;
+  TensorView lse;
+};
+Status sparse_decode(const SparseDecodeArgs& args, const ExecContext& ctx = {});
+
+// Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
+//   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)
+//   kv       [s_kv, 576]      bf16/f32 (f64 on CPU): key rows, value = first 512
+//   indices  [s_q, topk] i32, rows of kv in [0, s_kv) or -1
+//   out      [s_q, h_q, 512], lse [s_q, h_q]
+struct SparsePrefillArgs {
+  TensorView q;
+  TensorView kv;
+  TensorView indices;
+  float softmax_scale = 0.f;
+  TensorView out;
+  TensorView lse;
+};
+Status sparse_prefill(const SparsePrefillArgs& args, const ExecContext& ctx = {});
+
+}  // namespace mla

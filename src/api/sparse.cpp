@@ -1,0 +1,135 @@
+// Public entry points of sparse absorbed attention: validate, then dispatch.
+#include "mla/sparse.hpp"
+
+#include <cmath>
+
+#include "api/backend.hpp"
+#include "common/validate.hpp"
+#include "mla/dims.hpp"
+#include "reference/sparse_ref.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla {
+
+using detail::error;
+using detail::expect_dtype;
+using detail::expect_inner_contiguous;
+using detail::expect_same_device;
+using detail::expect_shape;
+using detail::kAny;
+
+namespace {
+
+// Float dtypes: what the CUDA kernels will take, plus f64 on CPU (the
+// reference computes in fp64; f64 in and out lets tests compare tightly).
+Status expect_float(const TensorView& t, const char* name, bool allow_bf16) {
+  return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32, DType::f64})
+                    : expect_dtype(t, name, {DType::f32, DType::f64});
+}
+
+Status expect_scale(float s) {
+  if (!std::isfinite(s) || s <= 0.f)
+    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", s);
+  return Status::Ok();
+}
+
+// Every tensor of the op on q's device, inner dim dense.
+Status expect_layout(const TensorView& q,
+                     std::initializer_list<std::pair<const TensorView*, const char*>> ts) {
+  for (auto [t, name] : ts) {
+    MLA_TRY(expect_inner_contiguous(*t, name, 1));
+    MLA_TRY(expect_same_device(q, "q", *t, name));
+  }
+  return Status::Ok();
+}
+
+// indices entries j < n_list[...] are -1 or in [0, limit).
+Status check_index(int64_t v, int64_t limit, const std::string& where, const char* what) {
+  if (v == -1 || (v >= 0 && v < limit)) return Status::Ok();
+  if (v < 0)
+    return error(Errc::out_of_range, "{} = {} is negative (only -1, \"no token\", is allowed)",
+                 where, v);
+  return error(Errc::out_of_range, "{} = {} is past {} = {}", where, v, what, limit);
+}
+
+}  // namespace
+
+Status sparse_decode(const SparseDecodeArgs& a, const ExecContext& ctx) {
+  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
+  MLA_TRY(detail::expect_known_device(a.q, "q"));
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
+  if (s_q < 1) return error(Errc::invalid_shape, "q: s_q = {} must be at least 1", s_q);
+  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
+  MLA_TRY(expect_float(a.q, "q", true));
+  MLA_TRY(validate_kv_cache(a.kv, "kv"));
+  MLA_TRY(expect_shape(a.indices, "indices", {B, s_q, kAny}, "[B, s_q, topk]"));
+  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
+  const int64_t topk = a.indices.shape[2];
+  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
+  if (a.topk_length.defined()) {
+    MLA_TRY(expect_shape(a.topk_length, "topk_length", {B}, "[B]"));
+    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
+    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
+  }
+  MLA_TRY(expect_shape(a.out, "out", {B, s_q, h_q, kDv}, "[B, s_q, h_q, 512]"));
+  MLA_TRY(expect_float(a.out, "out", true));
+  MLA_TRY(expect_shape(a.lse, "lse", {B, h_q, s_q}, "[B, h_q, s_q]"));
+  MLA_TRY(expect_float(a.lse, "lse", false));
+  MLA_TRY(expect_layout(a.q, {{&a.q, "q"},
+                              {&a.kv.data, "kv"},
+                              {&a.indices, "indices"},
+                              {&a.out, "out"},
+                              {&a.lse, "lse"}}));
+  MLA_TRY(expect_scale(a.softmax_scale));
+  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("sparse_decode");
+
+  using reference::read_int;
+  const int64_t capacity = a.kv.num_pages() * a.kv.page_size();
+  const std::string cap = fmt::format("the cache capacity num_pages * page_size = {} * {}",
+                                      a.kv.num_pages(), a.kv.page_size());
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = topk;
+    if (a.topk_length.defined()) {
+      n = read_int(a.topk_length, {b});
+      if (n < 0) return error(Errc::out_of_range, "topk_length[{}] = {} is negative", b, n);
+      if (n > topk)
+        return error(Errc::out_of_range, "topk_length[{}] = {} is past topk = {}", b, n, topk);
+    }
+    for (int64_t i = 0; i < s_q; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        MLA_TRY(check_index(read_int(a.indices, {b, i, j}), capacity,
+                            fmt::format("indices[{}][{}][{}]", b, i, j), cap.c_str()));
+  }
+  return reference::sparse_decode(a);
+}
+
+Status sparse_prefill(const SparsePrefillArgs& a, const ExecContext& ctx) {
+  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kDqk}, "[s_q, h_q, 576]"));
+  MLA_TRY(detail::expect_known_device(a.q, "q"));
+  const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];
+  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
+  MLA_TRY(expect_float(a.q, "q", true));
+  MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
+  MLA_TRY(expect_float(a.kv, "kv", true));
+  const int64_t s_kv = a.kv.shape[0];
+  MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
+  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
+  const int64_t topk = a.indices.shape[1];
+  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
+  MLA_TRY(expect_shape(a.out, "out", {s_q, h_q, kDv}, "[s_q, h_q, 512]"));
+  MLA_TRY(expect_float(a.out, "out", true));
+  MLA_TRY(expect_shape(a.lse, "lse", {s_q, h_q}, "[s_q, h_q]"));
+  MLA_TRY(expect_float(a.lse, "lse", false));
+  MLA_TRY(expect_layout(
+      a.q,
+      {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.out, "out"}, {&a.lse, "lse"}}));
+  MLA_TRY(expect_scale(a.softmax_scale));
+  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("sparse_prefill");
+  for (int64_t i = 0; i < s_q; ++i)
+    for (int64_t j = 0; j < topk; ++j)
+      MLA_TRY(check_index(reference::read_int(a.indices, {i, j}), s_kv,
+                          fmt::format("indices[{}][{}]", i, j), "s_kv"));
+  return reference::sparse_prefill(a);
+}
+
+}  // namespace mla
