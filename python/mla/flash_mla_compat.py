@@ -1,0 +1,215 @@
+"""FlashMLA's call shapes over mla: switch an engine by changing an import.
+
+    from mla import flash_mla_compat as flash_mla
+    sched, _ = flash_mla.get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)
+    out, lse = flash_mla.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 512,
+                                                sched, None, causal=True)
+
+Same argument order and meaning as FlashMLA's ``flash_mla_interface``; the
+differences (all documented in docs/python.md) are:
+  * get_mla_metadata returns an :class:`FlashMLASchedMeta` that records the call
+    shape and holds our decode workspace; it takes both FlashMLA generations'
+    arguments (old: cache_seqlens, num_q_tokens_per_head_k, num_heads_k, ...;
+    new: none), and flash_mla_with_kvcache accepts the old ``num_splits`` tensor
+    or None in its place and ignores it (our split decisions are made inside the
+    kernel call).
+  * lse: ours is -inf for a query that sees no key; FlashMLA reports +inf. This
+    layer converts, so callers see FlashMLA's convention.
+  * Sparse decode (``indices``) and flash_mla_sparse_fwd run as dense decode over
+    a page-size-1 view of the cache with each row's valid indices moved to the
+    front (exactly the same function); attn_sink, extra_k_cache, topk_length and
+    indexer_topk are not supported (UnsupportedError).
+  * Also accepted: NumPy arrays (CPU reference), not only torch CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from . import _arrays, errors
+from ._dlpack import dtype_name, framework_of
+from .ops import decode_workspace_size, mla_decode
+
+
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    """Scheduling state of one call shape: the shape itself (checked on reuse, as
+    FlashMLA checks it) and the decode workspace, allocated on first use."""
+
+    config: Optional[tuple] = None
+    have_initialized: bool = False
+    workspace: object = None
+
+
+def get_mla_metadata(*args, **kwargs):
+    """Returns (FlashMLASchedMeta(), None). The arguments of either FlashMLA
+    generation are accepted and not needed: the schedule is made per call."""
+    return FlashMLASchedMeta(), None
+
+
+def _neg_to_pos_inf(lse):
+    """lse -inf (no key) -> +inf, FlashMLA's convention; in place, no host sync."""
+    if framework_of(lse) == "torch":
+        return lse.masked_fill_(lse == float("-inf"), float("inf"))
+    lse[lse == -math.inf] = math.inf
+    return lse
+
+
+def _xp(x):
+    fw = framework_of(x)
+    if fw == "torch":
+        import torch
+
+        return torch
+    if fw == "cupy":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def _compact_indices(indices, total_slots: int):
+    """indices [R, topk] (int32, -1 or >= total_slots = none) -> (table [R, topk]
+    int32 with each row's valid entries first, in their order, and 0 after;
+    counts [R] int32)."""
+    xp = _xp(indices)
+    valid = (indices >= 0) & (indices < total_slots)
+    if xp.__name__ == "torch":
+        order = xp.sort((~valid).to(xp.int8), dim=-1, stable=True).indices
+        table = xp.gather(xp.where(valid, indices, 0), -1, order).to(xp.int32).contiguous()
+        counts = valid.sum(-1).to(xp.int32)
+    else:
+        order = xp.argsort(~valid, axis=-1, kind="stable")
+        table = xp.take_along_axis(xp.where(valid, indices, 0), order, -1).astype(xp.int32)
+        counts = valid.sum(-1).astype(xp.int32)
+    return table, counts
+
+
+def _as_page1_cache(k_cache):
+    """[num_blocks, page, 1, entry] -> [num_blocks * page, 1, 1, entry] (a view: global
+    slot = block * page + offset becomes the page id)."""
+    shape = tuple(k_cache.shape)
+    if len(shape) != 4:
+        raise errors.ShapeError(
+            f"k_cache: shape {list(shape)} does not match [num_blocks, page_block_size, 1, d]")
+    return k_cache.reshape(shape[0] * shape[1], 1, shape[2], shape[3])
+
+
+def _sparse_as_dense(q, k_cache, indices, softmax_scale, kv_format, workspace=None):
+    """Sparse attention over global cache slots = dense decode with page size 1.
+    q [R, h, 576], indices [R, topk] -> out [R, h, 512], lse [R, h] (ours: -inf empty)."""
+    cache1 = _as_page1_cache(k_cache)
+    table, counts = _compact_indices(indices, int(cache1.shape[0]))
+    R, h = int(q.shape[0]), int(q.shape[1])
+    out, lse = mla_decode(q.reshape(R, 1, h, q.shape[-1]), cache1, table, counts, softmax_scale,
+                          causal=False, kv_format=kv_format, workspace=workspace)
+    return out.reshape(R, h, out.shape[-1]), lse.reshape(R, h)
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                           tile_scheduler_metadata, num_splits=None, softmax_scale=None,
+                           causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
+                           extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None):
+    """FlashMLA's decode: q [B, s_q, h_q, 576], k_cache [num_blocks, page, 1, 576 bf16 |
+    656 fp8 bytes] -> (out [B, s_q, h_q, 512] in q's dtype, lse [B, h_q, s_q] f32,
+    natural log, +inf where a query sees no key)."""
+    if head_dim_v != 512:
+        raise errors.InvalidValueError(f"head_dim_v = {head_dim_v}: MLA's value width is 512")
+    for name, v in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
+                    ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+                    ("topk_length", topk_length), ("extra_topk_length", extra_topk_length)):
+        if v is not None:
+            raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
+    meta = tile_scheduler_metadata
+    if not isinstance(meta, FlashMLASchedMeta):
+        raise errors.InvalidValueError(
+            "tile_scheduler_metadata: pass what mla.flash_mla_compat.get_mla_metadata returned, "
+            f"not a {type(meta).__name__}")
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    topk = int(indices.shape[-1]) if indices is not None else None
+    config = (tuple(q.shape[:3]), tuple(k_cache.shape[1:3]), bool(causal), bool(is_fp8_kvcache),
+              topk)
+    if meta.have_initialized and meta.config != config:
+        raise errors.InvalidValueError(
+            f"tile_scheduler_metadata was made for (q shape, page/heads, causal, fp8, topk) = "
+            f"{meta.config}, this call is {config}: use one metadata object per call shape")
+    meta.config, meta.have_initialized = config, True
+    kv_format = "fp8_ds_mla" if is_fp8_kvcache else "bf16"
+    out_dtype = dtype_name(q) if dtype_name(q) in ("bf16", "f32") else "f32"
+
+    if indices is not None:
+        if causal:
+            raise errors.InvalidValueError("causal must be False when indices are given")
+        B, s_q, h_q, d = (int(s) for s in q.shape)
+        out, lse = _sparse_as_dense(q.reshape(B * s_q, h_q, d), k_cache,
+                                    indices.reshape(B * s_q, topk), softmax_scale, kv_format)
+        out = out.reshape(B, s_q, h_q, 512)
+        lse = lse.reshape(B, s_q, h_q)
+        lse = lse.permute(0, 2, 1) if framework_of(lse) == "torch" else lse.transpose(0, 2, 1)
+        return out, _neg_to_pos_inf(lse)
+
+    if meta.workspace is None or _arrays.nbytes(meta.workspace) < 1:
+        n = decode_workspace_size(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
+                                  kv_format=kv_format, out_dtype=out_dtype)
+        meta.workspace = _arrays.empty(q, (max(n, 1),), "u8")
+    out, lse = mla_decode(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
+                          kv_format=kv_format, out_dtype=out_dtype, workspace=meta.workspace)
+    return out, _neg_to_pos_inf(lse)
+
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
+                         indexer_topk=0):
+    """FlashMLA's sparse prefill: q [s_q, h_q, 576], kv [s_kv, 1, 576] bf16, indices
+    [s_q, 1, topk] int32 (-1 or >= s_kv: none) -> (out [s_q, h_q, 512] bf16,
+    max_logits [s_q, h_q] f32, lse [s_q, h_q] f32 natural log; a query with no
+    valid index gets out 0, max_logits -inf and lse +inf, as FlashMLA)."""
+    if d_v != 512:
+        raise errors.InvalidValueError(f"d_v = {d_v}: MLA's value width is 512")
+    for name, v in (("attn_sink", attn_sink), ("topk_length", topk_length)):
+        if v is not None:
+            raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
+    if indexer_topk:
+        raise errors.UnsupportedError("indexer_topk: not supported by mla's FlashMLA layer")
+    if len(kv.shape) != 3 or len(indices.shape) != 3:
+        raise errors.ShapeError(
+            f"kv {list(kv.shape)} / indices {list(indices.shape)}: expected [s_kv, 1, d_qk] and "
+            "[s_q, 1, topk]")
+    s_q, topk = int(indices.shape[0]), int(indices.shape[-1])
+    idx = indices.reshape(s_q, topk)
+    out, lse = _sparse_as_dense(q, kv.reshape(kv.shape[0], 1, kv.shape[1], kv.shape[2]), idx,
+                                sm_scale, "bf16")
+    max_logits = _max_logits(q, kv, idx, sm_scale)
+    return out, max_logits, _neg_to_pos_inf(lse)
+
+
+def _max_logits(q, kv, idx, sm_scale, rows_per_chunk: int = 128):
+    """max over valid indices of sm_scale * q . kv[idx] (f32 [s_q, h]; -inf if none),
+    computed with the caller's framework in row chunks (bounded memory)."""
+    xp = _xp(q)
+    s_q, h = int(q.shape[0]), int(q.shape[1])
+    s_kv = int(kv.shape[0])
+    k2 = kv.reshape(s_kv, kv.shape[-1])
+    torch_like = xp.__name__ == "torch"
+    res = []
+    for r0 in range(0, s_q, rows_per_chunk):
+        ii = idx[r0:r0 + rows_per_chunk]
+        valid = (ii >= 0) & (ii < s_kv)
+        safe = xp.where(valid, ii, 0)
+        if torch_like:
+            keys = k2[safe.long()].float()  # [r, topk, d]
+            lg = xp.einsum("rhd,rkd->rhk", q[r0:r0 + rows_per_chunk].float(), keys) * sm_scale
+            lg = lg.masked_fill(~valid[:, None, :], float("-inf"))
+            res.append(lg.amax(-1))
+        else:
+            keys = k2[safe].astype(xp.float32)
+            lg = xp.einsum("rhd,rkd->rhk", q[r0:r0 + rows_per_chunk].astype(xp.float32),
+                           keys) * sm_scale
+            lg = xp.where(valid[:, None, :], lg, -xp.inf)
+            res.append(lg.max(-1) if lg.shape[-1] else xp.full(lg.shape[:2], -xp.inf))
+    return xp.cat(res) if torch_like else xp.concatenate(res).astype(xp.float32)
