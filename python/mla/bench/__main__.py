@@ -1,0 +1,28 @@
+"""python -m mla.bench compare [--quick] [--suite NAME ...] [--out DIR] [--peers ...]"""
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mla.bench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare", help="our kernels beside PyTorch, FlashInfer and FlashMLA")
+    c.add_argument("--quick", action="store_true",
+                   help="a few shapes per suite, fewer runs (about a minute)")
+    c.add_argument("--suite", action="append", default=None,
+                   help="suite(s) from PERF.md: decode-128, decode-tp, decode-varlen, "
+                        "decode-long, indexer (default: all)")
+    c.add_argument("--peers", default="auto",
+                   help="comma list of mla,torch,flashinfer,flashmla; 'auto' = every importable "
+                        "one (FlashInfer only without --quick: its kernels compile on first use)")
+    c.add_argument("--out", default=None, help="output folder (default bench/results/<date>)")
+    c.add_argument("--runs", type=int, default=None, help="timed runs per kernel (median)")
+    args = ap.parse_args(argv)
+    from .compare import run_compare
+
+    return run_compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
