@@ -1,0 +1,336 @@
+// Sparse absorbed attention: lists naming every visible key equal dense decode
+// (refattn's mla_decode); random lists with duplicates, -1 and topk_length
+// against a naive softmax written here; empty lists; prefill; validation.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/random.hpp"
+#include "mla/decode.hpp"
+#include "mla/dims.hpp"
+#include "mla/sparse.hpp"
+#include "reference/kv_cache_ref.hpp"
+
+namespace mla {
+namespace {
+
+using testing::Rng;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void expect_error(const Status& s, Errc code, const std::string& needle) {
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos)
+      << "message '" << s.message() << "' lacks '" << needle << "'";
+}
+
+// Naive attention of one query over explicit key rows (576 values each).
+void naive_attend(const double* q, const std::vector<std::vector<double>>& keys, double scale,
+                  double* out, double* lse) {
+  std::fill(out, out + kDv, 0.0);
+  if (keys.empty()) {
+    *lse = -kInf;
+    return;
+  }
+  std::vector<double> s;
+  for (const auto& k : keys) {
+    double d = 0;
+    for (int c = 0; c < kDqk; ++c) d += q[c] * k[c];
+    s.push_back(d * scale);
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  double z = 0;
+  for (double x : s) z += std::exp(x - m);
+  for (size_t j = 0; j < keys.size(); ++j)
+    for (int c = 0; c < kDv; ++c) out[c] += std::exp(s[j] - m) / z * keys[j][c];
+  *lse = m + std::log(z);
+}
+
+std::vector<double> entry(const KvCacheView& kv, int64_t slot) {
+  std::vector<double> e(kDqk);
+  reference::load_kv_entry(kv, slot, e.data());
+  return e;
+}
+
+struct SparseCase {
+  KvFormat format;
+  int64_t page_size;
+  std::vector<int32_t> lens;
+  int64_t s_q, h_q;
+};
+class SparseDecode : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparseDecode, FullListsEqualDenseDecode) {
+  const auto p = GetParam();
+  Rng rng(p.page_size * 17 + p.s_q * 3 + p.h_q);
+  testing::PagedCacheSpec spec;
+  spec.format = p.format;
+  spec.page_size = p.page_size;
+  spec.page_pad = 40;
+  const auto cache = testing::make_paged_cache(rng, p.lens, spec);
+  const int64_t B = p.lens.size(), s_q = p.s_q, h_q = p.h_q;
+  const double scale = deepseek_v32_softmax_scale();
+  auto q = testing::random_f64(rng, B * s_q * h_q * kDqk);
+  // topk: every visible key plus room for -1 entries scattered among them.
+  int64_t max_len = 0;
+  for (int32_t l : p.lens) max_len = std::max<int64_t>(max_len, l);
+  const int64_t topk = max_len + 5;
+  std::vector<int32_t> idx(B * s_q * topk, -1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < s_q; ++i) {
+      const int64_t vis = std::max<int64_t>(p.lens[b] - (s_q - 1 - i), 0);
+      std::vector<int32_t> list(topk, -1);
+      for (int64_t pos = 0; pos < vis; ++pos) list[pos] = int32_t(cache.slot(b, pos));
+      rng.shuffle(list);  // order and the place of -1 do not matter
+      std::copy(list.begin(), list.end(), idx.begin() + (b * s_q + i) * topk);
+    }
+  std::vector<double> out_s(B * s_q * h_q * kDv), lse_s(B * h_q * s_q);
+  std::vector<double> out_d(out_s.size()), lse_d(lse_s.size());
+  testing::poison(out_s);
+  testing::poison(lse_s);
+  const KvCacheView kv = cache.view();
+  SparseDecodeArgs sa;
+  sa.q = TensorView::make(q.data(), DType::f64, {B, s_q, h_q, kDqk});
+  sa.kv = kv;
+  sa.indices = TensorView::make(idx.data(), DType::i32, {B, s_q, topk});
+  sa.softmax_scale = float(scale);
+  sa.out = TensorView::make(out_s.data(), DType::f64, {B, s_q, h_q, kDv});
+  sa.lse = TensorView::make(lse_s.data(), DType::f64, {B, h_q, s_q});
+  const Status st = sparse_decode(sa);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  DecodeArgs da;
+  da.q = sa.q;
+  da.kv = kv;
+  da.block_table = cache.block_table_view();
+  da.cache_seqlens = cache.seqlens_view();
+  da.softmax_scale = sa.softmax_scale;
+  da.causal = true;
+  da.out = TensorView::make(out_d.data(), DType::f64, {B, s_q, h_q, kDv});
+  da.lse = TensorView::make(lse_d.data(), DType::f64, {B, h_q, s_q});
+  const Status sd = mla_decode(da);
+  ASSERT_TRUE(sd.ok()) << sd.to_string();
+  // Both are fp64 sums of the same terms in another order: ~1e-15 relative.
+  for (size_t k = 0; k < lse_s.size(); ++k) {
+    if (std::isinf(lse_d[k]))
+      ASSERT_EQ(lse_s[k], lse_d[k]) << k;
+    else
+      ASSERT_NEAR(lse_s[k], lse_d[k], 1e-11 * (1 + std::fabs(lse_d[k]))) << k;
+  }
+  for (size_t k = 0; k < out_s.size(); ++k) ASSERT_NEAR(out_s[k], out_d[k], 1e-11) << k;
+}
+
+// Random lists: duplicates, -1, entries past topk_length holding garbage.
+TEST_P(SparseDecode, RandomListsMatchNaive) {
+  const auto p = GetParam();
+  Rng rng(p.page_size * 19 + p.s_q * 5 + p.h_q);
+  testing::PagedCacheSpec spec;
+  spec.format = p.format;
+  spec.page_size = p.page_size;
+  const auto cache = testing::make_paged_cache(rng, p.lens, spec);
+  const int64_t B = p.lens.size(), s_q = p.s_q, h_q = p.h_q, topk = 64;
+  const double scale = 0.07;
+  auto qb = testing::random_bf16(rng, B * s_q * h_q * kDqk, -2, 2);
+  std::vector<int32_t> idx(B * s_q * topk), tl(B);
+  for (int64_t b = 0; b < B; ++b) {
+    tl[b] = int32_t(rng.randint(0, topk));
+    for (int64_t i = 0; i < s_q; ++i)
+      for (int64_t j = 0; j < topk; ++j) {
+        int32_t& v = idx[(b * s_q + i) * topk + j];
+        if (j >= tl[b])
+          v = int32_t(rng.randint(-1000, 1000000));  // ignored: never read
+        else if (p.lens[b] == 0 || rng.randint(0, 3) == 0)
+          v = -1;
+        else
+          v = int32_t(cache.slot(
+              b, rng.randint(0, std::min<int64_t>(p.lens[b], 6) - 1)));  // many duplicates
+      }
+  }
+  std::vector<float> out(B * s_q * h_q * kDv), lse(B * h_q * s_q);
+  testing::poison(out);
+  testing::poison(lse);
+  SparseDecodeArgs sa;
+  sa.q = TensorView::make(qb.data(), DType::bf16, {B, s_q, h_q, kDqk});
+  sa.kv = cache.view();
+  sa.indices = TensorView::make(idx.data(), DType::i32, {B, s_q, topk});
+  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
+  sa.softmax_scale = float(scale);
+  sa.out = TensorView::make(out.data(), DType::f32, {B, s_q, h_q, kDv});
+  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, s_q});
+  const Status st = sparse_decode(sa);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  std::vector<double> qv(kDqk), o(kDv);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < s_q; ++i) {
+      std::vector<std::vector<double>> keys;
+      for (int64_t j = 0; j < tl[b]; ++j) {
+        const int32_t v = idx[(b * s_q + i) * topk + j];
+        if (v >= 0) keys.push_back(entry(sa.kv, v));  // a duplicate counts twice
+      }
+      for (int64_t h = 0; h < h_q; ++h) {
+        for (int c = 0; c < kDqk; ++c)
+          qv[c] = bf16_to_float(qb[((b * s_q + i) * h_q + h) * kDqk + c]);
+        double l;
+        naive_attend(qv.data(), keys, float(scale), o.data(), &l);
+        // f32 outputs: within a few f32 ulps of the fp64 value.
+        const float got_lse = lse[(b * h_q + h) * s_q + i];
+        if (keys.empty())
+          ASSERT_EQ(got_lse, -kInf);
+        else
+          ASSERT_NEAR(got_lse, l, 1e-6 * (1 + std::fabs(l)));
+        for (int c = 0; c < kDv; ++c)
+          ASSERT_NEAR(out[((b * s_q + i) * h_q + h) * kDv + c], o[c], 1e-6 * (1 + std::fabs(o[c])))
+              << b << " " << i << " " << h << " " << c;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, SparseDecode,
+                         ::testing::Values(SparseCase{KvFormat::bf16, 64, {0, 1, 70, 130}, 1, 16},
+                                           SparseCase{KvFormat::fp8_ds_mla, 16, {3, 33, 64}, 2, 16},
+                                           SparseCase{KvFormat::fp8_ds_mla, 1, {5, 9}, 4, 32},
+                                           SparseCase{KvFormat::bf16, 128, {2, 200}, 3, 64},
+                                           SparseCase{KvFormat::fp8_ds_mla, 64, {150}, 1, 128}));
+
+TEST(Sparse, EmptyListsGiveZeroAndMinusInf) {
+  Rng rng(3);
+  testing::PagedCacheSpec spec;
+  const auto cache = testing::make_paged_cache(rng, {10, 10}, spec);
+  const int64_t B = 2, h_q = 16, topk = 64;
+  auto q = testing::random_f32(rng, B * h_q * kDqk);
+  std::vector<int32_t> idx(B * topk, -1), tl{64, 0};
+  for (int j = 0; j < topk; ++j)
+    idx[topk + j] = int32_t(cache.slot(1, j % 10));  // past topk_length
+  std::vector<float> out(B * h_q * kDv), lse(B * h_q);
+  testing::poison(out);
+  testing::poison(lse);
+  SparseDecodeArgs sa;
+  sa.q = TensorView::make(q.data(), DType::f32, {B, 1, h_q, kDqk});
+  sa.kv = cache.view();
+  sa.indices = TensorView::make(idx.data(), DType::i32, {B, 1, topk});
+  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
+  sa.softmax_scale = 0.1f;
+  sa.out = TensorView::make(out.data(), DType::f32, {B, 1, h_q, kDv});
+  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, 1});
+  ASSERT_TRUE(sparse_decode(sa).ok());
+  for (float x : out) ASSERT_EQ(x, 0.f);
+  for (float x : lse) ASSERT_EQ(x, -kInf);
+}
+
+TEST(Sparse, PrefillMatchesNaive) {
+  Rng rng(21);
+  const int64_t s_q = 3, h_q = 16, s_kv = 50, topk = 64;
+  auto q = testing::random_bf16(rng, s_q * h_q * kDqk);
+  auto kv = testing::random_bf16(rng, s_kv * kDqk);
+  std::vector<int32_t> idx(s_q * topk);
+  for (auto& v : idx) v = rng.randint(0, 4) == 0 ? -1 : int32_t(rng.randint(0, s_kv - 1));
+  std::fill(idx.begin() + 2 * topk, idx.end(), -1);  // token 2 sees nothing
+  std::vector<double> out(s_q * h_q * kDv), lse(s_q * h_q);
+  testing::poison(out);
+  testing::poison(lse);
+  SparsePrefillArgs a;
+  a.q = TensorView::make(q.data(), DType::bf16, {s_q, h_q, kDqk});
+  a.kv = TensorView::make(kv.data(), DType::bf16, {s_kv, kDqk});
+  a.indices = TensorView::make(idx.data(), DType::i32, {s_q, topk});
+  a.softmax_scale = 0.1f;
+  a.out = TensorView::make(out.data(), DType::f64, {s_q, h_q, kDv});
+  a.lse = TensorView::make(lse.data(), DType::f64, {s_q, h_q});
+  ASSERT_TRUE(sparse_prefill(a).ok());
+  std::vector<double> qv(kDqk), o(kDv);
+  for (int64_t i = 0; i < s_q; ++i) {
+    std::vector<std::vector<double>> keys;
+    for (int64_t j = 0; j < topk; ++j) {
+      const int32_t v = idx[i * topk + j];
+      if (v < 0) continue;
+      std::vector<double> k(kDqk);
+      for (int c = 0; c < kDqk; ++c) k[c] = bf16_to_float(kv[v * kDqk + c]);
+      keys.push_back(k);
+    }
+    for (int64_t h = 0; h < h_q; ++h) {
+      for (int c = 0; c < kDqk; ++c) qv[c] = bf16_to_float(q[(i * h_q + h) * kDqk + c]);
+      double l;
+      naive_attend(qv.data(), keys, double(0.1f), o.data(), &l);
+      if (keys.empty())
+        ASSERT_EQ(lse[i * h_q + h], -kInf);
+      else
+        ASSERT_NEAR(lse[i * h_q + h], l, 1e-11 * (1 + std::fabs(l)));
+      for (int c = 0; c < kDv; ++c) ASSERT_NEAR(out[(i * h_q + h) * kDv + c], o[c], 1e-11);
+    }
+  }
+  idx[5] = int32_t(s_kv);
+  expect_error(sparse_prefill(a), Errc::out_of_range, "indices[0][5] = 50 is past s_kv = 50");
+  idx[5] = -7;
+  expect_error(sparse_prefill(a), Errc::out_of_range, "indices[0][5] = -7 is negative");
+  idx[5] = 0;
+  a.kv.shape[1] = 512;
+  expect_error(sparse_prefill(a), Errc::invalid_shape, "kv");
+}
+
+TEST(SparseValidation, Errors) {
+  Rng rng(4);
+  testing::PagedCacheSpec spec;
+  spec.page_size = 16;
+  const auto cache = testing::make_paged_cache(rng, {20, 20}, spec);  // capacity (2+2+3) * 16
+  const int64_t B = 2, h_q = 16, topk = 64, cap = cache.num_pages * 16;
+  auto q = testing::random_f32(rng, B * h_q * kDqk);
+  std::vector<int32_t> idx(B * topk, -1), tl{64, 64};
+  std::vector<float> out(B * h_q * kDv), lse(B * h_q);
+  SparseDecodeArgs sa;
+  sa.q = TensorView::make(q.data(), DType::f32, {B, 1, h_q, kDqk});
+  sa.kv = cache.view();
+  sa.indices = TensorView::make(idx.data(), DType::i32, {B, 1, topk});
+  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
+  sa.softmax_scale = 0.1f;
+  sa.out = TensorView::make(out.data(), DType::f32, {B, 1, h_q, kDv});
+  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, 1});
+  ASSERT_TRUE(sparse_decode(sa).ok());
+  idx[topk + 3] = int32_t(cap);
+  expect_error(sparse_decode(sa), Errc::out_of_range,
+               fmt::format("indices[1][0][3] = {} is past the cache capacity", cap));
+  tl[1] = 3;  // the bad entry is now past topk_length: ignored
+  EXPECT_TRUE(sparse_decode(sa).ok());
+  tl[1] = 65;
+  expect_error(sparse_decode(sa), Errc::out_of_range, "topk_length[1] = 65 is past topk = 64");
+  tl[1] = -1;
+  expect_error(sparse_decode(sa), Errc::out_of_range, "topk_length[1] = -1 is negative");
+  tl[1] = 64;
+  idx[topk + 3] = -2;
+  expect_error(sparse_decode(sa), Errc::out_of_range, "indices[1][0][3] = -2 is negative");
+  idx[topk + 3] = -1;
+  {
+    auto b = sa;
+    b.q.shape[3] = 512;
+    expect_error(sparse_decode(b), Errc::invalid_shape, "q");
+  }
+  {
+    auto b = sa;
+    b.lse = TensorView::make(lse.data(), DType::f32, {B, 1, h_q});
+    expect_error(sparse_decode(b), Errc::invalid_shape, "lse");
+  }
+  {
+    auto b = sa;
+    b.indices.dtype = DType::i64;
+    expect_error(sparse_decode(b), Errc::invalid_dtype, "indices: dtype i64");
+  }
+  {
+    auto b = sa;
+    b.softmax_scale = 0.f;
+    expect_error(sparse_decode(b), Errc::invalid_value, "softmax_scale = 0");
+  }
+  {
+    auto b = sa;
+    b.kv.data.dtype = DType::u8;  // bf16 format over bytes
+    expect_error(sparse_decode(b), Errc::invalid_dtype, "kv.data");
+  }
+  {
+    auto b = sa;
+    for (TensorView* t : {&b.q, &b.kv.data, &b.indices, &b.topk_length, &b.out, &b.lse})
+      t->device = Device::cuda();
+    expect_error(sparse_decode(b), Errc::unsupported, "sparse_decode");
+  }
+}
+
+}  // namespace
+}  // namespace mla
