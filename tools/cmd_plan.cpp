@@ -1,9 +1,96 @@
-// Placeholder until the plan subcommand lands; replaced by its owner.
+// `mla plan`: the planner of DESIGN.md section 5 (src/plan). Prints a table, or JSON
+// with --json; --seed-check recomputes the seed documents' tables; --calibrate FILE
+// predicts times from measured kernel efficiencies instead of the datasheet.
+#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <string>
+
 #include "commands.hpp"
+#include "mla/plan.hpp"
+
 namespace mla::cli {
-void register_plan_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("plan", "plan (not built yet)");
-  sub->callback([] { std::cerr << "mla plan: not built yet\n"; std::exit(2); });
+namespace {
+
+struct PlanOptions {
+  plan::Workload w;
+  std::string phase = "decode";
+  std::string kv = "bf16";
+  std::string calibrate;
+  bool json = false;
+  bool seed_check = false;
+  bool list = false;
+};
+
+[[noreturn]] void fail(const Status& st) {
+  std::cerr << "mla plan: " << st.message() << "\n";
+  std::exit(2);
 }
+
+int run(const PlanOptions& o) {
+  if (o.list) {
+    std::cout << "gpus:\n";
+    for (const plan::GpuSpec& g : plan::known_gpus())
+      std::cout << "  " << g.name << "  " << g.full_name << "  (" << g.source << ")\n";
+    std::cout << "models:\n";
+    for (const plan::ModelSpec& m : plan::known_models())
+      std::cout << "  " << m.name << "  " << m.full_name << "  (" << m.source << ")\n";
+    return 0;
+  }
+  if (o.seed_check) {
+    const auto rows = plan::seed_check();
+    std::cout << (o.json ? plan::render_seed_check_json(rows) + "\n"
+                         : plan::render_seed_check_text(rows));
+    return 0;
+  }
+  plan::Workload w = o.w;
+  if (Status st = plan::parse_phase(o.phase, &w.phase); !st.ok()) fail(st);
+  if (Status st = plan::parse_kv_precision(o.kv, &w.kv); !st.ok()) fail(st);
+  plan::Calibration cal;
+  const bool calibrated = !o.calibrate.empty();
+  if (calibrated)
+    if (Status st = plan::load_calibration(o.calibrate, &cal); !st.ok()) fail(st);
+  plan::Plan p;
+  if (Status st = plan::make_plan(w, calibrated ? &cal : nullptr, &p); !st.ok()) fail(st);
+  std::cout << (o.json ? plan::render_json(p) + "\n" : plan::render_text(p));
+  return 0;
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* sub = app.add_subcommand(
+      "plan", "KV sizes, capacity, roofline and the recommended MLA/DSA configuration");
+  sub->add_option("--model", o->w.model,
+                  "deepseek-v3, deepseek-v3.2, deepseek-v2-lite, seed004-64l, llama-3.1-405b")
+      ->capture_default_str();
+  sub->add_option("--gpu", o->w.gpu, "h100, h800, h200, h20, b200, b300")->capture_default_str();
+  sub->add_option("--phase", o->phase, "decode or prefill")->capture_default_str();
+  sub->add_option("--batch", o->w.batch,
+                  "requests per GPU in the step; 0 = the largest that fits with --kv")
+      ->capture_default_str();
+  sub->add_option("--context", o->w.context, "cached tokens per request")->capture_default_str();
+  sub->add_option("--new-tokens", o->w.new_tokens,
+                  "new tokens per request per decode step (2-4: speculative decoding)")
+      ->capture_default_str();
+  sub->add_option("--kv", o->kv, "KV cache precision: bf16, fp8, fp4 (fp4 is on paper)")
+      ->capture_default_str();
+  sub->add_option("--tp", o->w.tp, "attention tensor parallel size (heads per GPU = heads / tp)")
+      ->capture_default_str();
+  sub->add_option("--weight-shards", o->w.weight_shards,
+                  "GPUs the weights are spread over (expert/tensor parallel)")
+      ->capture_default_str();
+  sub->add_option("--topk", o->w.topk, "DSA top-k")->capture_default_str();
+  sub->add_option("--mem-util", o->w.mem_util, "fraction of HBM the engine may use")
+      ->capture_default_str();
+  sub->add_option("--calibrate", o->calibrate,
+                  "JSON of measured kernel efficiencies (docs/planner.md): predict from them");
+  sub->add_flag("--json", o->json, "print JSON instead of the table");
+  sub->add_flag("--seed-check", o->seed_check,
+                "recompute the seed documents' tables and judge them row by row");
+  sub->add_flag("--list", o->list, "list the known GPUs and models with their sources");
+  sub->callback([o] { std::exit(run(*o)); });
+}
+
 }  // namespace mla::cli

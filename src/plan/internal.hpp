@@ -1,0 +1,57 @@
+// Pieces the planner's files share (not part of the public API).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "mla/plan.hpp"
+
+namespace mla::plan::detail {
+
+// The shape of one step the cost model prices, per GPU.
+struct StepShape {
+  int64_t batch;    // requests (decode) or 1 (prefill)
+  int64_t context;  // cached keys per request
+  int new_tokens;   // queries per request (decode 1-4; prefill = the prompt)
+  int heads;        // query heads on this GPU
+  int tp;
+  int topk;
+  bool causal_prefill;  // prefill: query t sees keys 0..t (FLOPs halve)
+};
+
+// One stage priced on the roofline; the calibration entry (kernel, format, heads),
+// when present, turns the floor into a prediction.
+StageCost make_stage(std::string name, std::string calib_kernel, std::string calib_format,
+                     bool fp8_compute, double flops, double bytes, const Ceilings& c,
+                     const Calibration* cal, int heads);
+StepCost combine(std::vector<StageCost> stages);
+
+// Bytes per token per layer this GPU holds for the format (MLA: replicated over TP).
+int64_t local_cache_bytes_per_token_layer(const ModelSpec& m, KvFormat f, int tp);
+
+// The whole model's (all layers) step on one GPU for one format.
+StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s, const Ceilings& c,
+                   const Calibration* cal);
+
+// Calibration format tag of a KV format ("bf16", "fp8", "fp4", "mha", "gqa").
+const char* calib_format_tag(KvFormat f);
+
+std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal);
+
+// Human units: "70,272 B", "2.30 GB", "1.23 ms".
+std::string fmt_int(int64_t v);
+std::string fmt_bytes(double b);
+std::string fmt_time(double s);
+std::string fmt_flops(double f);
+
+// Named thresholds (datasheet estimates until a calibration replaces them).
+// Chunked prefill re-decompresses the whole prefix's K/V for every chunk; keep that
+// under this fraction of the chunk's own attention FLOPs.
+inline constexpr double kChunkDecompressOverhead = 0.10;
+// Below this many tokens a chunk's fixed costs (launches, scheduling, the MoE
+// all-to-all) are not amortised. Datasheet estimate: a measured sweep replaces it.
+inline constexpr int kMinChunkTokens = 512;
+inline constexpr int kMaxChunkTokens = 16384;
+// The DSA crossover search walks context lengths in pages of this many tokens.
+inline constexpr int kPageTokens = 64;
+
+}  // namespace mla::plan::detail

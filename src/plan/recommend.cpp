@@ -1,0 +1,268 @@
+// The recommended configuration, one reason per choice. Every threshold is either
+// derived from the roofline here or a named constant in internal.hpp marked as a
+// datasheet estimate; a calibration file moves the ones that depend on kernel
+// efficiency.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "plan/internal.hpp"
+
+namespace mla::plan {
+
+double absorbed_breakeven_new_tokens(const ModelSpec& m, double fa, double fn) {
+  // Per head: absorbed 2*(d_c+d_r+d_c) FLOP per (query, key); non-absorbed
+  // 2*(d_nope+d_r+d_v) per (query, key) plus 2*d_c*(d_nope+d_v) per key to decompress.
+  const double A = 2.0 * (m.d_c + m.d_r + m.d_c);
+  const double N = 2.0 * (m.d_nope + m.d_r + m.d_v);
+  const double D = 2.0 * m.d_c * (m.d_nope + m.d_v);
+  const double denom = A / fa - N / fn;
+  return denom > 0 ? (D / fn) / denom : HUGE_VAL;
+}
+
+namespace detail {
+namespace {
+
+int64_t pow2ceil(double x) {
+  int64_t p = 1;
+  while (static_cast<double>(p) < x) p *= 2;
+  return p;
+}
+
+const FormatPlan* find_row(const Plan& p, KvFormat f, bool dsa) {
+  for (const FormatPlan& fp : p.formats)
+    if (fp.format == f && fp.dsa == dsa) return &fp;
+  return nullptr;
+}
+
+StepShape shape_of(const Plan& p, int64_t context) {
+  const Workload& w = p.workload;
+  if (w.phase == Phase::prefill) return {1, context, 1, p.heads_per_gpu, w.tp, w.topk, true};
+  return {w.batch, context, w.new_tokens, p.heads_per_gpu, w.tp, w.topk, false};
+}
+
+// Smallest context (in pages) above top-k where the DSA step's floor is below the dense
+// one; 0 when it never is up to the planner's 16M limit. Dense minus DSA grows with L
+// (dense's slope per key is larger), so bisection applies.
+int64_t dsa_crossover(const Plan& p, KvFormat f) {
+  const ModelSpec& m = *p.model;
+  auto cheaper = [&](int64_t L) {
+    const StepShape s = shape_of(p, L);
+    return step_cost(m, f, true, s, p.ceilings, nullptr).floor_s <
+           step_cost(m, f, false, s, p.ceilings, nullptr).floor_s;
+  };
+  int64_t lo = p.workload.topk, hi = int64_t{1} << 24;
+  if (!cheaper(hi)) return 0;
+  while (hi - lo > kPageTokens) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (cheaper(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+struct ChunkChoice {
+  int64_t tokens;
+  std::string reason;
+};
+
+ChunkChoice chunk_size(const Plan& p, bool sparse_prefill) {
+  const ModelSpec& m = *p.model;
+  const Workload& w = p.workload;
+  struct Need {
+    double tokens;
+    std::string why;
+  };
+  std::vector<Need> needs;
+  // Non-absorbed attention of n new tokens against bf16 K/V does ~n FLOP per byte.
+  if (!sparse_prefill)
+    needs.push_back({p.ridge_bf16,
+                     fmt::format("attention compute-bound needs n >= ridge {:.0f}", p.ridge_bf16)});
+  // Weight GEMMs: t tokens per weight do 2t FLOP per weight, i.e. 2t/bytes FLOP per byte.
+  const bool fp8_weights = m.weight_bytes_per_param <= 1.0;
+  const double ridge_w = fp8_weights ? p.ridge_fp8 : p.ridge_bf16;
+  const double t_need = ridge_w * m.weight_bytes_per_param / 2;
+  if (m.routed_experts > 0) {
+    // Data-parallel attention: each of the weight_shards GPUs brings n tokens; each expert
+    // sees n * shards * experts_per_token / routed_experts of them.
+    const double n = t_need * m.routed_experts / (double(m.experts_per_token) * w.weight_shards);
+    needs.push_back({n, fmt::format("{} experts/token over {} shards: expert GEMMs compute-bound "
+                                    "need n >= {:.0f}",
+                                    m.experts_per_token, w.weight_shards, n)});
+  } else {
+    needs.push_back({t_need, fmt::format("weight GEMMs compute-bound need n >= {:.0f}", t_need)});
+  }
+  if (m.native == AttentionKind::mla && !sparse_prefill) {
+    // Each chunk decompresses the whole prefix again: 2*d_c*(d_nope+d_v) FLOP per head per key
+    // against the chunk's 2*(d_nope+d_r+d_v)*n.
+    const double n = double(m.d_c) * (m.d_nope + m.d_v) /
+                     (double(m.d_nope + m.d_r + m.d_v) * kChunkDecompressOverhead);
+    needs.push_back({n, fmt::format("prefix re-decompression <= {:.0f}% of a chunk needs n >= "
+                                    "{:.0f}",
+                                    100 * kChunkDecompressOverhead, n)});
+  }
+  needs.push_back(
+      {double(kMinChunkTokens),
+       fmt::format("fixed per-chunk costs need n >= {} (datasheet estimate)", kMinChunkTokens)});
+  const Need* top = &needs[0];
+  for (const Need& n : needs)
+    if (n.tokens > top->tokens) top = &n;
+  int64_t chunk = std::min<int64_t>(pow2ceil(top->tokens), kMaxChunkTokens);
+  std::string reason = top->why;
+  if (chunk > w.context) {
+    chunk = w.context;
+    reason += fmt::format("; the {}-token prompt fits in one chunk", w.context);
+  } else {
+    reason += fmt::format(" -> next power of two (cap {})", kMaxChunkTokens);
+  }
+  return {chunk, reason};
+}
+
+}  // namespace
+
+std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
+  const ModelSpec& m = *p.model;
+  const GpuSpec& g = *p.gpu;
+  const Workload& w = p.workload;
+  std::vector<Recommendation> out;
+  const bool blackwell = std::string_view(g.arch) == "blackwell";
+
+  if (m.native == AttentionKind::gqa) {
+    out.push_back({"attention form", "GQA (cached K/V)",
+                   fmt::format("{} has no latent: {} KV heads of {} are cached as they are", m.name,
+                               m.gqa_kv_heads, m.head_dim_k)});
+    out.push_back({"DSA / block-sparse", "n/a",
+                   "the planner prices sparse attention for MLA "
+                   "models only"});
+    const ChunkChoice c = chunk_size(p, false);
+    out.push_back({"chunk size", fmt::format("{}", c.tokens), c.reason});
+    out.push_back({"KV precision", "bf16", "the planner prices GQA caches in bf16 only"});
+    return out;
+  }
+
+  const bool has_indexer = m.indexer_heads > 0;
+  const bool dsa_active = has_indexer && w.context > w.topk;
+  const ChunkChoice chunk = chunk_size(p, dsa_active);
+
+  // 1. absorbed vs non-absorbed, by new tokens per request.
+  double fa = 1, fn = 1;
+  std::string from = "datasheet estimate: FLOP break-even at equal kernel efficiency";
+  if (cal != nullptr) {
+    const CalibrationEntry* a = cal->find("decode", "bf16", p.heads_per_gpu);
+    const CalibrationEntry* n = cal->find("prefill", "mha", p.heads_per_gpu);
+    if (a != nullptr && n != nullptr) {
+      fa = a->fraction_of_ceiling;
+      fn = n->fraction_of_ceiling;
+      from = fmt::format("calibrated: decode at {:.0f}%, prefill at {:.0f}% of the ceiling",
+                         100 * fa, 100 * fn);
+    }
+  }
+  const double nstar = absorbed_breakeven_new_tokens(m, fa, fn);
+  const int64_t n_new = w.phase == Phase::decode ? w.new_tokens : chunk.tokens;
+  if (dsa_active) {
+    out.push_back({"attention form", "absorbed (MQA form), decode and prefill",
+                   fmt::format("with DSA each query reads only top-{} keys: decompressing all "
+                               "{} keys for the MHA form would be wasted (DeepSeek-V3.2 runs "
+                               "both phases in MQA form)",
+                               w.topk, w.context)});
+  } else {
+    const bool absorbed = n_new <= nstar;
+    out.push_back({"attention form", absorbed ? "absorbed (MQA form)" : "non-absorbed (MHA form)",
+                   fmt::format("{} new tokens per request {} {:.0f}, the break-even ({})", n_new,
+                               absorbed ? "<=" : ">", nstar, from)});
+  }
+
+  // 2. DSA on/off, top-k or block parameters.
+  const KvFormat asked = w.kv == KvPrecision::bf16  ? KvFormat::mla_bf16
+                         : w.kv == KvPrecision::fp8 ? KvFormat::mla_fp8
+                                                    : KvFormat::mla_fp4;
+  if (has_indexer) {
+    const int64_t cross = dsa_crossover(p, asked);
+    const FormatPlan* dense = find_row(p, asked, false);
+    const FormatPlan* sparse = find_row(p, asked, true);
+    std::string roof =
+        cross > 0 ? fmt::format("; on the roofline DSA is cheaper from {} tokens", fmt_int(cross))
+                  : std::string("; on the roofline DSA never beats dense here");
+    if (dsa_active && dense && sparse)
+      roof += fmt::format(" (here {} vs dense {})", fmt_time(sparse->step.floor_s),
+                          fmt_time(dense->step.floor_s));
+    out.push_back(
+        {"DSA",
+         dsa_active ? fmt::format("on (context {} > top-k {})", w.context, w.topk)
+                    : fmt::format("off here (context {} <= top-k {})", w.context, w.topk),
+         fmt::format("at or below top-k every key is selected, so dense attention is exact and "
+                     "skips the indexer; above it the model is defined by its top-k{}",
+                     roof)});
+    out.push_back(
+        {"top-k", fmt::format("{}", w.topk),
+         w.topk == m.trained_topk
+             ? fmt::format("the value {} was trained with; the indexer scores all keys with "
+                           "{} heads x {} in fp8",
+                           m.name, m.indexer_heads, m.indexer_dim)
+             : fmt::format("you asked {}; {} was trained with {}: other values change its "
+                           "outputs",
+                           w.topk, m.name, m.trained_topk)});
+  } else {
+    out.push_back({"DSA", "n/a", fmt::format("{} has no lightning indexer", m.name)});
+    out.push_back(
+        {"block-sparse",
+         blackwell ? "off; if enabled: block 32, stride 16, selected 64, 16 blocks, window 512, "
+                     "1 initial + 2 local"
+                   : "off; if enabled: block 64, stride 32, selected 64, 12 blocks, window 512, "
+                     "1 initial + 2 local",
+         "block selection approximates the model's dense attention (quality unverified); the "
+         "parameters are seed 000's per-GPU presets (NSA's, arXiv 2502.11089)"});
+  }
+
+  // 3. chunk size.
+  out.push_back({"chunk size", fmt::format("{}", chunk.tokens), chunk.reason});
+
+  // 4. KV precision.
+  const FormatPlan* b16 = find_row(p, KvFormat::mla_bf16, has_indexer);
+  const FormatPlan* f8 = find_row(p, KvFormat::mla_fp8, has_indexer);
+  const FormatPlan* f4 = find_row(p, KvFormat::mla_fp4, has_indexer);
+  if (b16 && f8) {
+    std::string choice, reason;
+    if (p.free_bytes > 0 && !b16->batch_fits) {
+      choice = "fp8 (656 B/token/layer)";
+      reason = fmt::format("bf16 fits {} requests, fp8 {}: the batch of {} needs fp8{}",
+                           b16->max_batch, f8->max_batch, w.batch,
+                           f8->batch_fits ? "" : " (and still does not fit: lower the batch)");
+    } else if (b16->step.binds == "memory") {
+      choice = "fp8 (656 B/token/layer)";
+      reason = fmt::format(
+          "bf16 is memory-bound (AI {:.0f} < ridge {:.0f}): fp8 moves 57% of the "
+          "bytes, floor {} vs {}",
+          b16->step.intensity, p.ridge_bf16, fmt_time(f8->step.floor_s),
+          fmt_time(b16->step.floor_s));
+    } else {
+      choice = "bf16 (1152 B/token/layer)";
+      reason = fmt::format(
+          "bf16 is compute-bound (AI {:.0f} > ridge {:.0f}) and the batch fits "
+          "({} max): fp8 would save no time and adds dequantisation; use fp8 "
+          "for capacity ({} max)",
+          b16->step.intensity, p.ridge_bf16, b16->max_batch, f8->max_batch);
+    }
+    if (blackwell && f4)
+      reason += fmt::format("; fp4 (416 B, on paper) would fit {}", f4->max_batch);
+    out.push_back({"KV precision", choice, reason});
+  }
+  // 5. batch.
+  if (const FormatPlan* asked_row = find_row(p, asked, has_indexer)) {
+    if (p.free_bytes <= 0)
+      out.push_back(
+          {"weights", fmt::format(">= {} weight shards", p.min_weight_shards),
+           fmt::format("{} of weights per GPU leave no room for KV in {}",
+                       fmt_bytes(p.weights_bytes_per_gpu), fmt_bytes(p.usable_hbm_bytes))});
+    else
+      out.push_back({"batch", fmt::format("<= {} with {}", asked_row->max_batch, asked_row->name),
+                     fmt::format("{} free after {} of weights / {} per request",
+                                 fmt_bytes(p.free_bytes), fmt_bytes(p.weights_bytes_per_gpu),
+                                 fmt_bytes(asked_row->kv_bytes_per_request))});
+  }
+  return out;
+}
+
+}  // namespace detail
+}  // namespace mla::plan
