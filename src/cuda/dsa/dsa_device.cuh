@@ -44,10 +44,13 @@ __device__ __forceinline__ float pow2_ceil(float x) {
   return __uint_as_float(e);
 }
 
-// Order-preserving map float -> uint32 (larger float, larger key). -0 < +0; NaN
-// (positive) above +inf.
-__device__ __forceinline__ uint32_t float_order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+// Order-preserving map float -> uint32 for top-k: a larger logit has a larger
+// key, -0 and +0 share one key (they compare equal), and -inf and every NaN map
+// to 0, below every candidate (mla/topk.hpp: they are never selected).
+__device__ __forceinline__ uint32_t topk_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && ((u & 0x7fffffu) != 0 || (u >> 31))) return 0u;  // NaN, -inf
+  if (u == 0x80000000u) u = 0u;  // -0 -> +0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

@@ -35,6 +35,22 @@ struct IndexerAppendParams {
 };
 Status launch_indexer_append(const IndexerAppendParams& p, cudaStream_t stream);
 
+// Quantise queries [rows, 64, 128] (f32/bf16) to q8 e4m3 and fold each
+// (row, head) scale into its weight: w' = w * 64^-0.5 * 128^-0.5 * s.
+struct IndexerQueryParams {
+  const void* q = nullptr;
+  bool q_is_bf16 = false;
+  int64_t q_row_stride = 0, q_head_stride = 128;  // elements
+  const float* weights = nullptr;
+  int64_t w_row_stride = 64;
+  uint8_t* q8 = nullptr;
+  int64_t q8_row_stride = 0, q8_head_stride = 128;
+  float* w_folded = nullptr;
+  int64_t wf_row_stride = 64;
+  int64_t rows = 0;
+};
+Status launch_indexer_query(const IndexerQueryParams& p, cudaStream_t stream);
+
 // I[t, s] = k_scale[s] * sum_h w[t, h] * ReLU(q8[t, h] . k8[s]) for keys s in the
 // query's range [lo_t, hi_t), -inf for the other columns in [0, width).
 //   q      [num_tokens, 64, 128] e4m3 (heads and dims dense), token stride q_stride bytes

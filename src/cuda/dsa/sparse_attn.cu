@@ -404,7 +404,7 @@ Status launch_sparse_attn(const SparseAttnParams& p, void* workspace, size_t wor
     part_o = static_cast<float*>(workspace);
     part_lse = part_o + size_t(splits) * rows * p.h_q * kDv;
   }
-  MLA_TRY([&]() -> Status {
+  const Status launched = [&]() -> Status {
     switch (hb * 2 + (p.fp8 ? 1 : 0)) {
       case 128: return launch_one<64, false>(p, splits, part_o, part_lse, stream);
       case 129: return launch_one<64, true>(p, splits, part_o, part_lse, stream);
@@ -413,7 +413,8 @@ Status launch_sparse_attn(const SparseAttnParams& p, void* workspace, size_t wor
       case 32: return launch_one<16, false>(p, splits, part_o, part_lse, stream);
       default: return launch_one<16, true>(p, splits, part_o, part_lse, stream);
     }
-  }());
+  }();
+  MLA_TRY(launched);
   if (splits > 1) {
     const int64_t warps = int64_t(rows) * p.h_q;
     sparse_combine_kernel<<<unsigned((warps * 32 + 255) / 256), 256, 0, stream>>>(p, splits, rows, part_o, part_lse);

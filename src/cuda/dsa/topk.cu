@@ -11,11 +11,15 @@
 //            memory (global read); past the buffer, the CTA falls back to
 //            re-reading its segment in later rounds (slower, same result);
 //   round 2, 3 on the candidates.
-// Then every element with key > T is taken, and of the keys == T the lowest
-// positions until k are taken (deterministic ties). The output pass (global
-// read) walks the segment in position order with a block-wide ordered scan, so
-// output index = (#greater before p) + min(#equal before p, still needed):
-// positions come out ascending, identical on every run.
+// -inf and NaN map to key 0 and are never candidates; when a row has at most k
+// candidates, T = 0 and all of them are taken. Then every element with key > T
+// is taken, and of the keys == T the lowest positions until k (deterministic
+// ties). The output pass (global read) walks the segment in position order
+// with a block-wide ordered scan (index = #greater before p + min(#equal
+// before p, still needed)) and drops each (key, position) at that index into
+// the cluster leader's shared memory, which sorts the k pairs by descending
+// key, then ascending position (bitonic), and writes them: the order of
+// mla/topk.hpp, identical on every run.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -34,30 +38,31 @@ constexpr int kBins1 = 4096;  // round 1: bits [31:20]
 constexpr int kBins = 1024;   // rounds 2, 3: bits [19:10], [9:0]
 constexpr int kCandCap = 6144;
 constexpr int kUnroll = 4;
+constexpr int kTopkMaxK = 8192;
 static_assert(kBins1 % kThreads == 0 && kBins % kThreads == 0, "bins split evenly over threads");
 
 struct TopkSmem {
-  uint32_t hist[kBins1];   // this CTA's histogram (read by the cluster)
-  uint32_t total[kBins1];  // the cluster's sum
-  uint32_t cand_key[kCandCap];
-  int32_t cand_pos[kCandCap];
-  uint32_t scan_gt[2][kUnroll * kWarps];
-  uint32_t scan_eq[2][kUnroll * kWarps];
+  uint32_t hist[kBins1];  // this CTA's histogram (read by the cluster)
+  union {
+    struct {
+      uint32_t total[kBins1];  // the cluster's sum
+      uint32_t cand_key[kCandCap];
+      int32_t cand_pos[kCandCap];
+    } sel;
+    uint64_t sorted[kTopkMaxK];  // leader: (key << 32 | ~position) of the chosen, then sorted
+  };
+  uint32_t scan_gt[kUnroll * kWarps];
+  uint32_t scan_eq[kUnroll * kWarps];
   uint32_t warp_part[kWarps];
   uint32_t num_cand;
   uint32_t found_bin, found_remaining;
   uint32_t local_gt, local_eq;  // this CTA's elements > T and == T (read by the cluster)
 };
-
-__device__ __forceinline__ int64_t row_end_of(const TopkParams& p, int64_t r) {
-  if (p.row_end) return p.row_end[r];
-  if (p.seqlens) return int64_t(p.seqlens[r / p.s_q]) - (p.s_q - 1 - r % p.s_q);
-  return p.width;
-}
+static_assert(sizeof(TopkSmem::sel) >= sizeof(uint64_t) * kTopkMaxK, "the sort buffer reuses the selection arrays");
 
 __device__ __forceinline__ int32_t translate(const TopkParams& p, int64_t r, int64_t pos) {
   if (!p.block_table) return int32_t(pos);
-  const int64_t b = r / p.s_q;
+  const int64_t b = r / p.rows_per_request;
   const int32_t page = p.block_table[b * p.block_table_stride + pos / p.page_size];
   return page * p.page_size + int32_t(pos % p.page_size);
 }
@@ -118,10 +123,10 @@ __device__ void reduce_and_find(cg::cluster_group& cluster, int cs, int nbins, u
   for (int b = threadIdx.x; b < nbins; b += kThreads) {
     uint32_t sum = 0;
     for (int r = 0; r < cs; ++r) sum += cluster.map_shared_rank(s.hist, r)[b];
-    s.total[b] = sum;
+    s.sel.total[b] = sum;
   }
   cluster.sync();  // nobody reads my histogram any more
-  find_digit(s.total, nbins, need, s);
+  find_digit(s.sel.total, nbins, need, s);
   const uint32_t B = s.found_bin;
   uint32_t gt = 0;
   for (int b = threadIdx.x; b < nbins; b += kThreads) gt += uint32_t(b) > B ? s.hist[b] : 0u;
@@ -137,18 +142,10 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
   const int64_t r = blockIdx.x / cs;
   const float* row = p.logits + r * p.logits_stride;
   int32_t* out = p.out + r * p.out_stride;
-  const int64_t begin = p.row_begin ? p.row_begin[r] : 0;
-  const int64_t n = max64(0, row_end_of(p, r) - begin);
+  const int64_t n = max64(0, p.lengths ? p.lengths[r] : p.width);
   const int64_t seg = (n + cs - 1) / cs;
-  const int64_t s0 = begin + min64(n, rank * seg), s1 = begin + min64(n, (rank + 1) * seg);
+  const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
   const uint32_t k = uint32_t(p.k);
-
-  if (n <= int64_t(k)) {  // every position, then -1 padding
-    for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) out[i - begin] = translate(p, r, i);
-    if (rank == 0)
-      for (int64_t i = n + threadIdx.x; i < k; i += kThreads) out[i] = -1;
-    return;  // no cluster communication on this path (uniform per row)
-  }
 
   // ---- round 1: top 12 bits over the segment ----
   for (int b = threadIdx.x; b < kBins1; b += kThreads) s.hist[b] = 0;
@@ -163,50 +160,68 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (i + u * kThreads < s1) atomicAdd(&s.hist[float_order_key(v[u]) >> 20], 1u);
+      if (i + u * kThreads < s1) atomicAdd(&s.hist[topk_key(v[u]) >> 20], 1u);
   }
-  reduce_and_find(cluster, cs, kBins1, k, s);
-  uint32_t prefix = s.found_bin;  // the digits of T found so far
-  uint32_t need = s.found_remaining;
-
-  // ---- gather the candidates of that digit ----
-  for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) {
-    const uint32_t key = float_order_key(row[i]);
-    if ((key >> 20) == prefix) {
-      const uint32_t at = atomicAdd(&s.num_cand, 1u);
-      if (at < kCandCap) s.cand_key[at] = key, s.cand_pos[at] = int32_t(i);
+  cluster.sync();
+  // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
+  // has a key below 2^20). With at most k of them, all are taken (T = 0).
+  uint32_t cand_total = 0, cand_local = 0;
+  {
+    uint32_t mine = 0, local = 0;
+    for (int b = threadIdx.x + (threadIdx.x == 0 ? kThreads : 0); b < kBins1; b += kThreads) {
+      local += s.hist[b];
+      for (int q = 0; q < cs; ++q) mine += cluster.map_shared_rank(s.hist, q)[b];
     }
+    block_exclusive_sum(mine, s.warp_part, &cand_total);
+    block_exclusive_sum(local, s.warp_part, &cand_local);
   }
-  __syncthreads();
-  const uint32_t num_cand = s.num_cand;
-  const bool in_smem = num_cand <= kCandCap;
-  // Every key of the current digit prefix, from shared memory or (overflow) the row.
-  auto for_each_candidate = [&](int prefix_shift, auto&& fn) {
-    if (in_smem) {
-      for (uint32_t c = threadIdx.x; c < num_cand; c += kThreads) {
-        const uint32_t key = s.cand_key[c];
-        if ((key >> prefix_shift) == prefix) fn(key);
-      }
-    } else {
-      for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) {
-        const uint32_t key = float_order_key(row[i]);
-        if ((key >> prefix_shift) == prefix) fn(key);
-      }
-    }
-  };
-
-  // ---- rounds 2 and 3: 10 bits each ----
-#pragma unroll 1
-  for (int shift = 10; shift >= 0; shift -= 10) {
-    for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
-    __syncthreads();
-    for_each_candidate(shift + 10, [&](uint32_t key) { atomicAdd(&s.hist[(key >> shift) & (kBins - 1)], 1u); });
-    reduce_and_find(cluster, cs, kBins, need, s);
-    if (shift == 0 && threadIdx.x == 0) s.local_eq = s.hist[s.found_bin];
-    prefix = (prefix << 10) | s.found_bin;
+  if (cand_total <= k && threadIdx.x == 0) s.local_gt = cand_local;  // T = 0: all are "greater"
+  uint32_t T = 0, need = 0;
+  if (cand_total > k) {
+    reduce_and_find(cluster, cs, kBins1, k, s);
+    uint32_t prefix = s.found_bin;  // the digits of T found so far
     need = s.found_remaining;
+
+    // ---- gather the candidates of that digit ----
+    for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) {
+      const uint32_t key = topk_key(row[i]);
+      if ((key >> 20) == prefix) {
+        const uint32_t at = atomicAdd(&s.num_cand, 1u);
+        if (at < kCandCap) s.sel.cand_key[at] = key, s.sel.cand_pos[at] = int32_t(i);
+      }
+    }
+    __syncthreads();
+    const uint32_t num_cand = s.num_cand;
+    const bool in_smem = num_cand <= kCandCap;
+    // Every key of the current digit prefix, from shared memory or (overflow) the row.
+    auto for_each_candidate = [&](int prefix_shift, auto&& fn) {
+      if (in_smem) {
+        for (uint32_t c = threadIdx.x; c < num_cand; c += kThreads) {
+          const uint32_t key = s.sel.cand_key[c];
+          if ((key >> prefix_shift) == prefix) fn(key);
+        }
+      } else {
+        for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) {
+          const uint32_t key = topk_key(row[i]);
+          if ((key >> prefix_shift) == prefix) fn(key);
+        }
+      }
+    };
+
+    // ---- rounds 2 and 3: 10 bits each ----
+#pragma unroll 1
+    for (int shift = 10; shift >= 0; shift -= 10) {
+      for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+      __syncthreads();
+      for_each_candidate(shift + 10, [&](uint32_t key) { atomicAdd(&s.hist[(key >> shift) & (kBins - 1)], 1u); });
+      reduce_and_find(cluster, cs, kBins, need, s);
+      if (shift == 0 && threadIdx.x == 0) s.local_eq = s.hist[s.found_bin];
+      prefix = (prefix << 10) | s.found_bin;
+      need = s.found_remaining;
+    }
+    T = prefix;  // the k-th largest key; `need` of the keys == T are taken
   }
-  const uint32_t T = prefix;  // the k-th largest key; `need` of the keys == T are taken
+  const uint32_t chosen = cand_total > k ? k : cand_total;
 
   // ---- exchange counts: what the lower-ranked segments take ----
   cluster.sync();
@@ -216,30 +231,30 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
     gt_before += o->local_gt;
     eq_before += o->local_eq;
   }
-  cluster.sync();  // remote reads done before any CTA may exit
+  uint64_t* leader_sorted = cluster.map_shared_rank(s.sorted, 0);
+  cluster.sync();  // remote reads done; the leader's selection arrays are free
 
-  // ---- ordered output pass ----
+  // ---- ordered pass: each chosen (key, position) to its index at the leader ----
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint32_t lt_mask = (1u << lane) - 1u;
-  int buf = 0;
-  for (int64_t c0 = s0; c0 < s1; c0 += kThreads * kUnroll, buf ^= 1) {
+  for (int64_t c0 = s0; c0 < s1; c0 += kThreads * kUnroll) {
     bool gt[kUnroll], eq[kUnroll];
-    uint32_t gm[kUnroll], em[kUnroll];
+    uint32_t gm[kUnroll], em[kUnroll], key[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = c0 + u * kThreads + threadIdx.x;
-      const uint32_t key = j < s1 ? float_order_key(row[j]) : 0u;
-      gt[u] = j < s1 && key > T;
-      eq[u] = j < s1 && key == T;
+      key[u] = j < s1 ? topk_key(row[j]) : 0u;
+      gt[u] = key[u] > T;
+      eq[u] = key[u] == T && T != 0;
       gm[u] = __ballot_sync(0xffffffffu, gt[u]);
       em[u] = __ballot_sync(0xffffffffu, eq[u]);
-      if (lane == 0) s.scan_gt[buf][u * kWarps + warp] = __popc(gm[u]), s.scan_eq[buf][u * kWarps + warp] = __popc(em[u]);
+      if (lane == 0) s.scan_gt[u * kWarps + warp] = __popc(gm[u]), s.scan_eq[u * kWarps + warp] = __popc(em[u]);
     }
     __syncthreads();
     if (warp == 0) {  // exclusive scan of the kUnroll * kWarps = 64 entries, 2 per lane
       static_assert(kUnroll * kWarps == 64, "one warp scans two entries per lane");
-      uint32_t a0 = s.scan_gt[buf][2 * lane], a1 = s.scan_gt[buf][2 * lane + 1];
-      uint32_t e0 = s.scan_eq[buf][2 * lane], e1 = s.scan_eq[buf][2 * lane + 1];
+      const uint32_t a0 = s.scan_gt[2 * lane], a1 = s.scan_gt[2 * lane + 1];
+      const uint32_t e0 = s.scan_eq[2 * lane], e1 = s.scan_eq[2 * lane + 1];
       uint32_t ia = a0 + a1, ie = e0 + e1;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -247,32 +262,52 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
         if (lane >= o) ia += na, ie += ne;
       }
       const uint32_t xa = ia - a0 - a1, xe = ie - e0 - e1;
-      s.scan_gt[buf][2 * lane] = xa, s.scan_gt[buf][2 * lane + 1] = xa + a0;
-      s.scan_eq[buf][2 * lane] = xe, s.scan_eq[buf][2 * lane + 1] = xe + e0;
-      // the chunk's totals, read by every thread after the barrier
-      if (lane == 31) s.warp_part[0] = ia, s.warp_part[1] = ie;
+      s.scan_gt[2 * lane] = xa, s.scan_gt[2 * lane + 1] = xa + a0;
+      s.scan_eq[2 * lane] = xe, s.scan_eq[2 * lane + 1] = xe + e0;
+      if (lane == 31) s.warp_part[0] = ia, s.warp_part[1] = ie;  // the chunk's totals
     }
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (!(gt[u] || eq[u])) continue;
-      const uint32_t g_before = gt_before + s.scan_gt[buf][u * kWarps + warp] + __popc(gm[u] & lt_mask);
-      const uint32_t e_before = eq_before + s.scan_eq[buf][u * kWarps + warp] + __popc(em[u] & lt_mask);
+      const uint32_t g_before = gt_before + s.scan_gt[u * kWarps + warp] + __popc(gm[u] & lt_mask);
+      const uint32_t e_before = eq_before + s.scan_eq[u * kWarps + warp] + __popc(em[u] & lt_mask);
       if (eq[u] && e_before >= need) continue;
-      const int64_t j = c0 + u * kThreads + threadIdx.x;
-      out[g_before + min(e_before, need)] = translate(p, r, j);
+      const uint32_t pos = uint32_t(c0 + u * kThreads + threadIdx.x);
+      leader_sorted[g_before + min(e_before, need)] = (uint64_t(key[u]) << 32) | uint64_t(~pos);
     }
     gt_before += s.warp_part[0];
     eq_before += s.warp_part[1];
-    __syncthreads();  // warp_part is rewritten by the next chunk's scan
+    __syncthreads();  // scan arrays are rewritten by the next chunk
   }
+  cluster.sync();  // every chosen pair has landed at the leader
+  if (rank != 0) return;
+
+  // ---- leader: sort descending (key, then lower position), write ----
+  uint32_t n2 = 1;
+  while (n2 < chosen) n2 <<= 1;
+  for (uint32_t i = chosen + threadIdx.x; i < n2; i += kThreads) s.sorted[i] = 0;  // sorts last
+  __syncthreads();
+  for (uint32_t size = 2; size <= n2; size <<= 1) {
+    for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+      for (uint32_t i = threadIdx.x; i < n2 / 2; i += kThreads) {
+        const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const uint64_t a = s.sorted[lo], b = s.sorted[hi];
+        if ((a < b) == desc) s.sorted[lo] = b, s.sorted[hi] = a;
+      }
+      __syncthreads();
+    }
+  }
+  for (uint32_t i = threadIdx.x; i < k; i += kThreads)
+    out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(s.sorted[i]))) : -1;
 }
 
 }  // namespace
 
 Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return Status::Ok();
-  if (p.k <= 0 || p.k % 64 != 0 || p.k > 8192)
+  if (p.k <= 0 || p.k % 64 != 0 || p.k > kTopkMaxK)
     return value_error(Errc::invalid_value, "top-k: k", p.k, "must be a positive multiple of 64, at most 8192");
   int cs = p.cluster;
   if (cs == 0) {

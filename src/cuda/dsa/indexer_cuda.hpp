@@ -1,0 +1,14 @@
+// CUDA backends of the lightning-indexer API (mla/indexer.hpp). Called by
+// src/api/indexer.cpp after its device-independent validation, for CUDA tensors.
+// Values that live on the device (slots, block_table, lengths) cannot be checked
+// on the host without a copy: the kernels skip any slot or page outside the
+// cache instead of reading it.
+#pragma once
+#include "mla/indexer.hpp"
+
+namespace mla::cuda {
+Status append_indexer_keys(const AppendIndexerKeysArgs& args, const ExecContext& ctx);
+Status quantize_indexer_query(const QuantizeIndexerQueryArgs& args, const ExecContext& ctx);
+Status indexer_logits_decode(const IndexerLogitsDecodeArgs& args, const ExecContext& ctx);
+Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& args, const ExecContext& ctx);
+}  // namespace mla::cuda
