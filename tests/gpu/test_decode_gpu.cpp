@@ -439,3 +439,27 @@ TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
 
 }  // namespace
 }  // namespace mla::testing
+
+namespace mla::testing {
+namespace {
+// Small cases for compute-sanitizer (memcheck, racecheck): every code path
+// (direct and split pieces, both formats, all three CTA row counts, masked
+// tails, empty requests) in a few tiles.
+TEST(DecodeGpu, SanitizerSmall) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {16, 2}, {64, 2}};
+  uint64_t seed = 900;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (auto [h, s] : heads_sq) {
+      Case c;
+      c.lengths = {0, 1, 70, 300};
+      c.h_q = h;
+      c.s_q = s;
+      c.page_size = 16;
+      c.format = f;
+      c.seed = seed++;
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+}
+}  // namespace
+}  // namespace mla::testing
