@@ -113,8 +113,8 @@ struct Calibration {
   std::string gpu;     // must match the plan's GPU
   std::string source;  // free text: which run produced it
   std::vector<CalibrationEntry> entries;
-  // Best entry for (kernel, format, h_q): exact h_q first, else the nearest h_q of the
-  // same kernel and format. nullptr when none.
+  // Best entry for (kernel, format, h_q): exact h_q first, else the nearest h_q (by ratio) of
+  // the same kernel and format. nullptr when none.
   const CalibrationEntry* find(std::string_view kernel, std::string_view format, int h_q) const;
 };
 // Parses the schema of docs/planner.md; errors name the field and the bad value.

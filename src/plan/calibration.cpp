@@ -41,7 +41,9 @@ const CalibrationEntry* Calibration::find(std::string_view kernel, std::string_v
   const CalibrationEntry* best = nullptr;
   for (const CalibrationEntry& e : entries) {
     if (e.kernel != kernel || e.format != format) continue;
-    if (best == nullptr || std::abs(e.h_q - h_q) < std::abs(best->h_q - h_q)) best = &e;
+    // Nearest by ratio: efficiency follows heads multiplicatively (64 is nearer 128 than 16).
+    auto dist = [h_q](int h) { return std::fabs(std::log(double(h) / double(h_q))); };
+    if (best == nullptr || dist(e.h_q) < dist(best->h_q)) best = &e;
   }
   return best;
 }

@@ -99,8 +99,8 @@ void seed004(Rows& r) {
   double floor_gqa128 = 0, floor_mla128 = 0;
   for (const Col& c : cols) {
     const double kv = c.per_token * c.L;
-    r.number(S, fmt::format("table, {}: KV per request", c.name), fmt_bytes(c.kv_claim), c.kv_claim,
-             kv, fmt_bytes(kv), "");
+    r.number(S, fmt::format("table, {}: KV per request", c.name),
+             fmt::format("{:g} GB", c.kv_claim / 1e9), c.kv_claim, kv, fmt_bytes(kv), "");
     // Largest batch on an 80 GB card even with no weights and no runtime reserve.
     const int64_t bound = static_cast<int64_t>(std::floor(h800.hbm_bytes / kv));
     if (c.batch_claim <= bound)
@@ -115,13 +115,15 @@ void seed004(Rows& r) {
             fmt::format("{:.0f} x {} = {} of KV > {} of HBM", c.batch_claim, fmt_bytes(kv),
                         fmt_bytes(c.batch_claim * kv), fmt_bytes(h800.hbm_bytes)));
     r.number(S, fmt::format("table, {}: HBM bytes per step, batch 4", c.name),
-             fmt_bytes(c.step_claim), c.step_claim, B * kv, fmt_bytes(B * kv), "");
+             fmt::format("{:g} GB", c.step_claim / 1e9), c.step_claim, B * kv, fmt_bytes(B * kv),
+             "");
     // Attention's arithmetic intensity: 128 query heads; FLOPs and bytes both scale with L.
     const Ceilings ceil = ceilings_for(h800);
     const detail::StepShape shape{4, static_cast<int64_t>(c.L), 1, m.heads, 1, 0, false};
     const StepCost st = detail::step_cost(m, c.f, false, shape, ceil, nullptr);
     r.add(S, fmt::format("table, {}: arithmetic intensity", c.name),
-          fmt::format("{} FLOP/B", c.ai_claim), fmt::format("{:.1f} FLOP/B", st.intensity), "wrong",
+          fmt::format("{:g} FLOP/B", c.ai_claim), fmt::format("{:.1f} FLOP/B", st.intensity),
+          "wrong",
           "attention's FLOPs and bytes both grow with L, so its intensity cannot change with "
           "context; ours: 2*h*(d_k+d_v) FLOP per key over the bytes of one cache entry");
     const double bw_needed = B * kv / c.ms_claim;
@@ -182,7 +184,10 @@ void seed000(Rows& r) {
   r.number(S, "4.1: compression, FP8", "114:1", 114,
            mha_entry / kv_bytes_per_token_layer(v3, KvFormat::mla_fp8),
            fmt::format("{:.0f}:1", mha_entry / kv_bytes_per_token_layer(v3, KvFormat::mla_fp8)),
-           "uses the 576 B FP8 entry; the real one is 656 B");
+           fmt::format("uses the 576 B FP8 entry; with the real 656 B it is {:.0f}:1 on the seed's "
+                       "65,536 B and {:.0f}:1 on V3's real K/V",
+                       65536.0 / kv_bytes_per_token_layer(v3, KvFormat::mla_fp8),
+                       mha_entry / kv_bytes_per_token_layer(v3, KvFormat::mla_fp8)));
   r.number(S, "5.3: MLA entry per layer, FP4", "~288 B", 288,
            kv_bytes_per_token_layer(v3, KvFormat::mla_fp4), "416 B (on paper)",
            "288 = 576 / 2 ignores scales (one e4m3 per 16 values: 32 B) and the bf16 rope (128 B)");
@@ -231,6 +236,11 @@ void seed000(Rows& r) {
                             : fmt::format("datasheet: {}", gpu(c.gpu).source);
     if (!ok && std::string_view(c.what) == "HBM" && std::string_view(c.gpu) == "b200")
       reason = "192 GB is the announced physical capacity; HGX/DGX B200 expose 180 GB per GPU";
+    if (!ok && std::string_view(c.gpu) == "b300")
+      reason = fmt::format(
+          "HGX B300 datasheet per GPU: {:g}; the seed's round figures look like "
+          "the liquid-cooled GB300 NVL72's (rack / 72)",
+          c.ours);
     r.add(S, fmt::format("2: {} {}", c.gpu, c.what), fmt::format("{:g} {}", c.claimed, c.unit),
           fmt::format("{:g} {}", c.ours, c.unit), ok ? "right" : "approx", reason);
   }
@@ -259,8 +269,9 @@ void seed000(Rows& r) {
     }
     r.add(S, "4: decode is memory-bound", "memory-bound (all GPUs)",
           fmt::format("128 heads: {:.0f} FLOP/B (bf16), {:.0f} (fp8)", ai16, ai8), "wrong",
-          "with 128 heads per GPU the absorbed kernel sits near or above the ridge: " + per_gpu +
-              "; it is memory-bound at <= 64 heads per GPU");
+          "with 128 heads per GPU the absorbed kernel sits near or above the ridge, and with the "
+          "FP8 cache the seed itself recommends it is compute-bound on every GPU: " +
+              per_gpu + "; it is memory-bound at <= 64 heads per GPU (tensor parallel)");
   }
 
   // Section 7.2 / 8.3: max batch scales with HBM (B200 2.4x, B300 3.6x an H100).
