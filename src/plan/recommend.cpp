@@ -132,7 +132,7 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
     out.push_back({"attention form", "GQA (cached K/V)",
                    fmt::format("{} has no latent: {} KV heads of {} are cached as they are", m.name,
                                m.gqa_kv_heads, m.head_dim_k)});
-    out.push_back({"DSA / block-sparse", "n/a",
+    out.push_back({"DSA", "n/a",
                    "the planner prices sparse attention for MLA "
                    "models only"});
     const ChunkChoice c = chunk_size(p, false);
