@@ -110,7 +110,7 @@ std::vector<double> as_doubles(const HostTensor& t) {
 // from f32 scores of bf16 inputs (exactly the reference's inputs): its error is
 // f32 rounding over 192-term dots and exp/log, far under 2e-3 absolute.
 void expect_close(const HostTensor& out, const std::vector<double>& ref_out, const HostTensor& lse,
-                  const std::vector<double>& ref_lse, const char* what) {
+                  const std::vector<double>& ref_lse, const char* what, double lse_tol = 2e-3) {
   double num = 0, den = 0;
   int64_t bad = 0;
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -127,7 +127,7 @@ void expect_close(const HostTensor& out, const std::vector<double>& ref_out, con
     const double g = lse.get(i), r = ref_lse[i];
     if (std::isinf(r)) {
       if (!(std::isinf(g) && g < 0)) ++lse_bad;
-    } else if (!(std::fabs(g - r) <= 2e-3)) {
+    } else if (!(std::fabs(g - r) <= lse_tol)) {
       ++lse_bad;
       worst = std::max(worst, std::fabs(g - r));
     }
@@ -353,9 +353,11 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
   dout.to_host(out);
   dlse.to_host(lse);
-  // k_nope and v are rounded to bf16 after the GEMM (the reference keeps fp64):
-  // that adds ~2^-9 relative to each score's nope part; the bounds above hold.
-  expect_close(out, ref_out, lse, ref_lse, "chunked prefill");
+  // k_nope and v are rounded to bf16 after the GEMM (the reference keeps fp64).
+  // A score then moves by up to scale * 2^-9 * sum_c |q_c k_c| (~1e-2 here,
+  // typically far less), and lse by at most the largest score change: 1e-2.
+  // (Measured: 2.8e-3 worst on 300 x 16 rows; 2e-3 was too tight for this.)
+  expect_close(out, ref_out, lse, ref_lse, "chunked prefill", 1e-2);
 }
 
 TEST(PrefillGpu, ChunkedEqualsAllAtOnceBf16Cache) {
