@@ -1,0 +1,337 @@
+// mla_bench_dsa: the DSA suites of PERF.md on the GPU (indexer, topk,
+// sparse-decode, sparse-prefill, dsa-vs-dense). CUDA events around each call,
+// warm-up, median of repeats, L2 flushed before every timed run, random data
+// (never zeros). Prints time, TFLOP/s (FlashMLA's 2*h_q*topk*(576+512) per
+// query for sparse attention), GB/s, and the fraction of the measured H200
+// ceilings (PERF.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/dsa/indexer_launch.hpp"
+#include "cuda/dsa/sparse_launch.hpp"
+#include "cuda/dsa/topk_launch.hpp"
+#include "mla/decode.hpp"
+
+namespace dsa = mla::cuda::dsa;
+
+namespace {
+
+constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+
+#define CK(x)                                                                   \
+  do {                                                                          \
+    cudaError_t e_ = (x);                                                       \
+    if (e_ != cudaSuccess) {                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                             \
+    }                                                                           \
+  } while (0)
+#define ST(x)                                                                   \
+  do {                                                                          \
+    mla::Status s_ = (x);                                                       \
+    if (!s_.ok()) {                                                             \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
+      std::exit(3);                                                             \
+    }                                                                           \
+  } while (0)
+
+__device__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return uint32_t(x);
+}
+enum Fill { kBytesE4m3 = 0, kBf16 = 1, kF32 = 2 };
+__global__ void fill_kernel(void* p, int64_t n, int kind, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(seed * 0x9E3779B97F4A7C15ULL + i);
+    if (kind == kBytesE4m3) {
+      uint8_t c = uint8_t(h) & 0xf7;  // no NaN (0x7f/0xff), varied magnitudes
+      static_cast<uint8_t*>(p)[i] = c;
+    } else if (kind == kBf16) {
+      const float f = (h >> 8) * (2.f / 16777216.f) - 1.f;
+      static_cast<uint16_t*>(p)[i] = uint16_t(__float_as_uint(f) >> 16);
+    } else {
+      static_cast<float*>(p)[i] = (h >> 8) * (2.f / 16777216.f) - 1.f;
+    }
+  }
+}
+// Fix up fp8_ds_mla entries / indexer pages: scales must be powers of two.
+__global__ void fix_fp8_entries(uint8_t* p, int64_t n_entries) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_entries; i += int64_t(gridDim.x) * blockDim.x)
+    for (int g = 0; g < 4; ++g) reinterpret_cast<float*>(p + i * 656 + 512)[g] = 0.0625f;
+}
+__global__ void fix_indexer_pages(uint8_t* p, int64_t pages) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pages * 64; i += int64_t(gridDim.x) * blockDim.x)
+    reinterpret_cast<float*>(p + (i / 64) * 8448 + 8192)[i % 64] = 0.0078125f;
+}
+// Random distinct-ish slots of request b: b * L + uniform position (pages of
+// request b are contiguous in the pool, identity block table).
+__global__ void fill_indices(int32_t* idx, int64_t rows, int topk, int rows_per_req, int64_t L, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * topk; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / topk, b = r / rows_per_req;
+    idx[i] = int32_t(b * L + hash32(seed + i) % L);
+  }
+}
+__global__ void iota_kernel(int32_t* p, int64_t n, int32_t mul) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = int32_t(i) * mul;
+}
+__global__ void const_kernel(int32_t* p, int64_t n, int32_t v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+void* dalloc(size_t bytes) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  return p;
+}
+void fill(void* p, int64_t n, int kind, uint64_t seed) {
+  fill_kernel<<<2048, 256>>>(p, n, kind, seed);
+  CK(cudaGetLastError());
+}
+
+struct Timer {
+  void* flush = dalloc(size_t(256) << 20);
+  cudaEvent_t a, b;
+  Timer() { cudaEventCreate(&a), cudaEventCreate(&b); }
+  // median over reps of fn's time in microseconds; L2 flushed before each run
+  double time(const std::function<void()>& fn, int reps = 15) {
+    for (int i = 0; i < 3; ++i) fn();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
+      CK(cudaEventRecord(a));
+      fn();
+      CK(cudaEventRecord(b));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+struct Row {
+  std::string suite, shape;
+  double us, tflops, gbs, frac;
+  std::string frac_of;
+};
+std::vector<Row> g_rows;
+void report(const std::string& suite, const std::string& shape, double us, double flops, double bytes,
+            bool compute_bound, double tf_ceiling) {
+  Row r{suite, shape, us, flops / us * 1e-6, bytes / us * 1e-3, 0, ""};
+  if (compute_bound) r.frac = r.tflops / tf_ceiling, r.frac_of = tf_ceiling == kFp8TF ? "fp8 TF" : "bf16 TF";
+  else r.frac = r.gbs / kReadGBs, r.frac_of = "read BW";
+  std::printf("%-15s %-48s %10.1f us %8.1f TF/s %8.0f GB/s %5.1f%% of %s\n", suite.c_str(), shape.c_str(), us, r.tflops,
+              r.gbs, 100 * r.frac, r.frac_of.c_str());
+  std::fflush(stdout);
+  g_rows.push_back(r);
+}
+
+// ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
+double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true) {
+  const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
+  auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
+  fill(cache, pages * 8448, kBytesE4m3, 1);
+  fix_indexer_pages<<<1024, 256>>>(cache, pages);
+  auto* q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
+  fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
+  auto* w = static_cast<float*>(dalloc(int64_t(B) * s_q * 64 * 4));
+  fill(w, int64_t(B) * s_q * 64, kF32, 3);
+  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
+  iota_kernel<<<256, 256>>>(bt, pages, 1);
+  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
+  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
+  auto* logits = static_cast<float*>(dalloc(int64_t(B) * s_q * L * 4));
+  dsa::IndexerLogitsParams p;
+  p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L, p.num_tokens = int64_t(B) * s_q;
+  p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
+  p.cache = {cache, 8448, 64, pages};
+  const double us = tm.time([&] { ST(dsa::launch_indexer_logits_decode(p, nullptr)); });
+  const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
+  const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
+  if (print)
+    report("indexer-decode", "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" + std::to_string(L / 1024) + "K",
+           us, flops, bytes, false, kFp8TF);
+  cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
+  return us;
+}
+
+void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
+  auto* q = static_cast<uint8_t*>(dalloc(int64_t(T) * 8192));
+  fill(q, int64_t(T) * 8192, kBytesE4m3, 4);
+  auto* w = static_cast<float*>(dalloc(int64_t(T) * 256));
+  fill(w, int64_t(T) * 64, kF32, 5);
+  auto* k = static_cast<uint8_t*>(dalloc(N * 128));
+  fill(k, N * 128, kBytesE4m3, 6);
+  auto* ks = static_cast<float*>(dalloc(N * 4));
+  fill(ks, N, kF32, 7);
+  auto* kst = static_cast<int32_t*>(dalloc(T * 4));
+  auto* ken = static_cast<int32_t*>(dalloc(T * 4));
+  const_kernel<<<64, 256>>>(kst, T, 0);
+  std::vector<int32_t> h(T);
+  double visible = 0;
+  for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1), visible += h[t];
+  CK(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
+  auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
+  dsa::IndexerLogitsParams p;
+  p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
+  p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
+  const double us = tm.time([&] { ST(dsa::launch_indexer_logits_prefill(p, nullptr)); }, 5);
+  report("indexer-prefill", std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
+         2.0 * 64 * 128 * visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
+  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken), cudaFree(logits);
+}
+
+double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true) {
+  auto* logits = static_cast<float*>(dalloc(R * N * 4));
+  fill(logits, R * N, kF32, 8);
+  auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
+  dsa::TopkParams p;
+  p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out, p.out_stride = k;
+  const double us = tm.time([&] { ST(dsa::launch_topk(p, nullptr)); });
+  if (print)
+    report("topk", std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k), us, 0,
+           double(R) * N * 4, false, 0);
+  cudaFree(logits), cudaFree(out);
+  return us;
+}
+
+// sparse decode (paged) or prefill (flat kv = one page); returns microseconds
+double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t L, int topk, bool fp8, bool print = true) {
+  const int64_t entry = fp8 ? 656 : 1152;
+  const int64_t slots = int64_t(B) * L;
+  auto* kv = static_cast<uint8_t*>(dalloc(slots * entry));
+  if (fp8) {
+    fill(kv, slots * entry, kBytesE4m3, 9);
+    fix_fp8_entries<<<1024, 256>>>(kv, slots);
+  } else {
+    fill(kv, slots * 576, kBf16, 9);
+  }
+  auto* q = dalloc(int64_t(B) * s_q * h * 576 * 2);
+  fill(q, int64_t(B) * s_q * h * 576, kBf16, 10);
+  auto* idx = static_cast<int32_t*>(dalloc(int64_t(B) * s_q * topk * 4));
+  fill_indices<<<2048, 256>>>(idx, int64_t(B) * s_q, topk, s_q, L, 11);
+  auto* out = dalloc(int64_t(B) * s_q * h * 512 * 2);
+  auto* lse = static_cast<float*>(dalloc(int64_t(B) * s_q * h * 4));
+  dsa::SparseAttnParams p;
+  p.q = q, p.q_sb = int64_t(s_q) * h * 576, p.q_ss = int64_t(h) * 576, p.q_sh = 576;
+  p.batch = B, p.s_q = s_q, p.h_q = h, p.indices = idx, p.idx_sb = int64_t(s_q) * topk, p.idx_ss = topk, p.topk = topk;
+  p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64, p.num_slots = slots;
+  p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512, p.out_ss = int64_t(h) * 512, p.out_sh = 512;
+  p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
+  const size_t wsb = dsa::sparse_attn_workspace_size(p);
+  void* ws = wsb ? dalloc(wsb) : nullptr;
+  const double us = tm.time([&] { ST(dsa::launch_sparse_attn(p, ws, wsb, nullptr)); });
+  const double queries = double(B) * s_q;
+  const double flops = 2.0 * h * topk * (576 + 512) * queries;
+  const double bytes = queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
+  if (print)
+    report(suite, std::string(fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " h" +
+               std::to_string(h) + " s_kv" + std::to_string(L / 1024) + "K top" + std::to_string(topk),
+           us, flops, bytes, h >= 64, kBf16TF);
+  cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
+  return us;
+}
+
+// dense decode through the public API (the "decode" helper's CUDA backend)
+double bench_dense_decode(Timer& tm, int B, int h, int64_t L) {
+  const int64_t pages_per = L / 64, pages = B * pages_per;
+  auto* kv = dalloc(pages * 64 * 1152);
+  fill(kv, pages * 64 * 576, kBf16, 12);
+  auto* q = dalloc(int64_t(B) * h * 576 * 2);
+  fill(q, int64_t(B) * h * 576, kBf16, 13);
+  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
+  iota_kernel<<<256, 256>>>(bt, pages, 1);
+  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
+  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
+  auto* out = dalloc(int64_t(B) * h * 512 * 2);
+  auto* lse = dalloc(int64_t(B) * h * 4);
+  const mla::Device dev = mla::Device::cuda(0);
+  mla::DecodeArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {B, 1, h, 576}, dev);
+  a.kv.format = mla::KvFormat::bf16;
+  a.kv.data = mla::TensorView::make(kv, mla::DType::bf16, {pages, 64, 1, 576}, dev);
+  a.block_table = mla::TensorView::make(bt, mla::DType::i32, {B, pages_per}, dev);
+  a.cache_seqlens = mla::TensorView::make(lens, mla::DType::i32, {B}, dev);
+  a.softmax_scale = 0.1352f, a.causal = true;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {B, 1, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, 1}, dev);
+  size_t wsb = 0;
+  double us = -1;
+  mla::Status st = mla::decode_workspace_size(a, {}, &wsb);
+  if (st.ok()) {
+    void* ws = wsb ? dalloc(wsb) : nullptr;
+    st = mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {});
+    if (st.ok()) us = tm.time([&] { ST(mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {})); }, 7);
+    cudaFree(ws);
+  }
+  if (!st.ok()) std::printf("dense decode unavailable: %s\n", st.to_string().c_str());
+  cudaFree(kv), cudaFree(q), cudaFree(bt), cudaFree(lens), cudaFree(out), cudaFree(lse);
+  return us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string json = argc > 1 ? argv[1] : "bench_dsa.json";
+  const std::string only = argc > 2 ? argv[2] : "all";
+  auto want = [&](const char* s) { return only == "all" || only == s; };
+  Timer tm;
+  if (want("indexer")) {
+    for (int s_q : {1, 2})
+      for (int64_t L : {32768L, 131072L}) bench_indexer_decode(tm, 128, s_q, L);
+    bench_indexer_prefill(tm, 4096, 32768);
+  }
+  if (want("topk")) {
+    bench_topk(tm, 128, 131072, 2048);
+    bench_topk(tm, 4096, 32768, 2048);
+    bench_topk(tm, 1, 262144, 2048);
+  }
+  if (want("sparse-decode")) {
+    for (bool fp8 : {true, false})
+      for (int s_q : {1, 2}) {
+        bench_sparse(tm, "sparse-decode", 128, s_q, 128, 32768, 2048, fp8);
+        bench_sparse(tm, "sparse-decode", 64, s_q, 128, 32768, 2048, fp8);
+      }
+    for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
+    bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
+  }
+  if (want("sparse-prefill"))
+    for (int64_t skv : {8192L, 32768L, 131072L}) bench_sparse(tm, "sparse-prefill", 1, 4096, 128, skv, 2048, false);
+  if (want("dsa-vs-dense")) {
+    for (int64_t L : {32768L, 65536L, 131072L}) {
+      const double ti = bench_indexer_decode(tm, 128, 1, L, false);
+      const double tk = bench_topk(tm, 128, L, 2048, false);
+      const double ts = bench_sparse(tm, "dsa", 128, 1, 128, std::min<int64_t>(L, 32768), 2048, true, false);
+      const double td = bench_dense_decode(tm, 128, 128, L);
+      const double dsa_us = ti + tk + ts;
+      std::printf("%-15s b128 h128 L%-4ldK  indexer %.1f + topk %.1f + sparse(fp8) %.1f = %.1f us; dense bf16 %.1f us; speedup %.2fx\n",
+                  "dsa-vs-dense", long(L / 1024), ti, tk, ts, dsa_us, td, td > 0 ? td / dsa_us : 0.0);
+      g_rows.push_back({"dsa-vs-dense", "b128 h128 L" + std::to_string(L / 1024) + "K", dsa_us, td, td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
+    }
+  }
+  FILE* f = std::fopen(json.c_str(), "w");
+  if (f) {
+    std::fprintf(f, "[\n");
+    for (size_t i = 0; i < g_rows.size(); ++i) {
+      const Row& r = g_rows[i];
+      std::fprintf(f, "  {\"suite\": \"%s\", \"shape\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"gbs\": %.3f, \"fraction\": %.4f, \"of\": \"%s\"}%s\n",
+                   r.suite.c_str(), r.shape.c_str(), r.us, r.tflops, r.gbs, r.frac, r.frac_of.c_str(), i + 1 < g_rows.size() ? "," : "");
+    }
+    std::fprintf(f, "]\n");
+    std::fclose(f);
+  }
+  return 0;
+}
