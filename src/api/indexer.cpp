@@ -2,6 +2,9 @@
 #include "mla/indexer.hpp"
 
 #include "api/backend.hpp"
+#ifdef MLA_HAS_CUDA
+#include "cuda/dsa/indexer_cuda.hpp"
+#endif
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"
 #include "reference/indexer_ref.hpp"
@@ -39,7 +42,13 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
   MLA_TRY(expect_inner_contiguous(a.keys, "keys", 1));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.slots, "slots"));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.keys, "keys"));
-  if (detail::on_cuda(a.keys.device)) return detail::no_cuda_backend("append_indexer_keys");
+  if (detail::on_cuda(a.keys.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::append_indexer_keys(a, ctx);
+#else
+    return detail::no_cuda_backend("append_indexer_keys");
+#endif
+  }
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), L::kPageTokens,
                                     /*allow_skip=*/true));
   return reference::append_indexer_keys(a);
@@ -71,7 +80,13 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
   for (auto [t, name] : {std::pair{&a.q, "q"}, std::pair{&a.q8, "q8"},
                          std::pair{&a.weights, "weights"}, std::pair{&a.w_folded, "w_folded"}})
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
-  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("quantize_indexer_query");
+  if (detail::on_cuda(a.q.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::quantize_indexer_query(a, ctx);
+#else
+    return detail::no_cuda_backend("quantize_indexer_query");
+#endif
+  }
   return reference::quantize_indexer_query(a);
 }
 
@@ -97,7 +112,13 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
-  if (detail::on_cuda(a.q8.device)) return detail::no_cuda_backend("indexer_logits_decode");
+  if (detail::on_cuda(a.q8.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::indexer_logits_decode(a, ctx);
+#else
+    return detail::no_cuda_backend("indexer_logits_decode");
+#endif
+  }
   MLA_TRY(detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
                                            a.cache.num_pages(), a.logits.shape[2]));
   return reference::indexer_logits_decode(a);
@@ -128,7 +149,13 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
-  if (detail::on_cuda(a.q8.device)) return detail::no_cuda_backend("indexer_logits_prefill");
+  if (detail::on_cuda(a.q8.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::indexer_logits_prefill(a, ctx);
+#else
+    return detail::no_cuda_backend("indexer_logits_prefill");
+#endif
+  }
   for (int64_t t = 0; t < T; ++t) {
     const int64_t lo = reference::read_int(a.k_start, {t}), hi = reference::read_int(a.k_end, {t});
     if (lo < 0) return error(Errc::out_of_range, "k_start[{}] = {} is negative", t, lo);

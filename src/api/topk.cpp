@@ -4,6 +4,9 @@
 #include <limits>
 
 #include "api/backend.hpp"
+#ifdef MLA_HAS_CUDA
+#include "cuda/dsa/topk_cuda.hpp"
+#endif
 #include "common/validate.hpp"
 #include "reference/tensor_read.hpp"
 #include "reference/topk_ref.hpp"
@@ -91,7 +94,13 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
           a.block_table.shape[0], a.rows_per_request, a.block_table.shape[0] * a.rows_per_request,
           R);
   }
-  if (detail::on_cuda(a.logits.device)) return detail::no_cuda_backend("topk_indices");
+  if (detail::on_cuda(a.logits.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::topk_indices(a, ctx);
+#else
+    return detail::no_cuda_backend("topk_indices");
+#endif
+  }
   MLA_TRY(check_topk_values(a));
   return reference::topk_indices(a);
 }
