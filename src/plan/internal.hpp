@@ -51,6 +51,9 @@ inline constexpr double kChunkDecompressOverhead = 0.10;
 // all-to-all) are not amortised. Datasheet estimate: a measured sweep replaces it.
 inline constexpr int kMinChunkTokens = 512;
 inline constexpr int kMaxChunkTokens = 16384;
+// fp8 is recommended for speed only when its floor is at least 2% below bf16's:
+// within that the two are the same on the roofline.
+inline constexpr double kFp8SpeedupThreshold = 0.98;
 // The DSA crossover search walks context lengths in pages of this many tokens.
 inline constexpr int kPageTokens = 64;
 

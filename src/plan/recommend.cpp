@@ -229,20 +229,22 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
       reason = fmt::format("bf16 fits {} requests, fp8 {}: the batch of {} needs fp8{}",
                            b16->max_batch, f8->max_batch, w.batch,
                            f8->batch_fits ? "" : " (and still does not fit: lower the batch)");
-    } else if (b16->step.binds == "memory") {
+    } else if (f8->step.floor_s < kFp8SpeedupThreshold * b16->step.floor_s) {
+      // The stage that reads the cache is memory-bound: fewer bytes, less time.
       choice = "fp8 (656 B/token/layer)";
       reason = fmt::format(
-          "bf16 is memory-bound (AI {:.0f} < ridge {:.0f}): fp8 moves 57% of the "
-          "bytes, floor {} vs {}",
-          b16->step.intensity, p.ridge_bf16, fmt_time(f8->step.floor_s),
-          fmt_time(b16->step.floor_s));
+          "the cache read is memory-bound: fp8 moves 57% of its bytes, floor {} vs {} (bf16); "
+          "and fits {} requests vs {}",
+          fmt_time(f8->step.floor_s), fmt_time(b16->step.floor_s), f8->max_batch, b16->max_batch);
     } else {
       choice = "bf16 (1152 B/token/layer)";
       reason = fmt::format(
-          "bf16 is compute-bound (AI {:.0f} > ridge {:.0f}) and the batch fits "
-          "({} max): fp8 would save no time and adds dequantisation; use fp8 "
-          "for capacity ({} max)",
-          b16->step.intensity, p.ridge_bf16, b16->max_batch, f8->max_batch);
+          "the batch fits and fp8 saves no time (floor {} vs {}: the stage reading the cache is "
+          "compute-bound, AI {:.0f} > ridge {:.0f}) while adding dequantisation; choose fp8 "
+          "when capacity limits you: {} requests vs {}",
+          fmt_time(f8->step.floor_s), fmt_time(b16->step.floor_s),
+          b16->step.stages.back().flops / b16->step.stages.back().bytes, p.ridge_bf16,
+          f8->max_batch, b16->max_batch);
     }
     if (blackwell && f4)
       reason += fmt::format("; fp4 (416 B, on paper) would fit {}", f4->max_batch);
