@@ -17,7 +17,7 @@ T0=$(date +%s)
 step() { echo; echo "=== $* (t+$(( $(date +%s) - T0 ))s)"; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,temperature.gpu --format=csv \
-  | tee "$OUT/gpu.txt"
+  # (printed, not saved: the device returns at most 8 files)
 
 TESTS="$BUILD/mla_tests_decode_gpu"
 if [ ! -x "$TESTS" ] || [ ! -x "$BUILD/mla" ]; then
@@ -51,7 +51,7 @@ if [ "$MODE" != "quick" ]; then
   step "mla bench decode --batch-invariant (varlen + tp)"
   for s in decode-varlen decode-tp; do
     timeout 120 "$BUILD/mla" bench decode --suite $s --batch-invariant \
-      --json "$OUT/bench_invariant_$s.json" 2>&1 | tee -a "$OUT/bench_invariant.log"
+      2>&1 | tee -a "$OUT/bench_invariant.log"
   done
   step "PyTorch peer"
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_decode.py --json "$OUT/torch_decode.json" \
@@ -62,6 +62,7 @@ step "summary"
 echo "tests rc=$TEST_RC memcheck rc=$MEM_RC racecheck rc=$RACE_RC"
 grep -E "PASSED|FAILED|tests ran" "$OUT/tests.log" | tail -5
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log"
-[ -f "$OUT/bench.log" ] && cat "$OUT/bench.log" | cut -c1-110
+[ -f "$OUT/bench.log" ] && cut -c1-110 "$OUT/bench.log"
+[ -f "$OUT/bench_invariant.log" ] && grep -v suite "$OUT/bench_invariant.log" | sed 's/^/invariant /' | cut -c1-120
 [ -f "$OUT/torch.log" ] && grep -E "ceilings|torch" "$OUT/torch.log"
 exit 0

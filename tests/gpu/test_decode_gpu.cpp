@@ -180,7 +180,8 @@ void check(const Problem& P, const Result& r, const std::vector<bool>& nan_reque
         }
         const double ref_lse = P.ref_lse[li];
         if (std::isinf(ref_lse)) {
-          ASSERT_TRUE(std::isinf(lse) && lse < 0) << "lse " << lse << " should be -inf at " << where;
+          ASSERT_TRUE(std::isinf(lse) && lse < 0)
+              << "lse " << lse << " should be -inf at " << where;
           for (int d = 0; d < kDv; ++d)
             ASSERT_EQ(r.out[row + d], 0.f) << "out should be 0 (no key) at " << where;
           continue;
@@ -401,7 +402,8 @@ TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
   Problem P;
   setup(P, c, /*with_reference=*/false);
   auto expect_error = [&](DecodeArgs a, Errc code, const char* needle, size_t ws_bytes = 0) {
-    const Status st = mla_decode(a, {}, Workspace{P.d_ws.get(), ws_bytes ? ws_bytes : P.d_ws.bytes()});
+    const Status st =
+        mla_decode(a, {}, Workspace{P.d_ws.get(), ws_bytes ? ws_bytes : P.d_ws.bytes()});
     EXPECT_EQ(st.code(), code) << st.to_string();
     EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
   };
@@ -419,20 +421,16 @@ TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
   expect_error(a, Errc::invalid_dtype, "lse");
   a = P.dev_args;
   expect_error(a, Errc::insufficient_workspace, "workspace", 16);
-  // Head counts and s_q outside the kernels' range.
-  Case h8 = c;
-  h8.h_q = 8;
-  Problem P8;
-  setup(P8, h8, /*with_reference=*/false);
+  // Head counts and s_q outside the kernels' range (the shape is what is read).
   size_t ws = 0;
-  Status st = decode_workspace_size(P8.dev_args, {}, &ws);
+  DecodeArgs a8 = P.dev_args;
+  a8.q.shape[2] = 8;
+  Status st = decode_workspace_size(a8, {}, &ws);
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
   EXPECT_NE(st.message().find("h_q = 8"), std::string::npos) << st.to_string();
-  Case s5 = c;
-  s5.s_q = 5;
-  Problem P5;
-  setup(P5, s5, /*with_reference=*/false);
-  st = decode_workspace_size(P5.dev_args, {}, &ws);
+  DecodeArgs a5 = P.dev_args;
+  a5.q.shape[1] = 5;
+  st = decode_workspace_size(a5, {}, &ws);
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
   EXPECT_NE(st.message().find("s_q = 5"), std::string::npos) << st.to_string();
 }

@@ -10,9 +10,9 @@
 //   O += P V     warp w owns output columns w*64..+64 for all M rows, so the
 //                fp32 accumulators (2*M per thread) stay in registers.
 // bf16 cache: two K/V tile buffers filled by cp.async (tile i+1 loads while
-// tile i computes). fp8 cache: one raw 656-byte-entry buffer in flight and one
-// bf16 buffer the raw tile is dequantised into (there is no shared memory for
-// two of each next to Q at M = 64).
+// tile i computes). fp8 cache: raw 656-byte-entry buffers in flight (two at
+// 16/32 rows, one at 64: no room for more next to Q) and one bf16 buffer the
+// raw tile is dequantised into.
 //
 // Device-side inputs cannot be checked before the launch (no host sync), so the
 // kernel guards them: a page id outside [0, num_pages) is never dereferenced
@@ -46,10 +46,13 @@ struct MainShape {
 
   static constexpr int kRowBytes = kChunksPerRow * 16;  // 1152: one swizzled 576-wide bf16 row
   static constexpr int kKvBuffers = kFp8 ? 1 : 2;
+  // fp8: raw tiles in flight. Two where they fit next to Q (16/32 rows): the
+  // memory-bound shapes need two loads in flight; at 64 rows only one fits.
+  static constexpr int kRawStages = kFp8 ? (kRowTiles <= 2 ? 2 : 1) : 0;
   static constexpr size_t kQOff = 0;
   static constexpr size_t kKvOff = kQOff + size_t(M) * kRowBytes;
   static constexpr size_t kRawOff = kKvOff + size_t(kKvBuffers) * kTileKeys * kRowBytes;
-  static constexpr size_t kPOff = kRawOff + (kFp8 ? size_t(kTileKeys) * kFp8EntryBytes : 0);
+  static constexpr size_t kPOff = kRawOff + size_t(kRawStages) * kTileKeys * kFp8EntryBytes;
   static constexpr size_t kRedMaxOff = kPOff + size_t(M) * kTileKeys * 2;
   static constexpr size_t kRedSumOff = kRedMaxOff + size_t(kKeyGroups) * M * 4;
   static constexpr size_t kAlphaOff = kRedSumOff + size_t(kKeyGroups) * M * 4;
@@ -178,6 +181,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_main_kernel(const DecodePa
     __syncthreads();  // sBad reset before any load may flag it
     if (n_tiles > 0) load_tile<kFp8>(p, kFp8 ? sRaw : sKv, b, pc.tile_begin, key_end, sBad);
     ptx::cp_async_commit();
+    if constexpr (S::kRawStages == 2) {
+      if (n_tiles > 1)
+        load_tile<true>(p, sRaw + kTileKeys * kFp8EntryBytes, b, pc.tile_begin + 1, key_end, sBad);
+      ptx::cp_async_commit();
+    }
 
     // Key limit of this thread's two S rows (causal among the s_q new tokens).
     int lim[2];
@@ -205,11 +213,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_main_kernel(const DecodePa
       const int tile = pc.tile_begin + it;
       const uint8_t* sK;
       if constexpr (kFp8) {
-        ptx::cp_async_wait<0>();
+        constexpr int kR = S::kRawStages;
+        ptx::cp_async_wait<kR - 1>();
         __syncthreads();  // raw tile `it` landed; the previous tile's compute is done
-        dequant_tile(sRaw, sKv);
+        uint8_t* raw = sRaw + (it % kR) * kTileKeys * kFp8EntryBytes;
+        dequant_tile(raw, sKv);
         __syncthreads();
-        if (it + 1 < n_tiles) load_tile<true>(p, sRaw, b, tile + 1, key_end, sBad);
+        if (it + kR < n_tiles) load_tile<true>(p, raw, b, tile + kR, key_end, sBad);
         ptx::cp_async_commit();
         sK = sKv;
       } else {
