@@ -193,6 +193,37 @@ MLA_C_EXPORT int32_t mla_apply_rope(const mla_tensor* x, const mla_tensor* posit
                                     const mla_tensor* out, const mla_rope_config* config,
                                     int32_t layout, void* stream);
 
+/* ---- token top-k (mla/topk.hpp) --------------------------------------------- */
+/* logits [R, N] f32, lengths [R] i32 (NULL: N) -> indices [R, k] i32 (-1 padded);
+ * with block_table [B, max_pages] (may be NULL) positions become global slots. */
+MLA_C_EXPORT int32_t mla_topk_indices(const mla_tensor* logits, const mla_tensor* lengths,
+                                      int32_t k, const mla_tensor* indices,
+                                      const mla_tensor* block_table, int32_t page_size,
+                                      int32_t rows_per_request, int64_t num_pages, void* stream);
+
+/* ---- sparse attention (mla/sparse.hpp) -------------------------------------- */
+/* q [B, s_q, h_q, 576], indices [B, s_q, topk] i32 slots (-1 none), topk_length [B] (NULL ok)
+ * -> out [B, s_q, h_q, 512], lse [B, h_q, s_q]. */
+MLA_C_EXPORT int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                                       const mla_tensor* indices, const mla_tensor* topk_length,
+                                       float softmax_scale, const mla_tensor* out,
+                                       const mla_tensor* lse, void* stream);
+/* q [s_q, h_q, 576], kv [s_kv, 576], indices [s_q, topk] -> out [s_q, h_q, 512], lse [s_q, h_q]. */
+MLA_C_EXPORT int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv,
+                                        const mla_tensor* indices, float softmax_scale,
+                                        const mla_tensor* out, const mla_tensor* lse, void* stream);
+
+/* ---- non-absorbed prefill (mla/prefill.hpp) --------------------------------- */
+MLA_C_EXPORT int32_t mla_decompress_kv(const mla_tensor* c_kv, const mla_tensor* w_uk,
+                                       const mla_tensor* w_uv, const mla_tensor* k_nope,
+                                       const mla_tensor* v, void* stream);
+/* q [T, h, d_qk], k [Tk, h, d_qk], v [Tk, h, d_v], cu_seqlens_q/k [B+1] i32
+ * -> out [T, h, d_v], lse [h, T]. */
+MLA_C_EXPORT int32_t mla_mha_prefill(const mla_tensor* q, const mla_tensor* k, const mla_tensor* v,
+                                     const mla_tensor* cu_seqlens_q, const mla_tensor* cu_seqlens_k,
+                                     float softmax_scale, int32_t causal, const mla_tensor* out,
+                                     const mla_tensor* lse, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -15,10 +15,11 @@ differences (all documented in docs/python.md) are:
     kernel call).
   * lse: ours is -inf for a query that sees no key; FlashMLA reports +inf. This
     layer converts, so callers see FlashMLA's convention.
-  * Sparse decode (``indices``) and flash_mla_sparse_fwd run as dense decode over
-    a page-size-1 view of the cache with each row's valid indices moved to the
-    front (exactly the same function); attn_sink, extra_k_cache, topk_length and
-    indexer_topk are not supported (UnsupportedError).
+  * Sparse decode (``indices``) and flash_mla_sparse_fwd call mla.sparse_decode /
+    mla.sparse_prefill; indices >= the number of keys (FlashMLA's other spelling of
+    "none") become -1 first. attn_sink, extra_k_cache, extra_indices_in_kvcache,
+    extra_topk_length, and flash_mla_sparse_fwd's topk_length and indexer_topk are
+    not supported (UnsupportedError).
   * Also accepted: NumPy arrays (CPU reference), not only torch CUDA tensors.
 """
 
@@ -30,6 +31,7 @@ from typing import Optional
 
 from . import _arrays, errors
 from ._dlpack import dtype_name, framework_of
+from .dsa import sparse_decode, sparse_prefill
 from .ops import decode_workspace_size, mla_decode
 
 
@@ -72,42 +74,14 @@ def _xp(x):
     return numpy
 
 
-def _compact_indices(indices, total_slots: int):
-    """indices [R, topk] (int32, -1 or >= total_slots = none) -> (table [R, topk]
-    int32 with each row's valid entries first, in their order, and 0 after;
-    counts [R] int32)."""
+def _invalid_to_minus_one(indices, limit: int):
+    """FlashMLA treats -1 and anything >= the number of keys as 'no token'; mla's
+    native API wants -1 only (and rejects the rest as out of range)."""
     xp = _xp(indices)
-    valid = (indices >= 0) & (indices < total_slots)
+    ok = (indices >= 0) & (indices < limit)
     if xp.__name__ == "torch":
-        order = xp.sort((~valid).to(xp.int8), dim=-1, stable=True).indices
-        table = xp.gather(xp.where(valid, indices, 0), -1, order).to(xp.int32).contiguous()
-        counts = valid.sum(-1).to(xp.int32)
-    else:
-        order = xp.argsort(~valid, axis=-1, kind="stable")
-        table = xp.take_along_axis(xp.where(valid, indices, 0), order, -1).astype(xp.int32)
-        counts = valid.sum(-1).astype(xp.int32)
-    return table, counts
-
-
-def _as_page1_cache(k_cache):
-    """[num_blocks, page, 1, entry] -> [num_blocks * page, 1, 1, entry] (a view: global
-    slot = block * page + offset becomes the page id)."""
-    shape = tuple(k_cache.shape)
-    if len(shape) != 4:
-        raise errors.ShapeError(
-            f"k_cache: shape {list(shape)} does not match [num_blocks, page_block_size, 1, d]")
-    return k_cache.reshape(shape[0] * shape[1], 1, shape[2], shape[3])
-
-
-def _sparse_as_dense(q, k_cache, indices, softmax_scale, kv_format, workspace=None):
-    """Sparse attention over global cache slots = dense decode with page size 1.
-    q [R, h, 576], indices [R, topk] -> out [R, h, 512], lse [R, h] (ours: -inf empty)."""
-    cache1 = _as_page1_cache(k_cache)
-    table, counts = _compact_indices(indices, int(cache1.shape[0]))
-    R, h = int(q.shape[0]), int(q.shape[1])
-    out, lse = mla_decode(q.reshape(R, 1, h, q.shape[-1]), cache1, table, counts, softmax_scale,
-                          causal=False, kv_format=kv_format, workspace=workspace)
-    return out.reshape(R, h, out.shape[-1]), lse.reshape(R, h)
+        return xp.where(ok, indices, -1).to(xp.int32).contiguous()
+    return xp.ascontiguousarray(xp.where(ok, indices, -1).astype(xp.int32))
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
@@ -122,7 +96,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         raise errors.InvalidValueError(f"head_dim_v = {head_dim_v}: MLA's value width is 512")
     for name, v in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
                     ("extra_indices_in_kvcache", extra_indices_in_kvcache),
-                    ("topk_length", topk_length), ("extra_topk_length", extra_topk_length)):
+                    ("extra_topk_length", extra_topk_length)):
         if v is not None:
             raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
     meta = tile_scheduler_metadata
@@ -143,15 +117,15 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     kv_format = "fp8_ds_mla" if is_fp8_kvcache else "bf16"
     out_dtype = dtype_name(q) if dtype_name(q) in ("bf16", "f32") else "f32"
 
+    if topk_length is not None and indices is None:
+        raise errors.InvalidValueError("topk_length is only meaningful with indices")
     if indices is not None:
         if causal:
             raise errors.InvalidValueError("causal must be False when indices are given")
-        B, s_q, h_q, d = (int(s) for s in q.shape)
-        out, lse = _sparse_as_dense(q.reshape(B * s_q, h_q, d), k_cache,
-                                    indices.reshape(B * s_q, topk), softmax_scale, kv_format)
-        out = out.reshape(B, s_q, h_q, 512)
-        lse = lse.reshape(B, s_q, h_q)
-        lse = lse.permute(0, 2, 1) if framework_of(lse) == "torch" else lse.transpose(0, 2, 1)
+        total = int(k_cache.shape[0]) * int(k_cache.shape[1])
+        out, lse = sparse_decode(q, k_cache, _invalid_to_minus_one(indices, total), softmax_scale,
+                                 topk_length=topk_length, kv_format=kv_format,
+                                 out_dtype=out_dtype)
         return out, _neg_to_pos_inf(lse)
 
     if meta.workspace is None or _arrays.nbytes(meta.workspace) < 1:
@@ -181,9 +155,9 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
             f"kv {list(kv.shape)} / indices {list(indices.shape)}: expected [s_kv, 1, d_qk] and "
             "[s_q, 1, topk]")
     s_q, topk = int(indices.shape[0]), int(indices.shape[-1])
-    idx = indices.reshape(s_q, topk)
-    out, lse = _sparse_as_dense(q, kv.reshape(kv.shape[0], 1, kv.shape[1], kv.shape[2]), idx,
-                                sm_scale, "bf16")
+    s_kv = int(kv.shape[0])
+    idx = _invalid_to_minus_one(indices.reshape(s_q, topk), s_kv)
+    out, lse = sparse_prefill(q, kv.reshape(s_kv, kv.shape[-1]), idx, sm_scale)
     max_logits = _max_logits(q, kv, idx, sm_scale)
     return out, max_logits, _neg_to_pos_inf(lse)
 

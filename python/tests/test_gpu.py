@@ -166,3 +166,24 @@ def test_device_mix_is_refused(rng):
     q, cache, bt, sl = make_paged_problem(rng, 1, 1, 16, 64, [10], q_dtype=BF16)
     with pytest.raises(mla.DeviceError):
         mla.mla_decode(cuda(q), cache, bt, sl, SCALE)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
+def test_sparse_decode_and_topk_match_cpu(rng, fmt):
+    import torch
+
+    B, s_q, h, page, topk = 4, 2, 128, 64, 2048
+    q, cache, bt, sl = make_paged_problem(rng, B, s_q, h, page, [5000] * B, fmt, q_dtype=BF16)
+    logits = rng.standard_normal((B * s_q, 5000)).astype(np.float32)
+    c_idx = mla.topk_indices(logits, topk, block_table=bt, page_size=page, rows_per_request=s_q,
+                             num_pages=cache.shape[0])
+    g_idx = mla.topk_indices(cuda(logits), topk, block_table=cuda(bt), page_size=page,
+                             rows_per_request=s_q, num_pages=cache.shape[0])
+    assert np.array_equal(host(g_idx), c_idx)
+    idx = c_idx.reshape(B, s_q, topk).copy()
+    idx[1, 0, 100:] = -1
+    c_out, c_lse = mla.sparse_decode(q, cache, idx, SCALE, out_dtype="f32")
+    g_out, g_lse = mla.sparse_decode(cuda(q), cuda(cache), cuda(idx), SCALE)
+    torch.cuda.synchronize()
+    close(g_out, c_out, "sparse out")
+    close(g_lse, c_lse, "sparse lse")

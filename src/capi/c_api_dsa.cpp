@@ -1,0 +1,61 @@
+// C ABI of DSA's selection and sparse attention (mla/topk.hpp, mla/sparse.hpp).
+#include "capi/capi_common.hpp"
+#include "mla/sparse.hpp"
+#include "mla/topk.hpp"
+
+using namespace mla;
+using namespace mla::capi;
+
+extern "C" {
+
+int32_t mla_topk_indices(const mla_tensor* logits, const mla_tensor* lengths, int32_t k,
+                         const mla_tensor* indices, const mla_tensor* block_table,
+                         int32_t page_size, int32_t rows_per_request, int64_t num_pages,
+                         void* stream) {
+  return guarded([&] {
+    TopkArgs a;
+    MLA_TRY(to_view(logits, "logits", &a.logits));
+    MLA_TRY(to_view(lengths, "lengths", &a.lengths));
+    MLA_TRY(to_view(indices, "indices", &a.indices));
+    MLA_TRY(to_view(block_table, "block_table", &a.block_table));
+    a.k = k;
+    a.page_size = page_size;
+    a.rows_per_request = rows_per_request;
+    a.num_pages = num_pages;
+    return topk_indices(a, to_context(stream));
+  });
+}
+
+int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                          const mla_tensor* indices, const mla_tensor* topk_length,
+                          float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                          void* stream) {
+  return guarded([&] {
+    SparseDecodeArgs a;
+    MLA_TRY(to_view(q, "q", &a.q));
+    MLA_TRY(to_cache(kv, kv_format, "kv", &a.kv));
+    MLA_TRY(to_view(indices, "indices", &a.indices));
+    MLA_TRY(to_view(topk_length, "topk_length", &a.topk_length));
+    MLA_TRY(to_view(out, "out", &a.out));
+    MLA_TRY(to_view(lse, "lse", &a.lse));
+    a.softmax_scale = softmax_scale;
+    return sparse_decode(a, to_context(stream));
+  });
+}
+
+int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+                           float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                           void* stream) {
+  return guarded([&] {
+    SparsePrefillArgs a;
+    MLA_TRY(to_view(q, "q", &a.q));
+    MLA_TRY(to_view(kv, "kv", &a.kv));
+    MLA_TRY(to_view(indices, "indices", &a.indices));
+    MLA_TRY(to_view(out, "out", &a.out));
+    MLA_TRY(to_view(lse, "lse", &a.lse));
+    a.softmax_scale = softmax_scale;
+    return sparse_prefill(a, to_context(stream));
+  });
+}
+
+}  // extern "C"
