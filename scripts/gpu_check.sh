@@ -45,16 +45,20 @@ RACE_RC=$?
 tail -5 "$OUT/racecheck.log"
 
 if [ "$MODE" != "quick" ]; then
-  step "mla bench decode (all suites)"
-  timeout 400 "$BUILD/mla" bench decode --suite all --json "$OUT/bench_decode.json" 2>&1 \
-    | tee "$OUT/bench.log"
+  SUITES=${SUITES:-all}
+  step "mla bench decode ($SUITES)"
+  for s in $SUITES; do
+    timeout 400 "$BUILD/mla" bench decode --suite $s --json "$OUT/bench_decode_$s.json" 2>&1 \
+      | tee -a "$OUT/bench.log"
+  done
   step "mla bench decode --batch-invariant (varlen + tp)"
   for s in decode-varlen decode-tp; do
     timeout 120 "$BUILD/mla" bench decode --suite $s --batch-invariant \
       2>&1 | tee -a "$OUT/bench_invariant.log"
   done
-  step "PyTorch peer"
-  PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_decode.py --json "$OUT/torch_decode.json" \
+  [ -n "${SKIP_PEER:-}" ] && MODE=quick
+  [ "$MODE" != "quick" ] && step "PyTorch peer"
+  [ "$MODE" != "quick" ] && PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_decode.py --json "$OUT/torch_decode.json" \
     2>&1 | tee "$OUT/torch.log"
 fi
 
