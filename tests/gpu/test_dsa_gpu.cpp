@@ -216,7 +216,7 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
     const int choice = r % 5;
     lens.set(r, choice == 0 ? 0 : choice == 1 ? std::min(N, k / 2) : choice == 2 ? std::min(N, k) : choice == 3 ? N : int(rng.randint(0, N)));
   }
-  const int page = 16, rpr = 2, B = (R + rpr - 1) / rpr, maxp = (N + page - 1) / page;
+  const int page = 16, rpr = R % 2 == 0 ? 2 : 1, B = R / rpr, maxp = (N + page - 1) / page;
   HostTensor bt(DType::i32, {B, maxp});
   for (int64_t i = 0; i < bt.numel(); ++i) bt.set(i, double(rng.randint(0, 5000)));
   HostTensor ref(DType::i32, {R, k});

@@ -45,11 +45,13 @@ struct KeyAddress {
   __device__ __forceinline__ static bool locate(const IndexerLogitsParams& p, int grp, int64_t pos,
                                                 const uint8_t** codes, const float** scale) {
     if constexpr (kPaged) {
-      const int P = p.cache.page_size;
-      const int64_t page = p.block_table[grp * p.block_table_stride + pos / P];
+      // Pages of 64 tokens (mla/indexer.hpp): shifts, not 64-bit divisions.
+      const int32_t pos32 = int32_t(pos);
+      const int64_t page = p.block_table[grp * p.block_table_stride + (pos32 >> 6)];
       if (page < 0 || page >= p.cache.num_pages) return false;
       const uint8_t* pb = p.cache.base + page * p.cache.page_stride;
-      const int64_t off = pos % P;
+      const int off = pos32 & 63;
+      constexpr int P = 64;
       *codes = pb + off * kIndexerDim;
       *scale = reinterpret_cast<const float*>(pb + int64_t(P) * kIndexerDim) + off;
     } else {
@@ -206,6 +208,9 @@ Status launch(const IndexerLogitsParams& p, int groups, cudaStream_t stream) {
 }  // namespace
 
 Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream) {
+  if (p.cache.page_size != 64)
+    return value_error(Errc::unsupported, "indexer logits decode: page_size", p.cache.page_size,
+                       "is not 64 (the indexer cache layout of mla/indexer.hpp)");
   switch (p.s_q) {
     case 1: return launch<1, true>(p, p.batch, stream);
     case 2: return launch<2, true>(p, p.batch, stream);

@@ -60,8 +60,17 @@ struct Traits {
   static_assert(kSmem <= 227 * 1024, "fits the 227 KB a Hopper CTA may use");
 };
 
-__device__ __forceinline__ const uint8_t* entry_ptr(const SparseAttnParams& p, int64_t slot) {
-  return p.kv + (slot / p.page_size) * p.page_stride + (slot % p.page_size) * p.token_stride;
+// Slots are i32, so 32-bit arithmetic; power-of-two pages (every engine's
+// choice) by shift and mask instead of a division per 16-byte piece.
+__device__ __forceinline__ const uint8_t* entry_ptr(const SparseAttnParams& p, int page_shift, int64_t slot) {
+  const uint32_t s = uint32_t(slot);
+  uint32_t page, off;
+  if (page_shift >= 0) {
+    page = s >> page_shift, off = s & ((1u << page_shift) - 1u);
+  } else {
+    page = s / uint32_t(p.page_size), off = s - page * uint32_t(p.page_size);
+  }
+  return p.kv + int64_t(page) * p.page_stride + int64_t(off) * p.token_stride;
 }
 
 template <int HB, bool kFp8>
@@ -84,6 +93,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int mt = warp % Tr::kMT, j = warp / Tr::kMT;
 
   const int32_t* idx = p.indices + b * p.idx_sb + qi * p.idx_ss;
+  const int page_shift = (p.page_size & (p.page_size - 1)) == 0 && p.page_size <= (int64_t(1) << 31)
+                             ? __ffsll(p.page_size) - 1
+                             : (p.page_size > 0xffffffffLL ? 31 : -1);
   int n_keys = p.topk;
   if (p.topk_length) n_keys = min(n_keys, max(0, p.topk_length[b]));
   const int tiles_total = (n_keys + NK - 1) / NK;
@@ -112,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int pos = key0 + key;
         const int64_t slot = pos < n_keys ? idx[pos] : -1;
         const bool ok = slot >= 0 && slot < p.num_slots;
-        const uint8_t* src = ok ? entry_ptr(p, slot) + part * 16 : sQ;  // not read when !ok
+        const uint8_t* src = ok ? entry_ptr(p, page_shift, slot) + part * 16 : sQ;  // not read when !ok
         uint8_t* d = kFp8 ? dst + key * kFp8Entry + part * 16 : dst + key * kRowBytes + part * 16;
         cp_async_16(d, src, ok);
         if (part == 0) sOk[st * NK + key] = ok;
