@@ -8,6 +8,9 @@
 #include "common/validate.hpp"
 #include "reference/mha_ref.hpp"
 #include "reference/tensor_read.hpp"
+#ifdef MLA_HAS_CUDA
+#include "cuda/prefill/prefill_cuda.hpp"  // the CUDA backend (src/cuda/prefill)
+#endif
 
 namespace mla {
 namespace {
@@ -64,7 +67,13 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
     MLA_TRY(expect_layout(*t, name));
     MLA_TRY(detail::expect_same_device(a.c_kv, "c_kv", *t, name));
   }
-  if (detail::on_cuda(a.c_kv.device)) return detail::no_cuda_backend("decompress_kv");
+  if (detail::on_cuda(a.c_kv.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::decompress_kv(a, ctx);
+#else
+    return detail::no_cuda_backend("decompress_kv");
+#endif
+  }
   return reference::decompress_kv(a);
 }
 
@@ -107,7 +116,13 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
     MLA_TRY(detail::expect_same_device(a.q, "q", *t, name));
   if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0.f)
     return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", a.softmax_scale);
-  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("mha_prefill");
+  if (detail::on_cuda(a.q.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::mha_prefill(a, ctx);
+#else
+    return detail::no_cuda_backend("mha_prefill");
+#endif
+  }
   MLA_TRY(check_cu_seqlens(a.cu_seqlens_q, "cu_seqlens_q", T, "T (q's rows)"));
   MLA_TRY(check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", Tk, "Tk (k's rows)"));
   return reference::mha_prefill(a);
