@@ -17,6 +17,7 @@
 #include "cuda/prefill/flash_fwd.hpp"
 #include "mla/dims.hpp"
 #include "mla/kv_cache.hpp"
+#include "mla/prefill.hpp"
 
 namespace mla {
 namespace {
@@ -398,6 +399,109 @@ TEST(PrefillGpu, ChunkedRejectsBadArguments) {
   a.q = q.view(Device::cpu());
   s = cuda::chunked_prefill_workspace_size(a, &bytes);
   EXPECT_EQ(s.code(), Errc::invalid_device) << s.to_string();
+}
+
+}  // namespace
+}  // namespace mla
+
+// ---- the public entry points (include/mla/prefill.hpp) with CUDA tensors ----
+namespace mla {
+namespace {
+
+TensorView on_device(const HostTensor& host, const DeviceBuffer& dev) {
+  TensorView t = host.view(Device::cuda());
+  t.data = dev.ptr;
+  return t;
+}
+
+TEST(PrefillGpu, PublicMhaPrefillMatchesLibraryReference) {
+  // The library's CPU reference (reference::mha_prefill behind mla::mha_prefill)
+  // is the oracle here; it is also the check on this file's threaded oracle.
+  Rng rng(900);
+  const int h = 16;
+  const std::vector<int> cu_q{0, 1, 70, 200}, cu_k{0, 1, 100, 230};
+  const int T = cu_q.back(), Tk = cu_k.back();
+  HostTensor q = random_tensor(rng, DType::bf16, {T, h, 192});
+  HostTensor k = random_tensor(rng, DType::bf16, {Tk, h, 192});
+  HostTensor v = random_tensor(rng, DType::bf16, {Tk, h, 128});
+  HostTensor cq(DType::i32, {4}), ck(DType::i32, {4});
+  for (int i = 0; i < 4; ++i) cq.set(i, cu_q[i]), ck.set(i, cu_k[i]);
+  const float scale = float(deepseek_v32_softmax_scale());
+  HostTensor ref_out(DType::f64, {T, h, 128}), ref_lse(DType::f64, {h, T});
+  MLA_OK(mha_prefill({q.view(), k.view(), v.view(), cq.view(), ck.view(), scale, true,
+                      ref_out.view(), ref_lse.view()}));
+  std::vector<double> mine_out, mine_lse;
+  reference_mha(as_doubles(q), as_doubles(k), as_doubles(v), cu_q, cu_k, h, scale, true, mine_out,
+                mine_lse);
+  for (int64_t i = 0; i < ref_out.numel(); ++i) ASSERT_NEAR(mine_out[i], ref_out.get(i), 1e-12);
+
+  for (DType out_dtype : {DType::bf16, DType::f32}) {
+    DeviceBuffer dq(q), dk(k), dv(v), dcq(cq), dck(ck);
+    HostTensor out(out_dtype, {T, h, 128}), lse(DType::f32, {h, T});
+    DeviceBuffer dout(size_t(out.numel()) * dtype_size(out_dtype)), dlse(size_t(lse.numel()) * 4);
+    dout.poison();
+    dlse.poison();
+    MLA_OK(
+        mha_prefill({on_device(q, dq), on_device(k, dk), on_device(v, dv), on_device(cq, dcq),
+                     on_device(ck, dck), scale, true, on_device(out, dout), on_device(lse, dlse)}));
+    CUDA_OK(cudaDeviceSynchronize());
+    dout.to_host(out);
+    dlse.to_host(lse);
+    expect_close(out, as_doubles(ref_out), lse, as_doubles(ref_lse), "public mha_prefill");
+  }
+}
+
+TEST(PrefillGpu, PublicMhaPrefillRejectsBadSeqlens) {
+  const int h = 16, T = 10;
+  HostTensor q(DType::bf16, {T, h, 192}), k(DType::bf16, {T, h, 192}), v(DType::bf16, {T, h, 128});
+  HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
+  HostTensor cq(DType::i32, {3}), ck(DType::i32, {3});
+  cq.set(0, 0), cq.set(1, 6), cq.set(2, 5);  // decreasing
+  ck.set(0, 0), ck.set(1, 5), ck.set(2, 10);
+  DeviceBuffer dq(q), dk(k), dv(v), dout(out), dlse(lse), dcq(cq), dck(ck);
+  MhaPrefillArgs a{on_device(q, dq),
+                   on_device(k, dk),
+                   on_device(v, dv),
+                   on_device(cq, dcq),
+                   on_device(ck, dck),
+                   0.1f,
+                   true,
+                   on_device(out, dout),
+                   on_device(lse, dlse)};
+  Status s = mha_prefill(a);
+  EXPECT_EQ(s.code(), Errc::out_of_range) << s.to_string();
+  EXPECT_NE(s.message().find("cu_seqlens_q[2] = 5 is less than cu_seqlens_q[1] = 6"),
+            std::string::npos)
+      << s.message();
+  a.q.shape[2] = a.k.shape[2] = 64;  // a d_qk the kernel is not built for
+  s = mha_prefill(a);
+  EXPECT_EQ(s.code(), Errc::unsupported) << s.to_string();
+}
+
+TEST(PrefillGpu, PublicDecompressKvMatchesLibraryReference) {
+  Rng rng(910);
+  const int N = 100, h = 16;
+  HostTensor ckv = random_tensor(rng, DType::bf16, {N, 512});
+  HostTensor wuk = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.05, 0.05);
+  HostTensor wuv = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.05, 0.05);
+  HostTensor rk(DType::f64, {N, h, 128}), rv(DType::f64, {N, h, 128});
+  MLA_OK(decompress_kv({ckv.view(), wuk.view(), wuv.view(), rk.view(), rv.view()}));
+  DeviceBuffer dckv(ckv), dwuk(wuk), dwuv(wuv);
+  HostTensor k(DType::bf16, {N, h, 128}), v(DType::bf16, {N, h, 128});
+  DeviceBuffer dk(k), dv(v);
+  dk.poison();
+  dv.poison();
+  MLA_OK(decompress_kv({on_device(ckv, dckv), on_device(wuk, dwuk), on_device(wuv, dwuv),
+                        on_device(k, dk), on_device(v, dv)}));
+  CUDA_OK(cudaDeviceSynchronize());
+  dk.to_host(k);
+  dv.to_host(v);
+  // bf16 output rounding (2^-9 relative) + f32 accumulation of 512 terms of
+  // magnitude <= 0.05: 2^-8 relative + 1e-5 absolute covers both.
+  for (int64_t i = 0; i < k.numel(); ++i) {
+    ASSERT_NEAR(k.get(i), rk.get(i), std::ldexp(std::fabs(rk.get(i)), -8) + 1e-5) << i;
+    ASSERT_NEAR(v.get(i), rv.get(i), std::ldexp(std::fabs(rv.get(i)), -8) + 1e-5) << i;
+  }
 }
 
 }  // namespace
