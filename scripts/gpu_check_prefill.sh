@@ -19,6 +19,8 @@ fi
 export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/cuda/lib64"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/clocks.txt"
 
+echo "== SASS: warpgroup MMA in the prefill kernels (HGMMA = wgmma, HMMA = mma.sync)"
+cuobjdump --dump-sass --function '_ZN3mla4cuda7prefill22flash_fwd_wgmma_kernelILb0EEEvNS1_14FlashFwdParamsE' "$B/libmla.so" 2>/dev/null | grep -c HGMMA
 echo "== GPU tests (prefill)"
 timeout 240 "$B/mla_tests_gpu" --gtest_filter='PrefillGpu.*' >"$OUT/tests.txt" 2>&1
 TEST_RC=$?

@@ -201,16 +201,23 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   p.max_seqlen_q = max_q;
   p.softmax_scale = float(scale);
   p.causal = c.causal;
-  MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-
-  HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
-  dout.to_host(out);
-  dlse.to_host(lse);
   std::vector<double> ref_out, ref_lse;
   reference_mha(as_doubles(q), as_doubles(kfull), as_doubles(v), cu_q, cu_k, h,
                 double(float(scale)), c.causal, ref_out, ref_lse);
-  expect_close(out, ref_out, lse, ref_lse, "attention");
+  // Both kernels, each on freshly poisoned outputs.
+  for (auto kernel : {cuda::prefill::FlashKernel::wgmma, cuda::prefill::FlashKernel::mma_sync}) {
+    dout.poison();
+    dlse.poison();
+    p.kernel = kernel;
+    MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
+    dout.to_host(out);
+    dlse.to_host(lse);
+    expect_close(
+        out, ref_out, lse, ref_lse,
+        kernel == cuda::prefill::FlashKernel::wgmma ? "attention (wgmma)" : "attention (mma.sync)");
+  }
 }
 
 TEST(PrefillGpu, AttentionSingleSequenceLengths) {

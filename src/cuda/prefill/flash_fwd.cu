@@ -5,25 +5,28 @@
 
 #include "cuda/prefill/flash_fwd_kernel.cuh"
 #include "cuda/prefill/flash_fwd_launch.hpp"
+#include "cuda/prefill/flash_fwd_wgmma_kernel.cuh"
 
 namespace mla::cuda::prefill {
 
-template <bool kOutF32>
-static cudaError_t launch(const FlashFwdParams& p, cudaStream_t stream) {
-  using T = FlashFwdTraits;
-  auto kernel = flash_fwd_kernel<kOutF32>;
+template <class Traits, class Kernel>
+static cudaError_t launch(Kernel kernel, const FlashFwdParams& p, cudaStream_t stream) {
   // The dynamic shared-memory limit is per function; setting it on every call
   // costs about a microsecond and keeps the launcher free of static state.
   cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (e != cudaSuccess) return e;
-  const dim3 grid((p.max_seqlen_q + T::kBlockM - 1) / T::kBlockM, p.heads, p.batch);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  const dim3 grid((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
 cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, cudaStream_t stream) {
-  return p.out_f32 ? launch<true>(p, stream) : launch<false>(p, stream);
+  if (p.kernel == FlashKernel::mma_sync)
+    return p.out_f32 ? launch<FlashFwdTraits>(flash_fwd_kernel<true>, p, stream)
+                     : launch<FlashFwdTraits>(flash_fwd_kernel<false>, p, stream);
+  return p.out_f32 ? launch<FlashWgmmaTraits>(flash_fwd_wgmma_kernel<true>, p, stream)
+                   : launch<FlashWgmmaTraits>(flash_fwd_wgmma_kernel<false>, p, stream);
 }
 
 }  // namespace mla::cuda::prefill

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/prefill/flash_fwd_params.hpp"
+#include "cuda/prefill/flash_softmax.cuh"
 #include "cuda/prefill/mma_sm80.cuh"
 
 namespace mla::cuda::prefill {
@@ -59,23 +60,12 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
   __nv_bfloat16* sK = sQ + T::kBlockM * T::kDqk;               // kStages tiles
   __nv_bfloat16* sV = sK + T::kStages * T::kBlockN * T::kDqk;  // kStages tiles
 
-  const int b = blockIdx.z;
+  const TileCoords tc = tile_coords<T::kBlockM, T::kBlockN>(p);
+  if (!tc.valid) return;
   const int head = blockIdx.y;
-  const int q_begin = p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0;
-  const int seq_q = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - q_begin : p.max_seqlen_q;
-  const int k_begin = p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0;
-  const int seq_k = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - k_begin : p.seqlen_k;
-  // Heaviest causal tiles (the last queries) first, so the tail of the grid is short.
-  const int m_blocks = (p.max_seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  const int m_block = m_blocks - 1 - blockIdx.x;
-  const int q0 = m_block * T::kBlockM;
-  if (q0 >= seq_q) return;
-
+  const int q_begin = tc.q_begin, seq_q = tc.seq_q, k_begin = tc.k_begin, seq_k = tc.seq_k;
+  const int q0 = tc.q0, diag = tc.diag, n_tiles = tc.n_tiles;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int diag = seq_k - seq_q + p.causal_shift;  // query i sees keys j <= i + diag
-  int key_end = seq_k;
-  if (p.causal) key_end = min(seq_k, q0 + T::kBlockM + diag);
-  const int n_tiles = key_end > 0 ? (key_end + T::kBlockN - 1) / T::kBlockN : 0;
 
   const __nv_bfloat16* gQ = static_cast<const __nv_bfloat16*>(p.q) +
                             int64_t(q_begin) * p.q_row_stride + int64_t(head) * p.q_head_stride;
@@ -127,7 +117,8 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const int g = lane / 4, cq = lane % 4;
   const int warp_row0 = q0 + warp * 16;  // first query row of this warp
-  const int rows_limit[2] = {warp_row0 + g + diag, warp_row0 + g + 8 + diag};
+  const int lim[2] = {p.causal ? min(seq_k - 1, warp_row0 + g + diag) : seq_k - 1,
+                      p.causal ? min(seq_k - 1, warp_row0 + g + 8 + diag) : seq_k - 1};
 
   uint32_t qf[T::kQkSteps][4];
   if (n_tiles > 0) {
@@ -173,50 +164,9 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
       // Mask: keys past the sequence, and (causal) keys past each row's limit.
       const bool need_mask =
           n0 + T::kBlockN > seq_k || (p.causal && n0 + T::kBlockN - 1 > warp_row0 + diag);
-      if (need_mask) {
-#pragma unroll
-        for (int nt = 0; nt < T::kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + nt * 8 + 2 * cq + (e & 1);
-            const int lim = p.causal ? min(seq_k - 1, rows_limit[e / 2]) : seq_k - 1;
-            if (key > lim) s[nt][e] = -INFINITY;
-          }
-      }
-      // Online softmax (base 2, scale folded in).
-      float scaled_max[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m = row_max[r];
-#pragma unroll
-        for (int nt = 0; nt < T::kNTiles; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        // A row that has seen only masked keys keeps max -inf: use 0 so that
-        // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
-        const float ms = m == -INFINITY ? 0.f : m * scale_log2;
-        const float alpha = exp2f(row_max[r] * scale_log2 - ms);  // old max -inf -> 0
-        row_max[r] = m;
-        scaled_max[r] = ms;
-        row_sum[r] *= alpha;
-#pragma unroll
-        for (int i = 0; i < T::kOTiles; ++i) {
-          o[i][2 * r] *= alpha;
-          o[i][2 * r + 1] *= alpha;
-        }
-      }
+      if (need_mask) mask_scores(s, n0, cq, lim);
       uint32_t pf[T::kPvSteps][4];
-#pragma unroll
-      for (int nt = 0; nt < T::kNTiles; ++nt) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pv[e] = exp2f(fmaf(s[nt][e], scale_log2, -scaled_max[e / 2]));
-        row_sum[0] += pv[0] + pv[1];
-        row_sum[1] += pv[2] + pv[3];
-        // S accumulator layout = A fragment layout of P for the next MMA.
-        pf[nt / 2][(nt % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
-        pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
-      }
+      online_softmax(s, row_max, row_sum, o, scale_log2, pf);
 #pragma unroll
       for (int kk = 0; kk < T::kPvSteps; ++kk) {
 #pragma unroll
@@ -232,36 +182,7 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
     __syncthreads();  // the stage just read is the one the next iteration refills
   }
 
-  // ---- epilogue: normalise, write out and lse ----
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = warp_row0 + g + 8 * r;
-    if (row >= seq_q) continue;
-    const bool empty = !(l > 0.f);
-    const float inv = empty ? 0.f : 1.f / l;
-    const int64_t tok = int64_t(q_begin) + row;
-    if constexpr (kOutF32) {
-      float* dst =
-          static_cast<float*>(p.out) + tok * p.out_row_stride + int64_t(head) * p.out_head_stride;
-#pragma unroll
-      for (int i = 0; i < T::kOTiles; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8 + 2 * cq) =
-            make_float2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-    } else {
-      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) + tok * p.out_row_stride +
-                           int64_t(head) * p.out_head_stride;
-#pragma unroll
-      for (int i = 0; i < T::kOTiles; ++i)
-        *reinterpret_cast<uint32_t*>(dst + i * 8 + 2 * cq) =
-            pack_bf16x2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-    }
-    if (p.lse != nullptr && cq == 0)
-      p.lse[int64_t(head) * p.lse_head_stride + tok * p.lse_row_stride] =
-          empty ? -INFINITY : row_max[r] * p.softmax_scale + logf(l);
-  }
+  write_rows<kOutF32>(p, o, row_max, row_sum, warp_row0 + g, seq_q, q_begin, head, cq);
 }
 
 }  // namespace mla::cuda::prefill

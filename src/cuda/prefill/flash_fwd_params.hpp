@@ -6,7 +6,12 @@
 
 namespace mla::cuda::prefill {
 
+// Which kernel runs: wgmma (Hopper warpgroup MMA, the default) or the
+// mma.sync one (FA2 scheme), kept as a cross-check and for comparison.
+enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1 };
+
 struct FlashFwdParams {
+  FlashKernel kernel = FlashKernel::wgmma;
   // q [T, h, 192] bf16; the 192 dims of a (token, head) are contiguous.
   const void* q = nullptr;
   int64_t q_row_stride = 0, q_head_stride = 0;  // elements
