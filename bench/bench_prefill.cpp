@@ -5,7 +5,7 @@
 // FLOPs: attention 2*h*(192+128) per visible (query, key) pair (causal: only the
 // visible pairs, ~half), decompression 2 * 2*L*512*(h*128). Timing: CUDA events,
 // warm-up, median of N runs; the bf16 GEMM ceiling is measured in the same run.
-// Usage: mla_bench_prefill [--json FILE] [--quick]
+// Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -101,11 +101,14 @@ struct Row {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
+  bool mma_sync_only = false;  // fallback run: the wgmma kernel is not used
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick"))
       quick = true;
+    else if (!std::strcmp(argv[i], "--mma-sync-only"))
+      mma_sync_only = true;
   }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -200,12 +203,15 @@ int main(int argc, char** argv) {
     const double dec_flops = 2.0 * 2.0 * L * 512.0 * h * 128;
     const int reps = L >= 32768 ? 7 : (L >= 16384 ? 11 : 21);
     const std::string shape = "b1 h128 L" + std::to_string(L / 1024) + "K causal";
-    add("prefill-attention", shape,
-        median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps), attn_flops);
+    if (mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
+    if (!mma_sync_only)
+      add("prefill-attention", shape,
+          median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
+          attn_flops);
     p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
     add("prefill-attention-mmasync", shape,
         median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps), attn_flops);
-    p.kernel = mla::cuda::prefill::FlashKernel::wgmma;
+    if (!mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::wgmma;
     add("prefill-decompress", "L" + std::to_string(L / 1024) + "K h128 (2 GEMMs)",
         median_ms(decompress, 11), dec_flops);
     add("prefill-step", shape + " decomp+attn",
@@ -221,7 +227,8 @@ int main(int argc, char** argv) {
   }
 
   // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
-  std::vector<int> prefixes = quick ? std::vector<int>{0} : std::vector<int>{0, 16384, 65536};
+  std::vector<int> prefixes = quick || mma_sync_only ? std::vector<int>{}  // chunked uses wgmma
+                                                     : std::vector<int>{0, 16384, 65536};
   for (int P : prefixes) {
     const int T = 4096, L = P + T, page = 64, n_pages = (L + page - 1) / page;
     void* cache = dev_random_bf16(size_t(n_pages) * page * 576, 20 + P);
