@@ -213,6 +213,28 @@ MLA_C_EXPORT int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* k
                                         const mla_tensor* indices, float softmax_scale,
                                         const mla_tensor* out, const mla_tensor* lse, void* stream);
 
+/* With caller-owned scratch (mla_sparse_*_workspace_size says how much; CUDA
+ * only, 0 on CPU). The plain forms above pass none: on CUDA they answer
+ * MLA_ERR_INSUFFICIENT_WORKSPACE when the call needs scratch. */
+MLA_C_EXPORT int32_t mla_sparse_decode_workspace_size(const mla_tensor* q, const mla_tensor* kv,
+                                                      int32_t kv_format, const mla_tensor* indices,
+                                                      const mla_tensor* topk_length,
+                                                      float softmax_scale, const mla_tensor* out,
+                                                      const mla_tensor* lse, size_t* bytes);
+MLA_C_EXPORT int32_t mla_sparse_decode_ws(const mla_tensor* q, const mla_tensor* kv,
+                                          int32_t kv_format, const mla_tensor* indices,
+                                          const mla_tensor* topk_length, float softmax_scale,
+                                          const mla_tensor* out, const mla_tensor* lse,
+                                          void* workspace, size_t workspace_bytes, void* stream);
+MLA_C_EXPORT int32_t mla_sparse_prefill_workspace_size(const mla_tensor* q, const mla_tensor* kv,
+                                                       const mla_tensor* indices,
+                                                       float softmax_scale, const mla_tensor* out,
+                                                       const mla_tensor* lse, size_t* bytes);
+MLA_C_EXPORT int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor* kv,
+                                           const mla_tensor* indices, float softmax_scale,
+                                           const mla_tensor* out, const mla_tensor* lse,
+                                           void* workspace, size_t workspace_bytes, void* stream);
+
 /* ---- non-absorbed prefill (mla/prefill.hpp) --------------------------------- */
 MLA_C_EXPORT int32_t mla_decompress_kv(const mla_tensor* c_kv, const mla_tensor* w_uk,
                                        const mla_tensor* w_uv, const mla_tensor* k_nope,

@@ -12,6 +12,8 @@
 //  - order does not matter (the result is a sum);
 //  - a query with no valid entry gets out = 0 and lse = -inf.
 #pragma once
+#include <cstddef>
+
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
@@ -36,7 +38,12 @@ struct SparseDecodeArgs {
   TensorView out;
   TensorView lse;
 };
-Status sparse_decode(const SparseDecodeArgs& args, const ExecContext& ctx = {});
+// CUDA: q and out bf16, lse f32, h_q a multiple of 16, B * s_q <= 65535.
+// Index values and topk_length live on the GPU and are not checked on the
+// host: entries outside the cache are skipped (never read), topk_length is
+// clamped to [0, topk]. The CPU path checks them and answers out_of_range.
+Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {},
+                     const ExecContext& ctx = {});
 
 // Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)
@@ -51,6 +58,16 @@ struct SparsePrefillArgs {
   TensorView out;
   TensorView lse;
 };
-Status sparse_prefill(const SparsePrefillArgs& args, const ExecContext& ctx = {});
+// CUDA: q, kv and out bf16, lse f32, h_q a multiple of 16; indices as for decode.
+Status sparse_prefill(const SparsePrefillArgs& args, Workspace ws = {},
+                      const ExecContext& ctx = {});
+
+// Scratch bytes a sparse_decode / sparse_prefill call with these shapes needs
+// in `ws` (0 on CPU; on CUDA, when the queries alone do not fill the GPU, each
+// index list is split over several CTAs whose partial results live there).
+// Only shapes, dtypes, strides and the device of `args` are read, not the data.
+// A call given fewer bytes answers Errc::insufficient_workspace.
+Status sparse_workspace_size(const SparseDecodeArgs& args, size_t* bytes);
+Status sparse_workspace_size(const SparsePrefillArgs& args, size_t* bytes);
 
 }  // namespace mla

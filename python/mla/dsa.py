@@ -31,11 +31,26 @@ def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_
     return indices
 
 
+def _run_with_workspace(c, q, fn, args, workspace):
+    """Runs `fn`_ws with `workspace` (any byte buffer on q's device), allocated
+    with q's framework when not given and the call needs scratch."""
+    if workspace is None:
+        n = ctypes.c_size_t(0)
+        c.run(fn + "_workspace_size", *args[:-1], ctypes.byref(n))
+        if n.value:
+            workspace = _arrays.empty(q, (n.value,), "u8")
+    ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
+    ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
+    ws_bytes = _arrays.nbytes(workspace) if workspace is not None else 0
+    c.run(fn + "_ws", *args[:-1], ws_ptr, ws_bytes, args[-1])
+
+
 def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
-                  lse=None, out_dtype=None, stream=None):
+                  lse=None, out_dtype=None, workspace=None, stream=None):
     """Sparse absorbed decode: q [B, s_q, h_q, 576] attends to the cache slots of
     indices [B, s_q, topk] int32 (-1: none; no causal mask, the list is the mask).
-    Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf."""
+    Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf.
+    `workspace` (bytes on q's device) is allocated with q's framework when not given."""
     fmt = _kv_format(kv, kv_format)
     shape = _shape(q, "q", 4)
     if shape is not None:
@@ -46,16 +61,18 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
         if lse is None:
             lse = _arrays.empty(q, (B, h_q, s_q), "f64" if od == "f64" else "f32")
     c = _Call(q, stream)
-    c.run("mla_sparse_decode", c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(indices, "indices"),
-          c.t(topk_length, "topk_length"), ctypes.c_float(softmax_scale),
-          c.t(out, "out", True), c.t(lse, "lse", True), c.stream_arg)
+    _run_with_workspace(c, q, "mla_sparse_decode",
+                        (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(indices, "indices"),
+                         c.t(topk_length, "topk_length"), ctypes.c_float(softmax_scale),
+                         c.t(out, "out", True), c.t(lse, "lse", True), c.stream_arg), workspace)
     return out, lse
 
 
 def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dtype=None,
-                   stream=None):
+                   workspace=None, stream=None):
     """Sparse prefill over a flat key array: q [s_q, h_q, 576], kv [s_kv, 576],
-    indices [s_q, topk] int32 rows of kv (-1: none) -> (out [s_q, h_q, 512], lse [s_q, h_q])."""
+    indices [s_q, topk] int32 rows of kv (-1: none) -> (out [s_q, h_q, 512], lse [s_q, h_q]).
+    `workspace` as for sparse_decode."""
     shape = _shape(q, "q", 3)
     if shape is not None:
         s_q, h_q, _ = shape
@@ -65,9 +82,10 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dty
         if lse is None:
             lse = _arrays.empty(q, (s_q, h_q), "f64" if od == "f64" else "f32")
     c = _Call(q, stream)
-    c.run("mla_sparse_prefill", c.t(q, "q"), c.t(kv, "kv"), c.t(indices, "indices"),
-          ctypes.c_float(softmax_scale), c.t(out, "out", True), c.t(lse, "lse", True),
-          c.stream_arg)
+    _run_with_workspace(c, q, "mla_sparse_prefill",
+                        (c.t(q, "q"), c.t(kv, "kv"), c.t(indices, "indices"),
+                         ctypes.c_float(softmax_scale), c.t(out, "out", True),
+                         c.t(lse, "lse", True), c.stream_arg), workspace)
     return out, lse
 
 

@@ -8,6 +8,9 @@
 #include "mla/dims.hpp"
 #include "reference/sparse_ref.hpp"
 #include "reference/tensor_read.hpp"
+#ifdef MLA_HAS_CUDA
+#include "cuda/dsa/sparse_cuda.hpp"
+#endif
 
 namespace mla {
 
@@ -52,9 +55,8 @@ Status check_index(int64_t v, int64_t limit, const std::string& where, const cha
   return error(Errc::out_of_range, "{} = {} is past {} = {}", where, v, what, limit);
 }
 
-}  // namespace
-
-Status sparse_decode(const SparseDecodeArgs& a, const ExecContext& ctx) {
+// Everything but the index values: shapes, dtypes, layout, scale.
+Status validate_decode_shapes(const SparseDecodeArgs& a) {
   MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
   MLA_TRY(detail::expect_known_device(a.q, "q"));
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
@@ -81,8 +83,12 @@ Status sparse_decode(const SparseDecodeArgs& a, const ExecContext& ctx) {
                               {&a.out, "out"},
                               {&a.lse, "lse"}}));
   MLA_TRY(expect_scale(a.softmax_scale));
-  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("sparse_decode");
+  return Status::Ok();
+}
 
+// The index lists and topk_length, read on the host (CPU tensors only).
+Status validate_decode_values(const SparseDecodeArgs& a) {
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], topk = a.indices.shape[2];
   using reference::read_int;
   const int64_t capacity = a.kv.num_pages() * a.kv.page_size();
   const std::string cap = fmt::format("the cache capacity num_pages * page_size = {} * {}",
@@ -100,10 +106,10 @@ Status sparse_decode(const SparseDecodeArgs& a, const ExecContext& ctx) {
         MLA_TRY(check_index(read_int(a.indices, {b, i, j}), capacity,
                             fmt::format("indices[{}][{}][{}]", b, i, j), cap.c_str()));
   }
-  return reference::sparse_decode(a);
+  return Status::Ok();
 }
 
-Status sparse_prefill(const SparsePrefillArgs& a, const ExecContext& ctx) {
+Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kDqk}, "[s_q, h_q, 576]"));
   MLA_TRY(detail::expect_known_device(a.q, "q"));
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];
@@ -111,7 +117,6 @@ Status sparse_prefill(const SparsePrefillArgs& a, const ExecContext& ctx) {
   MLA_TRY(expect_float(a.q, "q", true));
   MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
   MLA_TRY(expect_float(a.kv, "kv", true));
-  const int64_t s_kv = a.kv.shape[0];
   MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
   MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
   const int64_t topk = a.indices.shape[1];
@@ -124,11 +129,67 @@ Status sparse_prefill(const SparsePrefillArgs& a, const ExecContext& ctx) {
       a.q,
       {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.out, "out"}, {&a.lse, "lse"}}));
   MLA_TRY(expect_scale(a.softmax_scale));
-  if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("sparse_prefill");
+  return Status::Ok();
+}
+
+Status validate_prefill_values(const SparsePrefillArgs& a) {
+  const int64_t s_q = a.q.shape[0], s_kv = a.kv.shape[0], topk = a.indices.shape[1];
   for (int64_t i = 0; i < s_q; ++i)
     for (int64_t j = 0; j < topk; ++j)
       MLA_TRY(check_index(reference::read_int(a.indices, {i, j}), s_kv,
                           fmt::format("indices[{}][{}]", i, j), "s_kv"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
+  *bytes = 0;
+  MLA_TRY(validate_decode_shapes(a));
+  if (!detail::on_cuda(a.q.device)) return Status::Ok();  // the reference needs no scratch
+#ifdef MLA_HAS_CUDA
+  return cuda::sparse_decode_workspace_size(a, bytes);
+#else
+  return detail::no_cuda_backend("sparse_workspace_size");
+#endif
+}
+
+Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
+  *bytes = 0;
+  MLA_TRY(validate_prefill_shapes(a));
+  if (!detail::on_cuda(a.q.device)) return Status::Ok();
+#ifdef MLA_HAS_CUDA
+  return cuda::sparse_prefill_workspace_size(a, bytes);
+#else
+  return detail::no_cuda_backend("sparse_workspace_size");
+#endif
+}
+
+Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
+  MLA_TRY(validate_decode_shapes(a));
+  if (detail::on_cuda(a.q.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::sparse_decode(a, ws, ctx);
+#else
+    return detail::no_cuda_backend("sparse_decode");
+#endif
+  }
+  MLA_TRY(validate_decode_values(a));
+  return reference::sparse_decode(a);
+}
+
+Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContext& ctx) {
+  MLA_TRY(validate_prefill_shapes(a));
+  if (detail::on_cuda(a.q.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::sparse_prefill(a, ws, ctx);
+#else
+    return detail::no_cuda_backend("sparse_prefill");
+#endif
+  }
+  MLA_TRY(validate_prefill_values(a));
   return reference::sparse_prefill(a);
 }
 

@@ -26,36 +26,96 @@ int32_t mla_topk_indices(const mla_tensor* logits, const mla_tensor* lengths, in
   });
 }
 
+}  // extern "C"
+
+namespace {
+
+Status sparse_decode_args(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                          const mla_tensor* indices, const mla_tensor* topk_length,
+                          float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                          SparseDecodeArgs* a) {
+  MLA_TRY(to_view(q, "q", &a->q));
+  MLA_TRY(to_cache(kv, kv_format, "kv", &a->kv));
+  MLA_TRY(to_view(indices, "indices", &a->indices));
+  MLA_TRY(to_view(topk_length, "topk_length", &a->topk_length));
+  MLA_TRY(to_view(out, "out", &a->out));
+  MLA_TRY(to_view(lse, "lse", &a->lse));
+  a->softmax_scale = softmax_scale;
+  return Status::Ok();
+}
+
+Status sparse_prefill_args(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+                           float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                           SparsePrefillArgs* a) {
+  MLA_TRY(to_view(q, "q", &a->q));
+  MLA_TRY(to_view(kv, "kv", &a->kv));
+  MLA_TRY(to_view(indices, "indices", &a->indices));
+  MLA_TRY(to_view(out, "out", &a->out));
+  MLA_TRY(to_view(lse, "lse", &a->lse));
+  a->softmax_scale = softmax_scale;
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t mla_sparse_decode_workspace_size(const mla_tensor* q, const mla_tensor* kv,
+                                         int32_t kv_format, const mla_tensor* indices,
+                                         const mla_tensor* topk_length, float softmax_scale,
+                                         const mla_tensor* out, const mla_tensor* lse,
+                                         size_t* bytes) {
+  return guarded([&] {
+    SparseDecodeArgs a;
+    MLA_TRY(sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    return sparse_workspace_size(a, bytes);
+  });
+}
+
+int32_t mla_sparse_decode_ws(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                             const mla_tensor* indices, const mla_tensor* topk_length,
+                             float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                             void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    SparseDecodeArgs a;
+    MLA_TRY(sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    return sparse_decode(a, Workspace{workspace, workspace_bytes}, to_context(stream));
+  });
+}
+
 int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
                           const mla_tensor* indices, const mla_tensor* topk_length,
                           float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
                           void* stream) {
+  return mla_sparse_decode_ws(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse,
+                              nullptr, 0, stream);
+}
+
+int32_t mla_sparse_prefill_workspace_size(const mla_tensor* q, const mla_tensor* kv,
+                                          const mla_tensor* indices, float softmax_scale,
+                                          const mla_tensor* out, const mla_tensor* lse,
+                                          size_t* bytes) {
   return guarded([&] {
-    SparseDecodeArgs a;
-    MLA_TRY(to_view(q, "q", &a.q));
-    MLA_TRY(to_cache(kv, kv_format, "kv", &a.kv));
-    MLA_TRY(to_view(indices, "indices", &a.indices));
-    MLA_TRY(to_view(topk_length, "topk_length", &a.topk_length));
-    MLA_TRY(to_view(out, "out", &a.out));
-    MLA_TRY(to_view(lse, "lse", &a.lse));
-    a.softmax_scale = softmax_scale;
-    return sparse_decode(a, to_context(stream));
+    SparsePrefillArgs a;
+    MLA_TRY(sparse_prefill_args(q, kv, indices, softmax_scale, out, lse, &a));
+    return sparse_workspace_size(a, bytes);
+  });
+}
+
+int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+                              float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                              void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    SparsePrefillArgs a;
+    MLA_TRY(sparse_prefill_args(q, kv, indices, softmax_scale, out, lse, &a));
+    return sparse_prefill(a, Workspace{workspace, workspace_bytes}, to_context(stream));
   });
 }
 
 int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
                            float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
                            void* stream) {
-  return guarded([&] {
-    SparsePrefillArgs a;
-    MLA_TRY(to_view(q, "q", &a.q));
-    MLA_TRY(to_view(kv, "kv", &a.kv));
-    MLA_TRY(to_view(indices, "indices", &a.indices));
-    MLA_TRY(to_view(out, "out", &a.out));
-    MLA_TRY(to_view(lse, "lse", &a.lse));
-    a.softmax_scale = softmax_scale;
-    return sparse_prefill(a, to_context(stream));
-  });
+  return mla_sparse_prefill_ws(q, kv, indices, softmax_scale, out, lse, nullptr, 0, stream);
 }
 
 }  // extern "C"
