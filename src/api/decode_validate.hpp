@@ -4,8 +4,10 @@
 //     scalars, from the views alone (any device);
 //  2. validate_decode_host_values: block_table entries and cache_seqlens, which
 //     are read, so CPU tensors only. For CUDA tensors the values live on the
-//     GPU; the CUDA backend must not trust them (it clamps lengths to the block
-//     table's capacity and never dereferences a page past num_pages).
+//     GPU; the CUDA backend must not trust them: it never reads a page id
+//     outside [0, num_pages) nor a length that is negative or past the block
+//     table's capacity, and writes NaN out/lse rows for such a request (the
+//     other requests are unaffected) since it cannot report them synchronously.
 #pragma once
 #include "mla/decode.hpp"
 #include "mla/status.hpp"

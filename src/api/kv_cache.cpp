@@ -7,6 +7,10 @@
 #include "reference/kv_cache_ref.hpp"
 #include "reference/tensor_read.hpp"
 
+#ifdef MLA_HAS_CUDA
+#include "cuda/kv_cache/append_cuda.hpp"
+#endif
+
 namespace mla {
 
 using detail::error;
@@ -62,7 +66,14 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
-  if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("append_kv");
+  if (detail::on_cuda(dev.device)) {
+#ifdef MLA_HAS_CUDA
+    // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
+    return cuda::append_kv(a, ctx);
+#else
+    return detail::no_cuda_backend("append_kv");
+#endif
+  }
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
                                     /*allow_skip=*/true));
   return reference::append_kv(a);
