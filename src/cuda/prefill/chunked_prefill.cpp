@@ -85,6 +85,8 @@ Status validate(const ChunkedPrefillArgs& a) {
     return error(Errc::invalid_value, "chunk_size = {} must be >= 1", a.chunk_size);
   if (a.seqlen > INT32_MAX || T > INT32_MAX)
     return error(Errc::unsupported, "seqlen = {} past 2^31 tokens", a.seqlen);
+  // The gather copies 16-byte pieces of each entry (1152 and 656 are multiples of 16).
+  MLA_TRY(detail::expect_aligned(a.cache.data, "cache", 16));
   MLA_TRY(detail::expect_aligned(a.q, "q", 16));
   MLA_TRY(detail::expect_aligned(a.out, "out", 4));
   return Status::Ok();
