@@ -21,6 +21,7 @@
 #include "cuda/dsa/topk_launch.hpp"
 #include "mla/decode.hpp"
 #include "mla/indexer.hpp"
+#include "mla/sparse.hpp"
 #include "mla/topk.hpp"
 #include "reference/decode_ref.hpp"
 #include "reference/fp8_quant.hpp"
@@ -201,10 +202,14 @@ TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
 
 // ------------------------------------------------------------------ top-k ----
 
-void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool translate) {
+// ties: 21 levels (many equal keys); heavy_ties: 3 levels (more ties than
+// the sort buffer's slack: the ordered fallback).
+void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool translate,
+                   bool heavy_ties = false) {
   HostTensor logits = random_tensor(rng, DType::f32, {R, N}, -10, 10);
   for (int64_t i = 0; i < logits.numel(); ++i) {
-    if (ties) logits.set(i, std::round(logits.get(i)));  // 21 levels: many equal keys
+    if (ties) logits.set(i, std::round(logits.get(i)));
+    if (heavy_ties) logits.set(i, std::round(logits.get(i) / 8));
     const int64_t m = rng.randint(0, 99);
     if (m == 0) logits.set(i, -INFINITY);
     if (m == 1) logits.set(i, NAN);
@@ -253,6 +258,8 @@ TEST(DsaGpu, TopkMatchesReferenceExactly) {
     run_topk_case(rng, 6, 9000, 2048, cluster, true, true);
     run_topk_case(rng, 3, 70000, 2048, cluster, false, true);  // candidates overflow shared memory? checked both ways
     run_topk_case(rng, 3, 40000, 8192, cluster, true, false);
+    run_topk_case(rng, 5, 4099, 128, cluster, false, false);  // odd rows: unaligned vectors
+    run_topk_case(rng, 4, 20001, 2048, cluster, false, true, true);
   }
   run_topk_case(rng, 300, 3000, 512, 0, false, true);  // automatic cluster choice
 }
@@ -334,6 +341,7 @@ struct SparseCase {
   KvFormat format;
   int B, s_q, h, topk, page;
   bool use_topk_length, split;
+  bool via_api = false;  // through mla::sparse_decode (workspace from sparse_workspace_size)
 };
 
 void run_sparse_case(Rng& rng, const SparseCase& c) {
@@ -381,9 +389,29 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
   p.out = dout.ptr, p.out_sb = int64_t(c.s_q) * c.h * 512, p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
   p.lse = static_cast<float*>(dlse.ptr), p.lse_sb = int64_t(c.h) * c.s_q, p.lse_sh = c.s_q, p.lse_ss = 1;
   void* ws = nullptr;
-  const size_t ws_bytes = c.split ? dsa::sparse_attn_workspace_size(p) : 0;
-  if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
-  MLA_OK(dsa::launch_sparse_attn(p, ws, ws_bytes, nullptr));
+  if (c.via_api) {
+    SparseDecodeArgs a;
+    a.q = dq.view(q);
+    a.kv = cache.view(Device::cuda(0));
+    a.kv.data.data = dkv;
+    a.indices = didx.view(idx);
+    if (c.use_topk_length) a.topk_length = dtl.view(tl);
+    a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
+    size_t need = 0;
+    MLA_OK(sparse_workspace_size(a, &need));
+    EXPECT_EQ(need, dsa::sparse_attn_workspace_size(p)) << "the API sizes what the kernel uses";
+    if (need) {
+      CUDA_OK(cudaMalloc(&ws, need));
+      const Status st = sparse_decode(a, Workspace{ws, need - 1});
+      EXPECT_EQ(st.code(), Errc::insufficient_workspace) << st.to_string();
+      EXPECT_NE(st.message().find(std::to_string(need)), std::string::npos) << st.message();
+    }
+    MLA_OK(sparse_decode(a, Workspace{ws, need}));
+  } else {
+    const size_t ws_bytes = c.split ? dsa::sparse_attn_workspace_size(p) : 0;
+    if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    MLA_OK(dsa::launch_sparse_attn(p, ws, ws_bytes, nullptr));
+  }
   CUDA_OK(cudaDeviceSynchronize());
   dout.to_host(out), dlse.to_host(lse);
   cudaFree(ws);
@@ -428,6 +456,82 @@ TEST(DsaGpu, SparseAttentionMatchesReference) {
     }
   run_sparse_case(rng, {KvFormat::bf16, 2, 4, 64, 64, 1, true, true});
   run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 3, 128, 256, 128, false, true});
+}
+
+// The public API (mla::sparse_decode) on CUDA tensors: page sizes 1 to 128,
+// few rows (split over CTAs: needs the workspace) and many.
+TEST(DsaGpu, SparseDecodeApiMatchesReference) {
+  Rng rng(110);
+  run_sparse_case(rng, {KvFormat::bf16, 2, 1, 128, 256, 64, true, true, true});
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 3, 2, 64, 192, 1, false, true, true});
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 4, 16, 128, 128, true, true, true});
+  run_sparse_case(rng, {KvFormat::bf16, 40, 3, 32, 64, 16, true, true, true});
+}
+
+// mla::sparse_prefill on CUDA tensors against the same API on CPU tensors
+// (the fp64 reference): -1 entries, an all-invalid row, 16 to 128 heads.
+TEST(DsaGpu, SparsePrefillApiMatchesReference) {
+  Rng rng(111);
+  for (int h : {16, 64, 128}) {
+    const int s_q = h == 16 ? 300 : 5, s_kv = 777, topk = 192;
+    HostTensor q = random_tensor(rng, DType::bf16, {s_q, h, 576}, -2, 2);
+    HostTensor kv = random_tensor(rng, DType::bf16, {s_kv, 576}, -2, 2);
+    HostTensor idx(DType::i32, {s_q, topk});
+    for (int i = 0; i < s_q; ++i)
+      for (int j = 0; j < topk; ++j)
+        idx.set(int64_t(i) * topk + j, i == 1 || rng.randint(0, 7) == 0 ? -1.0 : double(rng.randint(0, s_kv - 1)));
+    HostTensor ro(DType::f64, {s_q, h, 512}), rl(DType::f64, {s_q, h});
+    SparsePrefillArgs ra;
+    ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
+    ra.out = ro.view(), ra.lse = rl.view();
+    MLA_OK(sparse_prefill(ra));
+    HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
+    Dev dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+    dout.poison(), dlse.poison();
+    SparsePrefillArgs a = ra;
+    a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out), a.lse = dlse.view(lse);
+    size_t need = 0;
+    MLA_OK(sparse_workspace_size(a, &need));
+    void* ws = nullptr;
+    if (need) CUDA_OK(cudaMalloc(&ws, need));
+    MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(ws);
+    dout.to_host(out), dlse.to_host(lse);
+    double err2 = 0, ref2 = 0, lerr = 0;
+    int bad_inf = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const double d = out.get(i) - ro.get(i);
+      err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
+    }
+    for (int64_t i = 0; i < lse.numel(); ++i) {
+      if (std::isinf(rl.get(i))) bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
+      else lerr = std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
+    }
+    // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm
+    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << "h " << h;
+    EXPECT_LT(lerr, 1e-3) << "h " << h;
+    EXPECT_EQ(bad_inf, 0) << "the all-invalid row must give lse -inf";
+  }
+}
+
+// What the CUDA path cannot take is an error naming the argument, before any launch.
+TEST(DsaGpu, SparseApiRejectsWhatTheKernelCannotTake) {
+  HostTensor q(DType::bf16, {1, 20, 576}), kv(DType::bf16, {8, 576}), idx(DType::i32, {1, 4});
+  HostTensor out(DType::bf16, {1, 20, 512}), lse(DType::f32, {1, 20});
+  Dev dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+  SparsePrefillArgs a;
+  a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.softmax_scale = 0.1f;
+  a.out = dout.view(out), a.lse = dlse.view(lse);
+  Status st = sparse_prefill(a);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
+  EXPECT_NE(st.message().find("h_q = 20"), std::string::npos) << st.message();
+  HostTensor q16(DType::bf16, {1, 16, 576}), out16(DType::f32, {1, 16, 512}), lse16(DType::f32, {1, 16});
+  Dev dq16(q16), dout16(out16), dlse16(lse16);
+  a.q = dq16.view(q16), a.out = dout16.view(out16), a.lse = dlse16.view(lse16);
+  st = sparse_prefill(a);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
+  EXPECT_NE(st.message().find("out: dtype f32"), std::string::npos) << st.message();
 }
 
 TEST(DsaGpu, SparseRejectsHeadsNotMultipleOf16) {

@@ -3,23 +3,27 @@
 // A row is handled by a cluster of CS CTAs (CS = 1 when rows fill the GPU; a
 // long row among few rows is split over 2-8 CTAs). Each CTA owns a contiguous
 // segment of the row. Logits are mapped to order-preserving 32-bit keys and the
-// k-th largest key T is found in three digit rounds (12, 10, 10 bits):
-//   round 1  histogram of the top 12 bits over the segment (global read);
-//            the cluster's histograms are summed through distributed shared
-//            memory; the digit holding the k-th largest is found;
-//   gather   elements of that digit are copied (key, position) to shared
-//            memory (global read); past the buffer, the CTA falls back to
-//            re-reading its segment in later rounds (slower, same result);
-//   round 2, 3 on the candidates.
-// -inf and NaN map to key 0 and are never candidates; when a row has at most k
-// candidates, T = 0 and all of them are taken. Then every element with key > T
-// is taken, and of the keys == T the lowest positions until k (deterministic
-// ties). The output pass (global read) walks the segment in position order
-// with a block-wide ordered scan (index = #greater before p + min(#equal
-// before p, still needed)) and drops each (key, position) at that index into
-// the cluster leader's shared memory, which sorts the k pairs by descending
-// key, then ascending position (bitonic), and writes them: the order of
-// mla/topk.hpp, identical on every run.
+// k-th largest key T is found in three digit rounds (12, 10, 10 bits). The row
+// is read twice (16-byte loads, several in flight per thread):
+//   pass 1   histogram of the top 12 bits over the segment; the cluster's
+//            histograms are summed through distributed shared memory and the
+//            digit B1 holding the k-th largest is found;
+//   pass 2   every element above B1 is a winner: its (key, position) goes
+//            straight to the cluster leader's sort buffer; the elements of B1
+//            are gathered (key, position) into shared memory;
+//   rounds 2, 3 on the gathered candidates only, then their winners (> T) and
+//            their ties (== T) join the sort buffer.
+// The leader sorts the buffer by descending key, then ascending position
+// (bitonic, in shared memory), and writes the first k: the order of
+// mla/topk.hpp, identical on every run whatever the order entries arrived in.
+// Ties at T are all added and the sort keeps the lowest positions, so the
+// buffer holds k + (ties not taken) entries; it is sized 2 * pow2(k).
+// Fallbacks (slower, same result): when a CTA's candidates overflow its
+// buffer, later rounds re-read the segment; when they overflow or the ties do
+// not fit the sort buffer, an ordered pass over the row (a block-wide scan:
+// index = #greater before p + min(#equal before p, still needed)) places
+// exactly the k chosen. -inf and NaN map to key 0 and are never candidates;
+// when a row has at most k candidates, T = 0 and all of them are taken.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -36,29 +40,70 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins1 = 4096;  // round 1: bits [31:20]
 constexpr int kBins = 1024;   // rounds 2, 3: bits [19:10], [9:0]
-constexpr int kCandCap = 6144;
+constexpr int kCandCap = 5120;  // keeps 2 CTAs per SM at k <= 2048
 constexpr int kUnroll = 4;
 constexpr int kTopkMaxK = 8192;
 static_assert(kBins1 % kThreads == 0 && kBins % kThreads == 0, "bins split evenly over threads");
 
+// Followed in dynamic shared memory by the sort buffer: (key << 32 | ~position)
+// pairs, 2 * pow2(k) of them (only the leader's is used).
 struct TopkSmem {
   uint32_t hist[kBins1];  // this CTA's histogram (read by the cluster)
-  union {
-    struct {
-      uint32_t total[kBins1];  // the cluster's sum
-      uint32_t cand_key[kCandCap];
-      int32_t cand_pos[kCandCap];
-    } sel;
-    uint64_t sorted[kTopkMaxK];  // leader: (key << 32 | ~position) of the chosen, then sorted
-  };
+  struct {
+    uint32_t total[kBins1];  // the cluster's sum
+    uint32_t cand_key[kCandCap];
+    int32_t cand_pos[kCandCap];
+  } sel;
   uint32_t scan_gt[kUnroll * kWarps];
   uint32_t scan_eq[kUnroll * kWarps];
   uint32_t warp_part[kWarps];
   uint32_t num_cand;
   uint32_t found_bin, found_remaining;
   uint32_t local_gt, local_eq;  // this CTA's elements > T and == T (read by the cluster)
+  uint32_t local_gt1;           // of those, above the first digit B1 (read by the cluster)
+  uint32_t emitted[3];          // pass-2 winners, candidates > T, == T placed so far
 };
-static_assert(sizeof(TopkSmem::sel) >= sizeof(uint64_t) * kTopkMaxK, "the sort buffer reuses the selection arrays");
+
+uint32_t sort_capacity(int k) {
+  uint32_t n2 = 1;
+  while (n2 < uint32_t(k)) n2 <<= 1;
+  return 2 * n2;
+}
+size_t topk_smem_bytes(int k) { return sizeof(TopkSmem) + sizeof(uint64_t) * sort_capacity(k); }
+
+// Calls fn(position, value) for every position of [s0, s1): scalars up to the
+// first 16-byte boundary, then float4 vectors, kUnroll per thread in flight.
+template <class Fn>
+__device__ __forceinline__ void for_each_logit(const float* row, int64_t s0, int64_t s1, Fn&& fn) {
+  const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(row + s0) >> 2) & 3;
+  const int64_t head = min64(s1 - s0, mis ? 4 - mis : 0);
+  if (threadIdx.x < head) fn(s0 + threadIdx.x, row[s0 + threadIdx.x]);
+  const int64_t b0 = s0 + head;
+  const int64_t nvec = max64(0, s1 - b0) / 4;
+  const float4* v = reinterpret_cast<const float4*>(row + b0);
+  for (int64_t i = threadIdx.x; i < nvec; i += kThreads * kUnroll) {
+    float4 x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = i + u * kThreads;
+      x[u] = j < nvec ? v[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = i + u * kThreads;
+      if (j < nvec) {
+        const int64_t p = b0 + 4 * j;
+        fn(p, x[u].x), fn(p + 1, x[u].y), fn(p + 2, x[u].z), fn(p + 3, x[u].w);
+      }
+    }
+  }
+  const int64_t t0 = b0 + nvec * 4;
+  if (threadIdx.x < s1 - t0) fn(t0 + threadIdx.x, row[t0 + threadIdx.x]);
+}
+
+__device__ __forceinline__ uint64_t sort_pair(uint32_t key, int64_t pos) {
+  return (uint64_t(key) << 32) | uint64_t(~uint32_t(pos));
+}
 
 __device__ __forceinline__ int32_t translate(const TopkParams& p, int64_t r, int64_t pos) {
   if (!p.block_table) return int32_t(pos);
@@ -134,34 +179,29 @@ __device__ void reduce_and_find(cg::cluster_group& cluster, int cs, int nbins, u
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
+__global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs, uint32_t sort_cap) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TopkSmem& s = *reinterpret_cast<TopkSmem*>(smem_raw);
+  uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw + sizeof(TopkSmem));
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   const int64_t r = blockIdx.x / cs;
   const float* row = p.logits + r * p.logits_stride;
   int32_t* out = p.out + r * p.out_stride;
-  const int64_t n = max64(0, p.lengths ? p.lengths[r] : p.width);
+  const int64_t n = min64(p.width, max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
   const int64_t seg = (n + cs - 1) / cs;
   const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
   const uint32_t k = uint32_t(p.k);
+  uint64_t* leader_sorted = cluster.map_shared_rank(sorted, 0);
 
-  // ---- round 1: top 12 bits over the segment ----
+  // ---- pass 1: top 12 bits over the segment ----
   for (int b = threadIdx.x; b < kBins1; b += kThreads) s.hist[b] = 0;
-  if (threadIdx.x == 0) s.num_cand = 0, s.local_gt = 0, s.local_eq = 0;
-  __syncthreads();
-  for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads * kUnroll) {
-    float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + u * kThreads;
-      v[u] = j < s1 ? row[j] : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (i + u * kThreads < s1) atomicAdd(&s.hist[topk_key(v[u]) >> 20], 1u);
+  if (threadIdx.x == 0) {
+    s.num_cand = 0, s.local_gt = 0, s.local_eq = 0, s.local_gt1 = 0;
+    s.emitted[0] = s.emitted[1] = s.emitted[2] = 0;
   }
+  __syncthreads();
+  for_each_logit(row, s0, s1, [&](int64_t, float v) { atomicAdd(&s.hist[topk_key(v) >> 20], 1u); });
   cluster.sync();
   // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
   // has a key below 2^20). With at most k of them, all are taken (T = 0).
@@ -175,22 +215,42 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
     block_exclusive_sum(mine, s.warp_part, &cand_total);
     block_exclusive_sum(local, s.warp_part, &cand_local);
   }
-  if (cand_total <= k && threadIdx.x == 0) s.local_gt = cand_local;  // T = 0: all are "greater"
-  uint32_t T = 0, need = 0;
-  if (cand_total > k) {
-    reduce_and_find(cluster, cs, kBins1, k, s);
-    uint32_t prefix = s.found_bin;  // the digits of T found so far
+  const bool select = cand_total > k;  // else every candidate is taken
+  uint32_t B1 = 0, need = 0;
+  if (select) {
+    reduce_and_find(cluster, cs, kBins1, k, s);  // s.local_gt = my elements above B1
+    B1 = s.found_bin;
     need = s.found_remaining;
+  } else if (threadIdx.x == 0) {
+    s.local_gt = cand_local;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) s.local_gt1 = s.local_gt;
+  cluster.sync();  // every CTA's local_gt1 is final
+  uint32_t gt1_before = 0, gt1_total = 0;
+  for (int q = 0; q < cs; ++q) {
+    const uint32_t g = cluster.map_shared_rank(&s, q)->local_gt1;
+    gt1_before += q < rank ? g : 0u;
+    gt1_total += g;
+  }
 
-    // ---- gather the candidates of that digit ----
-    for (int64_t i = s0 + threadIdx.x; i < s1; i += kThreads) {
-      const uint32_t key = topk_key(row[i]);
-      if ((key >> 20) == prefix) {
-        const uint32_t at = atomicAdd(&s.num_cand, 1u);
-        if (at < kCandCap) s.sel.cand_key[at] = key, s.sel.cand_pos[at] = int32_t(i);
-      }
+  // ---- pass 2: winners above B1 to the leader, candidates of B1 gathered ----
+  for_each_logit(row, s0, s1, [&](int64_t i, float v) {
+    const uint32_t key = topk_key(v);
+    const uint32_t bin = key >> 20;
+    if (bin > B1) {
+      leader_sorted[gt1_before + atomicAdd(&s.emitted[0], 1u)] = sort_pair(key, i);
+    } else if (select && bin == B1) {
+      const uint32_t at = atomicAdd(&s.num_cand, 1u);
+      if (at < kCandCap) s.sel.cand_key[at] = key, s.sel.cand_pos[at] = int32_t(i);
     }
-    __syncthreads();
+  });
+  __syncthreads();
+
+  uint32_t n_sort = cand_total;  // entries the leader sorts
+  const uint32_t chosen = select ? k : cand_total;
+  if (select) {
+    uint32_t prefix = B1;  // the digits of T found so far
     const uint32_t num_cand = s.num_cand;
     const bool in_smem = num_cand <= kCandCap;
     // Every key of the current digit prefix, from shared memory or (overflow) the row.
@@ -219,88 +279,102 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopkParams p, int cs) {
       prefix = (prefix << 10) | s.found_bin;
       need = s.found_remaining;
     }
-    T = prefix;  // the k-th largest key; `need` of the keys == T are taken
-  }
-  const uint32_t chosen = cand_total > k ? k : cand_total;
+    const uint32_t T = prefix;  // the k-th largest key; `need` of the keys == T are taken
 
-  // ---- exchange counts: what the lower-ranked segments take ----
-  cluster.sync();
-  uint32_t gt_before = 0, eq_before = 0;
-  for (int q = 0; q < rank; ++q) {
-    const TopkSmem* o = cluster.map_shared_rank(&s, q);
-    gt_before += o->local_gt;
-    eq_before += o->local_eq;
-  }
-  uint64_t* leader_sorted = cluster.map_shared_rank(s.sorted, 0);
-  cluster.sync();  // remote reads done; the leader's selection arrays are free
-
-  // ---- ordered pass: each chosen (key, position) to its index at the leader ----
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t lt_mask = (1u << lane) - 1u;
-  for (int64_t c0 = s0; c0 < s1; c0 += kThreads * kUnroll) {
-    bool gt[kUnroll], eq[kUnroll];
-    uint32_t gm[kUnroll], em[kUnroll], key[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = c0 + u * kThreads + threadIdx.x;
-      key[u] = j < s1 ? topk_key(row[j]) : 0u;
-      gt[u] = key[u] > T;
-      eq[u] = key[u] == T && T != 0;
-      gm[u] = __ballot_sync(0xffffffffu, gt[u]);
-      em[u] = __ballot_sync(0xffffffffu, eq[u]);
-      if (lane == 0) s.scan_gt[u * kWarps + warp] = __popc(gm[u]), s.scan_eq[u * kWarps + warp] = __popc(em[u]);
+    // ---- exchange counts; choose the placement ----
+    cluster.sync();
+    uint32_t gt_before = 0, eq_before = 0, gt2_before = 0, gt2_total = 0, eq_total = 0;
+    bool overflow = false;
+    for (int q = 0; q < cs; ++q) {
+      const TopkSmem* o = cluster.map_shared_rank(&s, q);
+      const uint32_t gt = o->local_gt, eq = o->local_eq, gt2 = gt - o->local_gt1;
+      if (q < rank) gt_before += gt, eq_before += eq, gt2_before += gt2;
+      gt2_total += gt2, eq_total += eq;
+      overflow |= o->num_cand > kCandCap;
     }
-    __syncthreads();
-    if (warp == 0) {  // exclusive scan of the kUnroll * kWarps = 64 entries, 2 per lane
-      static_assert(kUnroll * kWarps == 64, "one warp scans two entries per lane");
-      const uint32_t a0 = s.scan_gt[2 * lane], a1 = s.scan_gt[2 * lane + 1];
-      const uint32_t e0 = s.scan_eq[2 * lane], e1 = s.scan_eq[2 * lane + 1];
-      uint32_t ia = a0 + a1, ie = e0 + e1;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t na = __shfl_up_sync(0xffffffffu, ia, o), ne = __shfl_up_sync(0xffffffffu, ie, o);
-        if (lane >= o) ia += na, ie += ne;
+    const bool ordered = overflow || k - need + eq_total > sort_cap;
+    n_sort = ordered ? k : k - need + eq_total;
+    cluster.sync();  // remote reads done
+
+    if (!ordered) {
+      // ---- the candidates' winners and every tie join the sort buffer ----
+      for (uint32_t c = threadIdx.x; c < num_cand; c += kThreads) {
+        const uint32_t key = s.sel.cand_key[c];
+        if (key > T)
+          leader_sorted[gt1_total + gt2_before + atomicAdd(&s.emitted[1], 1u)] = sort_pair(key, s.sel.cand_pos[c]);
+        else if (key == T)
+          leader_sorted[gt1_total + gt2_total + eq_before + atomicAdd(&s.emitted[2], 1u)] =
+              sort_pair(key, s.sel.cand_pos[c]);
       }
-      const uint32_t xa = ia - a0 - a1, xe = ie - e0 - e1;
-      s.scan_gt[2 * lane] = xa, s.scan_gt[2 * lane + 1] = xa + a0;
-      s.scan_eq[2 * lane] = xe, s.scan_eq[2 * lane + 1] = xe + e0;
-      if (lane == 31) s.warp_part[0] = ia, s.warp_part[1] = ie;  // the chunk's totals
-    }
-    __syncthreads();
+    } else {
+      // ---- ordered pass: exactly the k chosen, each at its index ----
+      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+      const uint32_t lt_mask = (1u << lane) - 1u;
+      for (int64_t c0 = s0; c0 < s1; c0 += kThreads * kUnroll) {
+        bool gt[kUnroll], eq[kUnroll];
+        uint32_t gm[kUnroll], em[kUnroll], key[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!(gt[u] || eq[u])) continue;
-      const uint32_t g_before = gt_before + s.scan_gt[u * kWarps + warp] + __popc(gm[u] & lt_mask);
-      const uint32_t e_before = eq_before + s.scan_eq[u * kWarps + warp] + __popc(em[u] & lt_mask);
-      if (eq[u] && e_before >= need) continue;
-      const uint32_t pos = uint32_t(c0 + u * kThreads + threadIdx.x);
-      leader_sorted[g_before + min(e_before, need)] = (uint64_t(key[u]) << 32) | uint64_t(~pos);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t j = c0 + u * kThreads + threadIdx.x;
+          key[u] = j < s1 ? topk_key(row[j]) : 0u;
+          gt[u] = key[u] > T;
+          eq[u] = key[u] == T;
+          gm[u] = __ballot_sync(0xffffffffu, gt[u]);
+          em[u] = __ballot_sync(0xffffffffu, eq[u]);
+          if (lane == 0) s.scan_gt[u * kWarps + warp] = __popc(gm[u]), s.scan_eq[u * kWarps + warp] = __popc(em[u]);
+        }
+        __syncthreads();
+        if (warp == 0) {  // exclusive scan of the kUnroll * kWarps = 64 entries, 2 per lane
+          static_assert(kUnroll * kWarps == 64, "one warp scans two entries per lane");
+          const uint32_t a0 = s.scan_gt[2 * lane], a1 = s.scan_gt[2 * lane + 1];
+          const uint32_t e0 = s.scan_eq[2 * lane], e1 = s.scan_eq[2 * lane + 1];
+          uint32_t ia = a0 + a1, ie = e0 + e1;
+#pragma unroll
+          for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t na = __shfl_up_sync(0xffffffffu, ia, o), ne = __shfl_up_sync(0xffffffffu, ie, o);
+            if (lane >= o) ia += na, ie += ne;
+          }
+          const uint32_t xa = ia - a0 - a1, xe = ie - e0 - e1;
+          s.scan_gt[2 * lane] = xa, s.scan_gt[2 * lane + 1] = xa + a0;
+          s.scan_eq[2 * lane] = xe, s.scan_eq[2 * lane + 1] = xe + e0;
+          if (lane == 31) s.warp_part[0] = ia, s.warp_part[1] = ie;  // the chunk's totals
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (!(gt[u] || eq[u])) continue;
+          const uint32_t g_before = gt_before + s.scan_gt[u * kWarps + warp] + __popc(gm[u] & lt_mask);
+          const uint32_t e_before = eq_before + s.scan_eq[u * kWarps + warp] + __popc(em[u] & lt_mask);
+          if (eq[u] && e_before >= need) continue;
+          leader_sorted[g_before + min(e_before, need)] = sort_pair(key[u], c0 + u * kThreads + threadIdx.x);
+        }
+        gt_before += s.warp_part[0];
+        eq_before += s.warp_part[1];
+        __syncthreads();  // scan arrays are rewritten by the next chunk
+      }
     }
-    gt_before += s.warp_part[0];
-    eq_before += s.warp_part[1];
-    __syncthreads();  // scan arrays are rewritten by the next chunk
   }
-  cluster.sync();  // every chosen pair has landed at the leader
+  cluster.sync();  // every pair has landed at the leader
   if (rank != 0) return;
 
-  // ---- leader: sort descending (key, then lower position), write ----
+  // ---- leader: sort descending (key, then lower position), write the first k ----
   uint32_t n2 = 1;
-  while (n2 < chosen) n2 <<= 1;
-  for (uint32_t i = chosen + threadIdx.x; i < n2; i += kThreads) s.sorted[i] = 0;  // sorts last
+  while (n2 < n_sort) n2 <<= 1;
+  for (uint32_t i = n_sort + threadIdx.x; i < n2; i += kThreads) sorted[i] = 0;  // sorts last
   __syncthreads();
   for (uint32_t size = 2; size <= n2; size <<= 1) {
     for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
       for (uint32_t i = threadIdx.x; i < n2 / 2; i += kThreads) {
         const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
         const bool desc = (lo & size) == 0;
-        const uint64_t a = s.sorted[lo], b = s.sorted[hi];
-        if ((a < b) == desc) s.sorted[lo] = b, s.sorted[hi] = a;
+        const uint64_t a = sorted[lo], b = sorted[hi];
+        if ((a < b) == desc) sorted[lo] = b, sorted[hi] = a;
       }
       __syncthreads();
     }
   }
   for (uint32_t i = threadIdx.x; i < k; i += kThreads)
-    out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(s.sorted[i]))) : -1;
+    out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(sorted[i]))) : -1;
 }
 
 }  // namespace
@@ -320,10 +394,11 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
     return value_error(Errc::invalid_value, "top-k: cluster", cs, "must be 1, 2, 4 or 8");
   if (p.num_rows * cs > 0x7fffffffLL)
     return value_error(Errc::invalid_value, "top-k: rows", p.num_rows, "are too many for one launch");
-  const size_t smem = sizeof(TopkSmem);
-  static bool attr_set = false;  // a per-process attribute, set once
+  const size_t smem = topk_smem_bytes(p.k);
+  static bool attr_set = false;  // a per-process attribute, set once for the largest k
   if (!attr_set) {
-    MLA_TRY(cuda_status(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    MLA_TRY(cuda_status(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(topk_smem_bytes(kTopkMaxK))),
                         "cudaFuncSetAttribute(topk_kernel)"));
     attr_set = true;
   }
@@ -339,7 +414,7 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_kernel, p, cs), "cudaLaunchKernelEx(topk_kernel)"));
+  MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_kernel, p, cs, sort_capacity(p.k)), "cudaLaunchKernelEx(topk_kernel)"));
   return launch_status("topk_kernel");
 }
 
