@@ -235,6 +235,74 @@ MLA_C_EXPORT int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor
                                            const mla_tensor* out, const mla_tensor* lse,
                                            void* workspace, size_t workspace_bytes, void* stream);
 
+/* ---- block-sparse selection (mla/block_sparse.hpp) -------------------------- */
+/* Mirror of mla::BlockSparseParams (NSA's selection parameters). */
+typedef struct mla_block_sparse_params {
+  int32_t block_size;          /* tokens mean-pooled into one compressed key */
+  int32_t stride;              /* distance between compressed blocks */
+  int32_t selected_block_size; /* tokens per selection block */
+  int32_t num_selected_blocks; /* blocks chosen, initial and local included */
+  int32_t initial_blocks;      /* always chosen: the start of the prompt */
+  int32_t local_blocks;        /* always chosen: the newest blocks */
+  int32_t sliding_window;      /* newest tokens always attended */
+} mla_block_sparse_params;
+
+/* The C++ defaults (NSA's). A NULL params pointer means these in every function below. */
+MLA_C_EXPORT void mla_block_sparse_default_params(mla_block_sparse_params* params);
+MLA_C_EXPORT int32_t mla_validate_block_sparse_params(const mla_block_sparse_params* params);
+/* Entries an index list needs (validates the parameters first). */
+MLA_C_EXPORT int32_t mla_block_sparse_capacity(const mla_block_sparse_params* params,
+                                               int64_t* capacity);
+/* The presets: how many, the i-th (name and source are static strings), one by name. */
+MLA_C_EXPORT int32_t mla_block_sparse_num_presets(void);
+MLA_C_EXPORT int32_t mla_block_sparse_preset_at(int32_t i, const char** name,
+                                                mla_block_sparse_params* params,
+                                                const char** source);
+MLA_C_EXPORT int32_t mla_block_sparse_preset(const char* name, mla_block_sparse_params* params);
+/* q [B, s_q, h_q, 576], block_table [B, max_pages] i32, cache_seqlens [B] i32 ->
+ * indices [B, s_q, C] i32 (C >= capacity; global slots, -1 padded), num_selected [B, s_q]
+ * i32 (may be NULL). CPU only for now (CUDA: MLA_ERR_UNSUPPORTED). */
+MLA_C_EXPORT int32_t mla_block_sparse_select(const mla_tensor* q, const mla_tensor* kv,
+                                             int32_t kv_format, const mla_tensor* block_table,
+                                             const mla_tensor* cache_seqlens,
+                                             const mla_block_sparse_params* params,
+                                             const mla_tensor* indices,
+                                             const mla_tensor* num_selected, void* stream);
+
+/* ---- the planner (mla/plan.hpp) ---------------------------------------------- */
+/* Text results are written snprintf-style: at most buf_size - 1 characters and a NUL
+ * into buf (which may be NULL when buf_size is 0); *length receives the full length
+ * (without the NUL), so a caller whose buffer was too small (*length >= buf_size)
+ * calls again with a larger one. */
+
+/* Mirror of mla::plan::Workload. The names (model, gpu, phase "decode"/"prefill",
+ * kv "bf16"/"fp8"/"fp4") are NUL-terminated strings; batch 0 = auto. */
+typedef struct mla_plan_workload {
+  const char* model;
+  const char* gpu;
+  const char* phase;
+  const char* kv;
+  int64_t batch;
+  int64_t context;
+  int32_t new_tokens;
+  int32_t tp;
+  int32_t weight_shards;
+  int32_t topk;
+  double mem_util;
+} mla_plan_workload;
+
+/* The C++ defaults (strings point to static storage). */
+MLA_C_EXPORT void mla_plan_default_workload(mla_plan_workload* workload);
+/* The plan as JSON (render_json; as_text != 0: the readable table of render_text).
+ * calibration_json: the text of a calibration file (docs/planner.md), or NULL. */
+MLA_C_EXPORT int32_t mla_plan(const mla_plan_workload* workload, const char* calibration_json,
+                              int32_t as_text, char* buf, size_t buf_size, size_t* length);
+/* Seed 000/004's claims checked against our numbers: JSON array (as_text: a table). */
+MLA_C_EXPORT int32_t mla_plan_seed_check(int32_t as_text, char* buf, size_t buf_size,
+                                         size_t* length);
+/* {"gpus": [...], "models": [...]}: every field of known_gpus() and known_models(). */
+MLA_C_EXPORT int32_t mla_plan_catalog(char* buf, size_t buf_size, size_t* length);
+
 /* ---- non-absorbed prefill (mla/prefill.hpp) --------------------------------- */
 MLA_C_EXPORT int32_t mla_decompress_kv(const mla_tensor* c_kv, const mla_tensor* w_uk,
                                        const mla_tensor* w_uv, const mla_tensor* k_nope,

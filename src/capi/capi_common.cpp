@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace mla::capi {
 namespace {
 thread_local std::string g_last_error;
@@ -61,6 +64,24 @@ Status to_kv_format(int32_t code, const char* name, KvFormat* out) {
 Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out) {
   MLA_TRY(to_view(t, name, &out->data));
   return to_kv_format(format, name, &out->format);
+}
+
+Status expect_pointer(const void* p, const char* name) {
+  if (p == nullptr) return Status(Errc::invalid_value, fmt::format("{} is NULL", name));
+  return Status::Ok();
+}
+
+Status write_text(const std::string& text, char* buf, size_t buf_size, size_t* length) {
+  MLA_TRY(expect_pointer(length, "length"));
+  if (buf == nullptr && buf_size > 0)
+    return Status(Errc::invalid_value, fmt::format("buf is NULL but buf_size = {}", buf_size));
+  *length = text.size();
+  if (buf_size > 0) {
+    const size_t n = std::min(text.size(), buf_size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return Status::Ok();
 }
 
 }  // namespace mla::capi

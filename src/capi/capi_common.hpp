@@ -46,6 +46,15 @@ Status to_view(const mla_tensor* t, const char* name, TensorView* out);
 Status to_kv_format(int32_t code, const char* name, KvFormat* out);
 Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out);
 
+// A required pointer argument of the C functions that take no tensors (out
+// parameters, names): NULL is an invalid_value naming it.
+Status expect_pointer(const void* p, const char* name);
+
+// Copies `text` into a caller's buffer snprintf-style (at most buf_size - 1
+// characters and a NUL; buf may be NULL when buf_size is 0) and stores the
+// full length in *length, so a caller with too small a buffer can retry.
+Status write_text(const std::string& text, char* buf, size_t buf_size, size_t* length);
+
 inline ExecContext to_context(void* stream) {
   return ExecContext{stream};
 }
