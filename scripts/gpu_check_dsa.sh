@@ -19,7 +19,7 @@ if [ "$MODE" != bench ]; then
   timeout 240 "$BUILD/mla_tests_gpu" --gtest_filter='DsaGpu.*' 2>&1 | tee "$OUT/dsa_tests.log" \
     | grep -vE "^\[ (RUN|      OK) " | tail -40
   TEST_RC=${PIPESTATUS[0]}
-  SMALL='DsaGpu.IndexerAppend*:DsaGpu.IndexerQuery*:DsaGpu.IndexerLogitsPrefill*:DsaGpu.TopkCandidate*:DsaGpu.SparseWithAll*'
+  SMALL='DsaGpu.IndexerAppend*:DsaGpu.IndexerQuery*:DsaGpu.TopkCandidate*:DsaGpu.SparseWithAll*:DsaGpu.SparsePrefillApi*:DsaGpu.SparseApiRejects*'
   step "compute-sanitizer memcheck ($SMALL)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/mla_tests_gpu" \
     --gtest_filter="$SMALL" >"$OUT/dsa_memcheck.log" 2>&1
