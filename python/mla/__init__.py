@@ -22,6 +22,11 @@ from .ops import (append_indexer_keys, append_kv, built_with_cuda, decode,
                   validate_kv_cache, version)
 from .dsa import decompress_kv, mha_prefill, sparse_decode, sparse_prefill, topk_indices
 from .rope import RopeConfig, apply_rope, rope_attention_factor, rope_inv_freq
+from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_sparse_preset,
+                           block_sparse_presets, block_sparse_select,
+                           validate_block_sparse_params)
+from .planner import (default_workload, known_gpus, known_models, make_plan, plan_json,
+                      plan_text, seed_check, seed_check_json, seed_check_text)
 
 __version__ = "0.1.0"
 

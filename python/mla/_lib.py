@@ -62,8 +62,37 @@ class MlaRopeConfig(ctypes.Structure):
     ]
 
 
+class MlaBlockSparseParams(ctypes.Structure):
+    """Mirror of ``mla_block_sparse_params`` (mla::BlockSparseParams)."""
+
+    _fields_ = [(name, ctypes.c_int32) for name in (
+        "block_size", "stride", "selected_block_size", "num_selected_blocks", "initial_blocks",
+        "local_blocks", "sliding_window")]
+
+
+class MlaPlanWorkload(ctypes.Structure):
+    """Mirror of ``mla_plan_workload`` (mla::plan::Workload)."""
+
+    _fields_ = [
+        ("model", ctypes.c_char_p),
+        ("gpu", ctypes.c_char_p),
+        ("phase", ctypes.c_char_p),
+        ("kv", ctypes.c_char_p),
+        ("batch", ctypes.c_int64),
+        ("context", ctypes.c_int64),
+        ("new_tokens", ctypes.c_int32),
+        ("tp", ctypes.c_int32),
+        ("weight_shards", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("mem_util", ctypes.c_double),
+    ]
+
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
+_BSP = ctypes.POINTER(MlaBlockSparseParams)
+_W = ctypes.POINTER(MlaPlanWorkload)
+_cp = ctypes.c_char_p
 _i32, _f32, _vp, _sz = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t
 
 # name -> argtypes; every operation returns int32 status. Functions missing from
@@ -94,7 +123,21 @@ SIGNATURES: dict[str, list] = {
     "mla_rope_inv_freq": [_R, _T],
     "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
     "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
+    "mla_block_sparse_default_params": [_BSP],
+    "mla_validate_block_sparse_params": [_BSP],
+    "mla_block_sparse_capacity": [_BSP, ctypes.POINTER(ctypes.c_int64)],
+    "mla_block_sparse_num_presets": [],
+    "mla_block_sparse_preset_at": [_i32, ctypes.POINTER(_cp), _BSP, ctypes.POINTER(_cp)],
+    "mla_block_sparse_preset": [_cp, _BSP],
+    "mla_block_sparse_select": [_T, _T, _i32, _T, _T, _BSP, _T, _T, _vp],
+    "mla_plan_default_workload": [_W],
+    "mla_plan": [_W, _cp, _i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
+    "mla_plan_seed_check": [_i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
+    "mla_plan_catalog": [ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
 }
+# Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
+RESTYPES = {"mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
+            "mla_block_sparse_num_presets": _i32}
 
 
 def _source_root() -> Path:
@@ -153,7 +196,7 @@ class Library:
                 raise errors.UnsupportedError(
                     f"{name}: not in {self.path} (built from an older source tree?)") from None
             f.argtypes = SIGNATURES[name]
-            f.restype = _i32
+            f.restype = RESTYPES.get(name, _i32)
             self._fns[name] = f
         return f
 
@@ -170,6 +213,18 @@ class Library:
         if status != OK:
             msg = self._dll.mla_last_error_message().decode(errors="replace")
             raise errors.error_for(status, msg)
+
+    def call_text(self, name: str, *args) -> str:
+        """Calls a C function that writes text snprintf-style into (buf, buf_size,
+        &length), the last three arguments; grows the buffer when it was too small."""
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = ctypes.c_size_t(0)
+            self.call(name, *args, buf, size, ctypes.byref(n))
+            if n.value < size:
+                return buf.value.decode()
+            size = n.value + 1
 
     def kv_entry_bytes(self, fmt: int) -> int:
         return self._dll.mla_kv_entry_bytes(fmt)
