@@ -69,7 +69,8 @@ uint32_t sort_capacity(int k) {
   while (n2 < uint32_t(k)) n2 <<= 1;
   return 2 * n2;
 }
-size_t topk_smem_bytes(int k) { return sizeof(TopkSmem) + sizeof(uint64_t) * sort_capacity(k); }
+constexpr size_t kSortOffset = (sizeof(TopkSmem) + 15) & ~size_t(15);  // 8-byte pairs: aligned
+size_t topk_smem_bytes(int k) { return kSortOffset + sizeof(uint64_t) * sort_capacity(k); }
 
 // Calls fn(position, value) for every position of [s0, s1): scalars up to the
 // first 16-byte boundary, then float4 vectors, kUnroll per thread in flight.
@@ -182,7 +183,7 @@ __device__ void reduce_and_find(cg::cluster_group& cluster, int cs, int nbins, u
 __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs, uint32_t sort_cap) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TopkSmem& s = *reinterpret_cast<TopkSmem*>(smem_raw);
-  uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw + sizeof(TopkSmem));
+  uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw + kSortOffset);
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   const int64_t r = blockIdx.x / cs;
