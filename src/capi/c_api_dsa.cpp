@@ -67,7 +67,8 @@ int32_t mla_sparse_decode_workspace_size(const mla_tensor* q, const mla_tensor* 
                                          size_t* bytes) {
   return guarded([&] {
     SparseDecodeArgs a;
-    MLA_TRY(sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    MLA_TRY(
+        sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
     return sparse_workspace_size(a, bytes);
   });
 }
@@ -78,7 +79,8 @@ int32_t mla_sparse_decode_ws(const mla_tensor* q, const mla_tensor* kv, int32_t 
                              void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     SparseDecodeArgs a;
-    MLA_TRY(sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    MLA_TRY(
+        sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
     return sparse_decode(a, Workspace{workspace, workspace_bytes}, to_context(stream));
   });
 }

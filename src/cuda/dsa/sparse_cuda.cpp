@@ -67,15 +67,17 @@ Status expect_out_rows(const TensorView& out) {
   return Status::Ok();
 }
 
-int64_t stride_or_zero(const TensorView& t, int d) { return t.shape[d] > 1 ? t.strides[d] : 0; }
+int64_t stride_or_zero(const TensorView& t, int d) {
+  return t.shape[d] > 1 ? t.strides[d] : 0;
+}
 
 Status decode_params(const SparseDecodeArgs& a, k::SparseAttnParams* p) {
   MLA_TRY(expect_kernel_dtypes(a.q, a.out, a.lse));
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
   MLA_TRY(expect_heads(h_q));
   if (B * s_q > kMaxRowsPerLaunch)
-    return error(Errc::unsupported, "q: B * s_q = {} * {} past the CUDA kernel's {} query rows",
-                 B, s_q, kMaxRowsPerLaunch);
+    return error(Errc::unsupported, "q: B * s_q = {} * {} past the CUDA kernel's {} query rows", B,
+                 s_q, kMaxRowsPerLaunch);
   const int64_t topk = a.indices.shape[2];
   if (topk > INT32_MAX) return error(Errc::unsupported, "indices: topk = {} past 2^31-1", topk);
   MLA_TRY(expect_q_rows(a.q));
@@ -98,7 +100,8 @@ Status decode_params(const SparseDecodeArgs& a, k::SparseAttnParams* p) {
   p->indices = static_cast<const int32_t*>(a.indices.data);
   p->idx_sb = stride_or_zero(a.indices, 0), p->idx_ss = stride_or_zero(a.indices, 1);
   p->topk = int(topk);
-  p->topk_length = a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
+  p->topk_length =
+      a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
   p->kv = static_cast<const uint8_t*>(kv.data);
   p->fp8 = a.kv.format == KvFormat::fp8_ds_mla;
   p->page_stride = page_stride, p->token_stride = token_stride;
@@ -109,7 +112,8 @@ Status decode_params(const SparseDecodeArgs& a, k::SparseAttnParams* p) {
   p->out_sb = stride_or_zero(a.out, 0), p->out_ss = stride_or_zero(a.out, 1);
   p->out_sh = a.out.strides[2];
   p->lse = static_cast<float*>(a.lse.data);
-  p->lse_sb = stride_or_zero(a.lse, 0), p->lse_sh = a.lse.strides[1], p->lse_ss = stride_or_zero(a.lse, 2);
+  p->lse_sb = stride_or_zero(a.lse, 0), p->lse_sh = a.lse.strides[1],
+  p->lse_ss = stride_or_zero(a.lse, 2);
   return Status::Ok();
 }
 
@@ -164,13 +168,16 @@ k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, in
   return p;
 }
 
-int64_t prefill_chunks(int64_t s_q) { return (s_q + kMaxRowsPerLaunch - 1) / kMaxRowsPerLaunch; }
+int64_t prefill_chunks(int64_t s_q) {
+  return (s_q + kMaxRowsPerLaunch - 1) / kMaxRowsPerLaunch;
+}
 
 size_t prefill_workspace(const k::SparseAttnParams& p0, int64_t s_q) {
   size_t need = 0;  // only the first and the last chunk differ in size
   if (s_q > 0) {
     need = k::sparse_attn_workspace_size(prefill_chunk(p0, s_q, 0));
-    need = std::max(need, k::sparse_attn_workspace_size(prefill_chunk(p0, s_q, prefill_chunks(s_q) - 1)));
+    need = std::max(need,
+                    k::sparse_attn_workspace_size(prefill_chunk(p0, s_q, prefill_chunks(s_q) - 1)));
   }
   return need;
 }
@@ -189,7 +196,9 @@ Status expect_workspace(const Workspace& ws, size_t need, const char* sizer) {
   return Status::Ok();
 }
 
-cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+cudaStream_t stream_of(const ExecContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
 
 }  // namespace
 
