@@ -20,7 +20,8 @@ from .ops import (append_indexer_keys, append_kv, built_with_cuda, decode,
                   indexer_logits_decode, indexer_logits_prefill, merge_attn_partials, mla_decode,
                   mla_decode_partial, quantize_indexer_query, read_kv, validate_indexer_cache,
                   validate_kv_cache, version)
-from .dsa import decompress_kv, mha_prefill, sparse_decode, sparse_prefill, topk_indices
+from .dsa import (decompress_kv, mha_prefill, sparse_decode, sparse_decode_workspace_size,
+                  sparse_prefill, sparse_prefill_workspace_size, topk_indices)
 from .rope import RopeConfig, apply_rope, rope_attention_factor, rope_inv_freq
 from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_sparse_preset,
                            block_sparse_presets, block_sparse_select,

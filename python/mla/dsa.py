@@ -45,13 +45,7 @@ def _run_with_workspace(c, q, fn, args, workspace):
     c.run(fn + "_ws", *args[:-1], ws_ptr, ws_bytes, args[-1])
 
 
-def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
-                  lse=None, out_dtype=None, workspace=None, stream=None):
-    """Sparse absorbed decode: q [B, s_q, h_q, 576] attends to the cache slots of
-    indices [B, s_q, topk] int32 (-1: none; no causal mask, the list is the mask).
-    Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf.
-    `workspace` (bytes on q's device) is allocated with q's framework when not given."""
-    fmt = _kv_format(kv, kv_format)
+def _sparse_decode_outputs(q, out, lse, out_dtype):
     shape = _shape(q, "q", 4)
     if shape is not None:
         B, s_q, h_q, _ = shape
@@ -60,6 +54,56 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
             out = _arrays.empty(q, (B, s_q, h_q, D_V), od)
         if lse is None:
             lse = _arrays.empty(q, (B, h_q, s_q), "f64" if od == "f64" else "f32")
+    return out, lse
+
+
+def _sparse_prefill_outputs(q, out, lse, out_dtype):
+    shape = _shape(q, "q", 3)
+    if shape is not None:
+        s_q, h_q, _ = shape
+        od = out_dtype or _float_out(q)
+        if out is None:
+            out = _arrays.empty(q, (s_q, h_q, D_V), od)
+        if lse is None:
+            lse = _arrays.empty(q, (s_q, h_q), "f64" if od == "f64" else "f32")
+    return out, lse
+
+
+def sparse_decode_workspace_size(q, kv, indices, softmax_scale, *, topk_length=None,
+                                 kv_format=None, out=None, lse=None, out_dtype=None) -> int:
+    """Scratch bytes sparse_decode needs for these arguments (0 on the CPU): allocate
+    once and pass it as `workspace=` to keep allocations out of a hot loop."""
+    fmt = _kv_format(kv, kv_format)
+    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
+    c = _Call(q)
+    n = ctypes.c_size_t(0)
+    c.run("mla_sparse_decode_workspace_size", c.t(q, "q"), c.cache(kv, "kv", fmt), fmt,
+          c.t(indices, "indices"), c.t(topk_length, "topk_length"),
+          ctypes.c_float(softmax_scale), c.t(out, "out", True), c.t(lse, "lse", True),
+          ctypes.byref(n))
+    return n.value
+
+
+def sparse_prefill_workspace_size(q, kv, indices, softmax_scale, *, out=None, lse=None,
+                                  out_dtype=None) -> int:
+    """Scratch bytes sparse_prefill needs for these arguments (0 on the CPU)."""
+    out, lse = _sparse_prefill_outputs(q, out, lse, out_dtype)
+    c = _Call(q)
+    n = ctypes.c_size_t(0)
+    c.run("mla_sparse_prefill_workspace_size", c.t(q, "q"), c.t(kv, "kv"),
+          c.t(indices, "indices"), ctypes.c_float(softmax_scale), c.t(out, "out", True),
+          c.t(lse, "lse", True), ctypes.byref(n))
+    return n.value
+
+
+def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
+                  lse=None, out_dtype=None, workspace=None, stream=None):
+    """Sparse absorbed decode: q [B, s_q, h_q, 576] attends to the cache slots of
+    indices [B, s_q, topk] int32 (-1: none; no causal mask, the list is the mask).
+    Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf.
+    `workspace` (bytes on q's device) is allocated with q's framework when not given."""
+    fmt = _kv_format(kv, kv_format)
+    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
     c = _Call(q, stream)
     _run_with_workspace(c, q, "mla_sparse_decode",
                         (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(indices, "indices"),
@@ -73,14 +117,7 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dty
     """Sparse prefill over a flat key array: q [s_q, h_q, 576], kv [s_kv, 576],
     indices [s_q, topk] int32 rows of kv (-1: none) -> (out [s_q, h_q, 512], lse [s_q, h_q]).
     `workspace` as for sparse_decode."""
-    shape = _shape(q, "q", 3)
-    if shape is not None:
-        s_q, h_q, _ = shape
-        od = out_dtype or _float_out(q)
-        if out is None:
-            out = _arrays.empty(q, (s_q, h_q, D_V), od)
-        if lse is None:
-            lse = _arrays.empty(q, (s_q, h_q), "f64" if od == "f64" else "f32")
+    out, lse = _sparse_prefill_outputs(q, out, lse, out_dtype)
     c = _Call(q, stream)
     _run_with_workspace(c, q, "mla_sparse_prefill",
                         (c.t(q, "q"), c.t(kv, "kv"), c.t(indices, "indices"),

@@ -96,3 +96,19 @@ def test_decompress_and_mha_prefill(rng):
                                        rtol=1e-10)
     with pytest.raises(mla.MlaError, match="cu_seqlens_q"):
         mla.mha_prefill(q, k_nope, v, np.array([0, 4, 3], np.int32), cu_k, 0.3)
+
+
+def test_sparse_workspace_sizes_and_passing_one(rng):
+    # The CPU reference needs no scratch; a given workspace is accepted all the same.
+    q, cache, bt, sl = make_paged_problem(rng, 1, 1, 16, 16, [20])
+    idx = np.arange(64, dtype=np.int32).reshape(1, 1, 64) % 20
+    assert mla.sparse_decode_workspace_size(q, cache, idx, SCALE) == 0
+    ws = np.zeros(256, np.uint8)
+    a, _ = mla.sparse_decode(q, cache, idx, SCALE, workspace=ws)
+    b, _ = mla.sparse_decode(q, cache, idx, SCALE)
+    assert np.array_equal(a, b)
+    qp = rng.standard_normal((2, 16, 576)).astype(np.float32)
+    kv = rng.standard_normal((10, 576)).astype(np.float32)
+    assert mla.sparse_prefill_workspace_size(qp, kv, np.zeros((2, 64), np.int32), SCALE) == 0
+    with pytest.raises(mla.ShapeError, match="q"):
+        mla.sparse_decode_workspace_size(q[0], cache, idx, SCALE)
