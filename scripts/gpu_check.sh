@@ -3,7 +3,10 @@
 #   build (or use the carried build dir), GPU tests, compute-sanitizer memcheck
 #   and racecheck on a small filter, the decode benchmarks, the PyTorch peer,
 #   and a short table last. Logs and JSON go to $OUT.
-# Usage: BUILD=build-decode bash scripts/gpu_check.sh [quick]
+# Usage: BUILD=build-decode bash scripts/gpu_check.sh [quick|v4]
+#   v4: the short check of the wgmma kernel (SASS has HGMMA, the wgmma layout
+#   probe, the decode GPU tests with MLA_DECODE_KERNEL=wgmma, a short bench of
+#   both kernels); carried files: $BUILD/{libmla.so,mla,mla_tests_gpu,rt}.
 set -u
 BUILD=${BUILD:-build-decode}
 OUT=${OUT:-/tmp/mla_out}
@@ -18,6 +21,40 @@ step() { echo; echo "=== $* (t+$(( $(date +%s) - T0 ))s)"; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,temperature.gpu --format=csv \
   # (printed, not saved: the device returns at most 8 files)
+
+if [ "$MODE" = "v4" ]; then
+  TESTS="$BUILD/mla_tests_gpu"
+  step "SASS of the wgmma kernel"
+  cuobjdump -sass "$BUILD/libmla.so" >"$OUT/sass.txt" 2>&1
+  awk '/Function :/{f=($0 ~ /decode_wgmma_kernel/)} f' "$OUT/sass.txt" >"$OUT/sass_v4.txt"
+  echo "HGMMA $(grep -c HGMMA "$OUT/sass_v4.txt") STL $(grep -c 'STL' "$OUT/sass_v4.txt") LDL $(grep -c 'LDL' "$OUT/sass_v4.txt")"
+  rm -f "$OUT/sass.txt"
+  step "wgmma layout probe"
+  timeout 60 "$TESTS" --gtest_filter='WgmmaGpu.*' 2>&1 | tail -4
+  PROBE_RC=${PIPESTATUS[0]}
+  step "decode GPU tests, wgmma kernel forced"
+  MLA_DECODE_KERNEL=wgmma timeout ${TEST_TIMEOUT:-150} "$TESTS" --gtest_filter='DecodeGpu.*' \
+    >"$OUT/tests_v4.log" 2>&1
+  V4_RC=$?
+  grep -E "FAILED|Failure|error|PASSED|expected|Which is|at b " "$OUT/tests_v4.log" | head -30
+  R=()
+  if [ $V4_RC -eq 0 ] || [ -n "${BENCH_ANYWAY:-}" ]; then
+    for k in wgmma mma; do
+      for s in ${V4_SUITES:-decode-tp decode-128}; do
+        [ $k = mma ] && [ $s = decode-128 ] && continue  # v1 numbers are in the perf log (v3)
+        step "bench $s ($k)"
+        MLA_DECODE_KERNEL=$k timeout 150 "$BUILD/mla" bench decode --suite $s --reps 10 \
+          --json "$OUT/bench_${k}_$s.json" >"$OUT/bench_${k}_$s.log" 2>&1
+        R+=("$k $s rc=$?")
+      done
+    done
+  fi
+  step "summary v4"
+  echo "probe rc=$PROBE_RC tests(wgmma) rc=$V4_RC ${R[*]}"
+  grep -E "tests ran|PASSED|FAILED" "$OUT/tests_v4.log" | tail -4
+  for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "## $f"; cut -c1-100 "$f" | grep -v "^suite"; }; done
+  exit 0
+fi
 
 TESTS="$BUILD/mla_tests_decode_gpu"
 if [ ! -x "$TESTS" ] || [ ! -x "$BUILD/mla" ]; then

@@ -6,10 +6,13 @@
 #include "cuda/decode/decode_cuda.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/validate.hpp"
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/decode_wgmma.hpp"
 
 namespace mla::cuda {
 
@@ -26,6 +29,7 @@ size_t align_up(size_t x) {
 struct Geometry {
   int B = 0, s_q = 0, h_q = 0, rows = 0;
   int row_tiles = 0, row_blocks = 0, num_workers = 0;
+  bool wgmma = false;  // main kernel: wgmma ("v4") or mma.sync ("v1")
   WorkspaceLayout layout;
 };
 
@@ -85,6 +89,22 @@ Status check_args(const DecodeArgs& a, bool need_data) {
   return Status::Ok();
 }
 
+// Which main kernel runs. Both share the schedule, the workspace and the
+// combine, and use the same number of row blocks (ceil(rows / 64) for rows >
+// 32; one block otherwise), so the choice does not change the workspace size.
+// The wgmma kernel (decode_wgmma_kernel.cuh) is chosen where it passed the GPU
+// tests and measured faster (docs/perf-log.md, v4). MLA_DECODE_KERNEL=mma or
+// =wgmma forces one (tests and benchmarks of both on the same build).
+bool use_wgmma_kernel(int rows, bool fp8) {
+  if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
+    if (std::strcmp(env, "mma") == 0) return false;
+    if (std::strcmp(env, "wgmma") == 0) return true;
+  }
+  (void)rows;
+  (void)fp8;
+  return true;
+}
+
 Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   DeviceFacts f;
   MLA_TRY(device_facts(a.q.device.id, &f));
@@ -100,12 +120,15 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   g->row_tiles = row_tiles_for(g->rows);
   g->row_blocks = (g->rows + 16 * g->row_tiles - 1) / (16 * g->row_tiles);
   const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
-  if (main_kernel_smem_bytes(g->row_tiles, fp8) > size_t(f.max_smem_per_block_optin))
+  g->wgmma = use_wgmma_kernel(g->rows, fp8) &&
+             (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
+  const size_t smem =
+      g->wgmma ? wgmma_kernel_smem_bytes() : main_kernel_smem_bytes(g->row_tiles, fp8);
+  if (smem > size_t(f.max_smem_per_block_optin))
     return error(Errc::unsupported,
                  "cuda:{}: the decode kernel needs {} B of shared memory, the "
                  "device allows {}",
-                 a.q.device.id, main_kernel_smem_bytes(g->row_tiles, fp8),
-                 f.max_smem_per_block_optin);
+                 a.q.device.id, smem, f.max_smem_per_block_optin);
   // One CTA per SM (the kernel's shared memory allows no second one); the R
   // row blocks of a worker run side by side.
   g->num_workers = std::max(1, f.sm_count / g->row_blocks);
@@ -210,8 +233,12 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");
-  MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
-               "decode_main_kernel launch");
+  if (g.wgmma)
+    MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream),
+                 "decode_wgmma_kernel launch");
+  else
+    MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
+                 "decode_main_kernel launch");
   MLA_CUDA_TRY(launch_decode_combine(p, stream), "decode_combine_kernel launch");
   return Status::Ok();
 }

@@ -1,0 +1,52 @@
+// Shared-memory barriers of sm_90 for producer/consumer pipelines inside a CTA:
+// mbarrier (arrive counts + phase parity) and named barriers (bar.sync on a
+// subset of the CTA's warps). One instruction per wrapper.
+//
+// mbarrier protocol used by the callers: a barrier is initialised with the
+// number of arrivals that complete a phase; waiters poll the parity of the
+// phase they expect (0, 1, 0, ...). A fresh barrier is in phase 0, and waiting
+// for parity 1 returns at once ("the phase before the first has completed"),
+// which is how a producer's first pass over its empty barriers goes through.
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+
+namespace mla::cuda::ptx {
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+// Makes barrier initialisation visible to other threads and to the async
+// proxy (required before any other thread uses the barrier).
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arrive (release semantics at CTA scope): this thread's earlier shared-memory
+// writes are visible to threads that see the phase complete.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile(
+      "{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar))
+      : "memory");
+}
+// Blocks until the phase of parity `parity` has completed (acquire semantics).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a
+// multiple of 32), so two warpgroups can meet without stopping the producer.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace mla::cuda::ptx

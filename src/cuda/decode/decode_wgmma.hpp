@@ -1,0 +1,18 @@
+// Launcher of the wgmma main decode kernel (decode_wgmma_kernel.cuh, "v4").
+// It runs on the same schedule, params and workspace as the mma.sync kernel
+// (grid (p.num_workers, row_blocks) with row_blocks = ceil(rows / 64)).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda/decode/decode_traits.hpp"
+
+namespace mla::cuda::decode {
+
+inline constexpr int kWgmmaRows = 64;  // query rows per CTA of the wgmma kernel
+size_t wgmma_kernel_smem_bytes();
+cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
+                                     cudaStream_t stream);
+
+}  // namespace mla::cuda::decode

@@ -1,0 +1,425 @@
+// The Hopper-native main decode kernel ("v4"): wgmma + warp specialisation.
+// Same contract as decode_main_kernel (decode_kernel.cuh): a persistent CTA
+// runs its worker's pieces from the GPU scheduler, writes out/lse directly or
+// an fp32 partial for the combine kernel; same params, workspace and combine.
+//
+// Roles (384 threads = 3 warpgroups, one CTA per SM):
+//   WG 0, 1 (math): S = Q K^T, online softmax, O += P V. Each owns half of the
+//     tile's 64 keys for S (m64n32k16, no duplicated Q.K^T work: S is 576/1088
+//     of the FLOPs) and half of the 512 value columns for O (m64n256k16, 128
+//     fp32 accumulators per thread). Both need the whole P (64 x 64), so each
+//     writes its 64 x 32 half to shared memory and they meet at a named
+//     barrier; the row maxima are exchanged the same way, so both warpgroups
+//     hold the same running max and rescale identically.
+//   WG 2 (producer, registers moved to the math WGs by setmaxnreg): streams
+//     K/V tiles into two shared-memory stages, bf16 by cp.async, fp8 by
+//     register loads dequantised (e4m3 x scale, exact in bf16) into the same
+//     bf16 layout, so the math code is one for both caches. full/empty
+//     mbarriers per stage.
+// Why 64 query rows always (also for h_q 16/32, rows masked): wgmma's M is 64;
+// at 16 rows the tensor work per 64-key tile (~1.5 us at the wgmma rate) still
+// fits under the tile's memory time (~2.2 us for 73.7 KB at 1/132 of HBM), and
+// with the loads on their own warpgroup it overlaps instead of adding to it.
+// Shared memory: Q 72 KB + 2 stages x 72 KB + P 8 KB = 224 KB of the 227 KB;
+// no room for a third stage or a raw fp8 staging tile, hence the register
+// dequantisation.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/fp8.cuh"
+#include "cuda/common/mbarrier.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/decode/decode_traits.hpp"
+
+namespace mla::cuda::decode::v4 {
+
+inline constexpr int kM = 64;                // query rows per CTA (wgmma M)
+inline constexpr int kMathThreads = 256;     // 2 math warpgroups
+inline constexpr int kThreads = 384;         // + 1 producer warpgroup
+inline constexpr int kStages = 2;            // K/V tiles in shared memory
+inline constexpr int kBlockBytes = 64 * 128;  // one SW128 block: 64 rows x 64 bf16
+inline constexpr int kBlocks = kDqk / 64;     // 9 blocks across the 576 dims
+inline constexpr int kTileBytes = kBlocks * kBlockBytes;  // 73728: 64 rows x 576 bf16
+static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
+// Register split (65536 per SM): 2 x 128 x math + 128 x producer registers.
+// The math threads hold 128 O accumulators + 16 S + addressing; the fp8
+// producer holds 10 16-byte loads and their conversions. Chosen by ptxas -v:
+// these are the splits without spills (bf16 producer needs few registers).
+template <bool kFp8>
+struct Regs {
+  static constexpr int kMath = kFp8 ? 192 : 232;
+  static constexpr int kProducer = kFp8 ? 112 : 48;
+  static_assert(2 * 128 * kMath + 128 * kProducer <= 65536, "register file");
+};
+
+// Shared-memory map (bytes). Every tile starts 1024-aligned (the swizzle).
+inline constexpr size_t kQOff = 0;
+inline constexpr size_t kKvOff = kQOff + kTileBytes;
+inline constexpr size_t kPOff = kKvOff + size_t(kStages) * kTileBytes;
+inline constexpr size_t kMaxOff = kPOff + kBlockBytes;        // f32 [2 parity][2 wg][64]
+inline constexpr size_t kLOff = kMaxOff + 2 * 2 * kM * 4;     // f32 [2 wg][64]
+inline constexpr size_t kFlagOff = kLOff + 2 * kM * 4;        // i32 [kStages][4 producer warps]
+inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStages], empty[kStages]
+inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 8;
+static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
+
+// Named barriers of the two math warpgroups (0 is __syncthreads).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3;
+
+// Byte offset of 16-byte chunk q (0..71) of row r in a 64-row SW128 tile.
+__device__ __forceinline__ uint32_t tile_off(int r, int q) {
+  return (q >> 3) * kBlockBytes + r * 128 + (((q & 7) ^ (r & 7)) << 4);
+}
+
+// Descriptors of the operands (addresses are shared-window byte addresses).
+//   Q (A of S) / K (B of S): K-major, block kb, k16 step k4 inside it, first row row0.
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kb, int k4) {
+  return wgmma::desc_sw128(tile + kb * kBlockBytes + row0 * 128 + k4 * 32, 16, 1024);
+}
+//   V (B of P.V): MN-major, 256 columns from col0 (a multiple of 64), keys kk*16..+16.
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int col0, int kk) {
+  return wgmma::desc_sw128(tile + (col0 / 64) * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+}
+
+// Entry address of key `key` of request b, or nullptr when the block table
+// names a page outside [0, num_pages) (same guard as the v1 kernel).
+__device__ __forceinline__ const uint8_t* entry_ptr4(const DecodeParams& p, int b, int key) {
+  const int page_idx = key / p.page_size;
+  const int off = key - page_idx * p.page_size;
+  const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
+  if (page < 0 || page >= p.num_pages) return nullptr;
+  return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
+}
+
+struct PieceInfo {
+  int b, len, n_tiles, key_end;
+  bool bad_request;
+};
+__device__ __forceinline__ PieceInfo piece_info(const DecodeParams& p, const Piece& pc) {
+  PieceInfo r;
+  r.b = pc.b;
+  r.bad_request = pc.slot == kSlotBadRequest;
+  r.len = r.bad_request ? 0 : p.seqlens[pc.b * p.seqlens_stride];
+  r.n_tiles = pc.tile_end - pc.tile_begin;
+  r.key_end = min(r.len, pc.tile_end * kTileKeys);
+  return r;
+}
+
+// ---- producer: one tile into one stage; returns whether a page id was bad ----
+// 2 threads per key (128 threads, 64 keys), each half of the entry: a bf16
+// cp.async instruction of a warp reads 16 entries x 32 contiguous bytes
+// (whole sectors).
+template <bool kFp8>
+__device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* stage, int b,
+                                             int tile, int key_end, int ptid) {
+  const int r = ptid >> 1, half = ptid & 1;  // key row r of the tile, half of its entry
+  const int key = tile * kTileKeys + r;
+  bool valid = key < key_end;
+  const uint8_t* src = valid ? entry_ptr4(p, b, key) : nullptr;
+  bool bad = false;
+  if (valid && src == nullptr) {
+    bad = true;
+    valid = false;
+  }
+  if constexpr (!kFp8) {
+    if (!valid) src = p.kv;  // any mapped address: src-size 0 reads nothing, writes zeros
+#pragma unroll
+    for (int i = 0; i < kChunksPerRow / 2; ++i) {
+      const int q = half + 2 * i;
+      ptx::cp_async_16(stage + tile_off(r, q), src + q * 16, valid);
+    }
+  } else {
+    // Half h: codes [256h, 256h+256) = bf16 chunks 32h..32h+31 (scale groups
+    // 2h, 2h+1) and rope chunks 64+4h..+4. All loads of a group are issued
+    // before the first conversion (8+2 16-byte loads in flight per thread).
+#pragma unroll
+    for (int grp = 0; grp < 2; ++grp) {
+      const int sg = 2 * half + grp;  // scale group: codes 128 sg .. +128
+      uint4 codes[8], rope[2];
+      float s = 0.f;
+      if (valid) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          codes[i] = __ldg(reinterpret_cast<const uint4*>(src + sg * 128 + i * 16));
+        s = __ldg(reinterpret_cast<const float*>(src + 512 + sg * 4));
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          rope[i] = __ldg(reinterpret_cast<const uint4*>(src + 528 + (4 * half + 2 * grp + i) * 16));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) codes[i] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) rope[i] = make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 bf16 chunks; c * scale is exact in bf16
+        const uint32_t c32[4] = {codes[i].x, codes[i].y, codes[i].z, codes[i].w};
+        uint32_t w[8];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const float2 lo = e4m3x2_to_float2(uint16_t(c32[h] & 0xffff));
+          const float2 hi = e4m3x2_to_float2(uint16_t(c32[h] >> 16));
+          w[2 * h] = ptx::pack_bf16x2(lo.x * s, lo.y * s);
+          w[2 * h + 1] = ptx::pack_bf16x2(hi.x * s, hi.y * s);
+        }
+        const int q = sg * 16 + 2 * i;
+        *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        *reinterpret_cast<uint4*>(stage + tile_off(r, 64 + 4 * half + 2 * grp + i)) = rope[i];
+    }
+  }
+  return bad;
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeParams p) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sQ = smem + kQOff;
+  uint8_t* sKv = smem + kKvOff;
+  uint8_t* sP = smem + kPOff;
+  float* sMax = reinterpret_cast<float*>(smem + kMaxOff);
+  float* sL = reinterpret_cast<float*>(smem + kLOff);
+  int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x;
+  // The swizzle is applied on absolute shared addresses: tiles must be 1024-aligned.
+  if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], 128);           // every producer thread arrives
+      ptx::mbar_init(&empty[s], kMathThreads);  // every math thread arrives
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int row_block = blockIdx.y;
+  const int piece_begin = p.worker_begin[blockIdx.x];
+  const int piece_end = p.worker_begin[blockIdx.x + 1];
+
+  if (tid >= kMathThreads) {
+    // ================= producer warpgroup =================
+    wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
+    const int ptid = tid - kMathThreads;
+    uint32_t cnt = 0;  // tiles produced so far (stage = cnt % 2, pass = cnt / 2)
+    for (int pi = piece_begin; pi < piece_end; ++pi) {
+      const Piece pc = p.pieces[pi];
+      const PieceInfo in = piece_info(p, pc);
+      for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+        const int st = cnt % kStages;
+        ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
+        uint8_t* stage = sKv + st * kTileBytes;
+        const bool bad =
+            produce_tile<kFp8>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
+        const unsigned any_bad = __any_sync(0xffffffffu, bad);
+        if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = any_bad ? 1 : 0;
+        if constexpr (!kFp8) {
+          ptx::cp_async_commit();
+          ptx::cp_async_wait<0>();
+        }
+        wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+        ptx::mbar_arrive(&full[st]);
+      }
+    }
+    return;
+  }
+
+  // ================= math warpgroups =================
+  wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
+  const int wg = tid / 128;  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O
+  const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int r0 = 16 * wi + g;  // this thread's rows r0 and r0 + 8 of the 64
+  const uint32_t aQ = ptx::smem_addr(sQ), aKv = ptx::smem_addr(sKv), aP = ptx::smem_addr(sP);
+  const float kNegInf = -INFINITY;
+  uint32_t cnt = 0;  // tiles consumed so far (same sequence as the producer's)
+
+  for (int pi = piece_begin; pi < piece_end; ++pi) {
+    const Piece pc = p.pieces[pi];
+    const PieceInfo in = piece_info(p, pc);
+    // Q rows of this row block (rows past `rows` are zero). The previous
+    // piece's wgmmas all completed (waited before its epilogue barrier).
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) {
+      const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
+      const int rr = row_block * kM + r;
+      const bool valid = rr < p.rows;
+      const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + in.b * p.q_stride_b +
+                                 s * p.q_stride_s + h * p.q_stride_h + q * 8;
+      ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    ptx::named_barrier_sync(kBarQ, kMathThreads);
+
+    // Key limit of this thread's two rows (causal among the s_q new tokens).
+    int lim[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = row_block * kM + r0 + 8 * h;
+      if (rr >= p.rows) {
+        lim[h] = INT32_MIN;
+      } else {
+        const int s = rr / p.h_q;
+        lim[h] = min(p.causal ? in.len - (p.s_q - 1 - s) : in.len, in.key_end);
+      }
+    }
+
+    bool bad = in.bad_request;
+    float m_run[2] = {kNegInf, kNegInf}, l_part[2] = {0.f, 0.f};
+    float o[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
+
+    for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+      const int st = cnt % kStages;
+      const uint32_t aTile = aKv + st * kTileBytes;
+      ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+      bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
+
+      // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
+      float sacc[4][4];
+      wgmma::fence();
+#pragma unroll
+      for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+        for (int k4 = 0; k4 < 4; ++k4)
+          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4),
+                              desc_kmajor(aTile, wg * 32, kb, k4), kb + k4 > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_regs(sacc);
+
+      // ---- online softmax (log2 domain), row max shared by both warpgroups ----
+      const int tile = pc.tile_begin + it;
+      float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int key = tile * kTileKeys + wg * 32 + 8 * i + 2 * c + (e & 1);
+          const float s = key < lim[h] ? sacc[i][e] * p.scale_log2 : kNegInf;
+          sacc[i][e] = s;
+          mx[h] = fmaxf(mx[h], s);
+        }
+      float* maxbuf = sMax + (cnt & 1) * 2 * kM;  // parity-double-buffered: no WAR across tiles
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
+      }
+      // Both warpgroups' P.V of the previous tile completed (each waited
+      // above), so after this barrier sP may be overwritten.
+      ptx::named_barrier_sync(kBarMax, kMathThreads);
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
+        const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
+        m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
+        alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
+        m_run[h] = m_new;
+        l_part[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pv[e] = ptx::fast_exp2(sacc[i][e] - m_use[e / 2]);
+          l_part[e / 2] += pv[e];
+        }
+        // P[row][wg*32 + 8i + 2c]: chunk wg*4 + i of the 128-byte row, K-major SW128.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          *reinterpret_cast<uint32_t*>(sP + r * 128 + (((wg * 4 + i) ^ (r & 7)) << 4) + 4 * c) =
+              ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+        }
+      }
+      wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
+      ptx::named_barrier_sync(kBarP, kMathThreads);
+
+      // ---- O[:, wg*256..+256] = O * alpha + P V ----
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+        wgmma::m64n256k16_ss_tb(o, desc_kmajor(aP, 0, 0, kk), desc_v(aTile, wg * 256, kk), true);
+      wgmma::commit();
+      // Wait here rather than at the next tile: the stage is handed back to
+      // the producer as early as possible, which matters more on the
+      // memory-bound shapes (two stages only) than overlapping P.V with the
+      // next S in the tensor pipe.
+      wgmma::wait<0>();
+      wgmma::fence_regs(o);
+      ptx::mbar_arrive(&empty[st]);
+    }
+
+    // ---- epilogue: l over the quad and both warpgroups; O / l, lse ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
+      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
+      if (c == 0) sL[wg * kM + r0 + 8 * h] = l_part[h];
+    }
+    ptx::named_barrier_sync(kBarQ, kMathThreads);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lr = r0 + 8 * h;
+      const int rr = row_block * kM + lr;
+      if (rr >= p.rows) continue;
+      const float l = sL[lr] + sL[kM + lr];
+      float inv = l > 0.f ? 1.f / l : 0.f;
+      float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
+      if (bad) inv = lse = NAN;
+      const int s = rr / p.h_q, hh = rr % p.h_q;
+      const int col0 = wg * 256 + 2 * c;
+      if (pc.slot >= 0) {
+        float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + col0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(dst + 8 * i) =
+              make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+        if (wg == 0 && c == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
+      } else {
+        const int64_t off = in.b * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float x0 = o[i][2 * h] * inv, x1 = o[i][2 * h + 1] * inv;
+          if (p.out_f32)
+            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + 8 * i) =
+                make_float2(x0, x1);
+          else
+            *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off + 8 * i) =
+                ptx::pack_bf16x2(x0, x1);
+        }
+        if (wg == 0 && c == 0)
+          p.lse[in.b * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
+      }
+    }
+  }
+}
+
+}  // namespace mla::cuda::decode::v4

@@ -1,0 +1,12 @@
+// One warpgroup's wgmma products on known matrices (wgmma_probe.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mla::testing {
+
+// a, b: device [64][576] bf16 bits; s_out device [64][32], o_out device [64][256] f32.
+cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out);
+
+}  // namespace mla::testing
