@@ -9,8 +9,35 @@ import os
 import sys
 from pathlib import Path
 
-from . import peers, report, suites
+from . import peers, peers_dsa, peers_prefill, report, suites
 from .timing import Timer, gpu_info, measure_ceilings
+
+# case.kind -> (inputs class, {kernel: builder}).
+KINDS = {
+    "decode": (peers.DecodeInputs, peers.BUILDERS),
+    "sparse-decode": (peers_dsa.SparseDecodeInputs, peers_dsa.SPARSE_DECODE),
+    "topk": (peers_dsa.TopkInputs, peers_dsa.TOPK),
+    "indexer-decode": (peers_dsa.IndexerDecodeInputs, peers_dsa.INDEXER_DECODE),
+    "prefill": (peers_prefill.PrefillInputs, peers_prefill.PREFILL),
+}
+DESCRIPTIONS = {**{("decode", k): v for k, v in peers.DESCRIPTIONS.items()},
+                **peers_dsa.DESCRIPTIONS, **peers_prefill.DESCRIPTIONS}
+
+
+def builder(kind: str, kernel: str):
+    """The builder of `kernel` for a case kind; NotApplicable when it has none."""
+    b = KINDS[kind][1].get(kernel)
+    if b is None:
+        raise peers.NotApplicable(f"no {report.KERNEL_NAMES.get(kernel, kernel)} kernel "
+                                  f"for {kind} here")
+    return b
+
+
+def comparable(torch, t):
+    """An output as f32 for the cross-check, -inf (a masked or keyless entry,
+    matching in both) as 0 so that equal masks do not read as NaN differences."""
+    t = t.float()
+    return t.masked_fill(t == float("-inf"), 0.0)
 
 
 def _progress(items, desc):
@@ -36,10 +63,12 @@ def choose_peers(spec: str, quick: bool) -> list[str]:
 
 
 def record(case, kernel, timing, ceilings, **extra) -> dict:
-    r = {"suite": case.suite, "label": case.label, "group": case.group,
+    r = {**case.fields(), "kind": case.kind, "suite": case.suite, "label": case.label,
+         "group": case.group, "x": case.x, "x_label": suites.X_LABELS[case.kind],
          "context": case.context, "kernel": kernel, "flops": case.flops(),
-         "bytes": case.bytes(), "batch": case.batch, "h_q": case.h_q, "s_q": case.s_q,
-         "fmt": case.fmt, "page": case.page, "lengths": list(case.lengths)}
+         "bytes": case.bytes()}
+    if (case.kind, kernel) in DESCRIPTIONS:
+        r["impl"] = DESCRIPTIONS[(case.kind, kernel)]
     if timing:
         t = timing["us"] * 1e-6
         floor = max(r["flops"] / (ceilings["bf16_matmul_TFLOPs"] * 1e12),
@@ -72,7 +101,7 @@ def run_compare(args) -> int:
     print(f"[compare] ceilings: {ceilings['copy_GBps']:.0f} GB/s copy, "
           f"{ceilings['bf16_matmul_TFLOPs']:.0f} TFLOP/s bf16", file=sys.stderr)
 
-    cases = suites.decode_cases(quick)
+    cases = suites.all_cases(quick)
     if args.suite:
         unknown = set(args.suite) - set(cases)
         if unknown:
@@ -81,6 +110,7 @@ def run_compare(args) -> int:
         cases = {k: v for k, v in cases.items() if k in args.suite}
     todo = [(c, k) for cs in cases.values() for c in cs for k in kernels]
     results = []
+    run = output = o = None
     inputs_for = {}
     ref_out = {}
     for case, kernel in _progress(todo, "compare"):
@@ -88,13 +118,18 @@ def run_compare(args) -> int:
             inputs_for.clear()  # one case's inputs at a time (memory)
             ref_out.clear()
             torch.cuda.empty_cache()
-            inputs_for[case] = peers.DecodeInputs(torch, case)
+            try:
+                inputs_for[case] = KINDS[case.kind][0](torch, case)
+            except Exception as e:  # e.g. out of memory: every kernel of the case fails
+                inputs_for[case] = e
         x = inputs_for[case]
         try:
-            run, output = peers.BUILDERS[kernel](torch, x)
+            if isinstance(x, Exception):
+                raise x
+            run, output = builder(case.kind, kernel)(torch, x)
             run()
             torch.cuda.synchronize()
-            o = output().float()
+            o = comparable(torch, output())
             diff = None
             if kernel == "mla":
                 ref_out[case] = o
@@ -107,6 +142,7 @@ def run_compare(args) -> int:
         except Exception as e:  # a peer failing must not end the comparison
             results.append(record(case, kernel, None, ceilings,
                                   error=f"{type(e).__name__}: {str(e)[:300]}"))
+        run = output = o = None  # drop this kernel's buffers before the next one
     inputs_for.clear()
 
     (out_dir / "compare.json").write_text(json.dumps({"meta": meta, "results": results},

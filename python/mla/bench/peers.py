@@ -14,37 +14,43 @@ class NotApplicable(Exception):
     pass
 
 
-class DecodeInputs:
-    """Random inputs of one DecodeCase on the GPU: a paged cache with shuffled pages."""
+def random_latent_cache(torch, g, num_pages: int, page: int, fmt: str, device="cuda"):
+    """A paged latent cache of random entries: bf16 [P, page, 1, 576], or valid
+    fp8_ds_mla entries [P, page, 1, 656] (e4m3 codes, power-of-two scales, bf16 rope)."""
+    if fmt == "bf16":
+        return torch.randn(num_pages, page, 1, 576, generator=g, device=device,
+                           dtype=torch.bfloat16)
+    n = num_pages * page
+    codes = (torch.randn(n, 512, generator=g, device=device) * 64).to(
+        torch.float8_e4m3fn).view(torch.uint8)
+    scales = torch.exp2(torch.randint(-8, -4, (n, 4), generator=g, device=device).float())
+    rope = torch.randn(n, 64, generator=g, device=device).to(torch.bfloat16)
+    return torch.cat([codes, scales.view(torch.uint8), rope.view(torch.uint8)],
+                     dim=1).view(num_pages, page, 1, 656)
 
-    def __init__(self, torch, case, seed: int = 0):
-        g = torch.Generator(device="cuda").manual_seed(seed)
+
+class DecodeInputs:
+    """Random inputs of one DecodeCase: a paged cache with shuffled pages."""
+
+    def __init__(self, torch, case, seed: int = 0, device="cuda"):
+        g = torch.Generator(device=device).manual_seed(seed)
         self.case = case
+        self.device = device
         page = case.page
         pages = [max(1, math.ceil(L / page)) for L in case.lengths]
         num_pages = sum(pages)
         max_pages = max(pages)
-        if case.fmt == "bf16":
-            self.cache = torch.randn(num_pages, page, 1, 576, generator=g, device="cuda",
-                                     dtype=torch.bfloat16)
-        else:  # valid fp8_ds_mla entries: e4m3 codes, power-of-two scales, bf16 rope
-            n = num_pages * page
-            codes = (torch.randn(n, 512, generator=g, device="cuda") * 64).to(
-                torch.float8_e4m3fn).view(torch.uint8)
-            scales = torch.exp2(torch.randint(-8, -4, (n, 4), generator=g, device="cuda").float())
-            rope = torch.randn(n, 64, generator=g, device="cuda").to(torch.bfloat16)
-            self.cache = torch.cat([codes, scales.view(torch.uint8), rope.view(torch.uint8)],
-                                   dim=1).view(num_pages, page, 1, 656)
-        perm = torch.randperm(num_pages, generator=g, device="cuda").to(torch.int32)
-        bt = torch.zeros(case.batch, max_pages, dtype=torch.int32, device="cuda")
+        self.cache = random_latent_cache(torch, g, num_pages, page, case.fmt, device)
+        perm = torch.randperm(num_pages, generator=g, device=device).to(torch.int32)
+        bt = torch.zeros(case.batch, max_pages, dtype=torch.int32, device=device)
         off = 0
         for b, p in enumerate(pages):
             bt[b, :p] = perm[off:off + p]
             off += p
         self.block_table = bt
         self.pages = pages
-        self.seqlens = torch.tensor(case.lengths, dtype=torch.int32, device="cuda")
-        self.q = torch.randn(case.batch, case.s_q, case.h_q, 576, generator=g, device="cuda",
+        self.seqlens = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+        self.q = torch.randn(case.batch, case.s_q, case.h_q, 576, generator=g, device=device,
                              dtype=torch.bfloat16)
 
 
@@ -52,11 +58,11 @@ def build_mla(torch, x: DecodeInputs):
     import mla
 
     c = x.case
-    out = torch.empty(c.batch, c.s_q, c.h_q, 512, dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty(c.batch, c.h_q, c.s_q, dtype=torch.float32, device="cuda")
+    out = torch.empty(c.batch, c.s_q, c.h_q, 512, dtype=torch.bfloat16, device=x.device)
+    lse = torch.empty(c.batch, c.h_q, c.s_q, dtype=torch.float32, device=x.device)
     n = mla.decode_workspace_size(x.q, x.cache, x.block_table, x.seqlens, SCALE, True,
                                   out=out, lse=lse)
-    ws = torch.empty(max(n, 1), dtype=torch.uint8, device="cuda")
+    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=x.device)
 
     def run():
         mla.mla_decode(x.q, x.cache, x.block_table, x.seqlens, SCALE, True, out=out, lse=lse,
@@ -73,11 +79,11 @@ def build_torch(torch, x: DecodeInputs):
         raise NotApplicable("plain PyTorch reads bf16 keys only")
     Lmax = max(c.lengths)
     flat = x.cache.view(-1, 576)
-    pos = torch.arange(Lmax, device="cuda")
+    pos = torch.arange(Lmax, device=x.device)
     slot = x.block_table.long()[:, (pos // c.page).clamp(max=x.block_table.shape[1] - 1)] * \
         c.page + pos % c.page
     kv = flat[slot]  # [B, Lmax, 576]
-    lim = x.seqlens.long()[:, None] - (c.s_q - 1 - torch.arange(c.s_q, device="cuda"))[None]
+    lim = x.seqlens.long()[:, None] - (c.s_q - 1 - torch.arange(c.s_q, device=x.device))[None]
     bias = torch.where(pos[None, None] < lim[..., None], 0.0, float("-inf"))  # [B, s_q, L]
     bias = bias[:, :, None, :].float()
     q = x.q.view(c.batch, c.s_q * c.h_q, 576)
@@ -137,4 +143,6 @@ def build_flashmla(torch, x: DecodeInputs):
 
 BUILDERS = {"mla": build_mla, "torch": build_torch, "flashinfer": build_flashinfer,
             "flashmla": build_flashmla}
+# What each peer runs, for the table's note column.
+DESCRIPTIONS = {"torch": "bmm + fp32 softmax + bmm over gathered bf16 keys"}
 MODULES = {"mla": "mla", "torch": "torch", "flashinfer": "flashinfer", "flashmla": "flash_mla"}

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 KERNEL_NAMES = {"mla": "mla (ours)", "torch": "PyTorch", "flashinfer": "FlashInfer",
                 "flashmla": "FlashMLA"}
+MARKERS = {"mla": "o", "torch": "s", "flashinfer": "^", "flashmla": "D"}
 
 
 def markdown_table(results: list[dict], meta: dict) -> str:
@@ -26,10 +27,14 @@ def markdown_table(results: list[dict], meta: dict) -> str:
         if r.get("us"):
             base = ours.get((r["suite"], r["label"]))
             ratio = f"{base['us'] / r['us']:.2f}x" if base and r["kernel"] != "mla" else ""
-            note = f"max diff vs mla {r['max_diff']:.3g}" if r.get("max_diff") is not None else ""
+            notes = [r["impl"]] if r.get("impl") else []
+            if r.get("max_diff") is not None:
+                notes.append(f"max diff vs mla {r['max_diff']:.3g}")
+            note = "; ".join(notes)
+            tflops = f"{r['tflops']:.0f}" if r["flops"] else "—"  # top-k: no FLOPs
             lines.append(
                 f"| {r['suite']} | {r['label']} | {KERNEL_NAMES.get(r['kernel'], r['kernel'])} "
-                f"| {r['us']:.1f} | {r['tflops']:.0f} | {r['gbps']:.0f} "
+                f"| {r['us']:.1f} | {tflops} | {r['gbps']:.0f} "
                 f"| {100 * r['roofline_fraction']:.0f}% | {ratio} | {note} |")
         else:
             lines.append(f"| {r['suite']} | {r['label']} | "
@@ -50,31 +55,48 @@ def _plt():
 
 
 def plot_throughput(results: list[dict], suite: str, path: str) -> None:
-    """Throughput vs context length, one line per (kernel, shape group): TFLOP/s on
-    the left, GB/s on the right."""
+    """Throughput vs the suite's x (context length for most), one line per (kernel,
+    shape group): TFLOP/s on the left, GB/s on the right; a suite without FLOPs
+    (top-k) gets the GB/s panel only."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    rows = [r for r in results if r["suite"] == suite and r.get("us")]
+    panels = [(k, t) for k, t in (("tflops", "TFLOP/s"), ("gbps", "GB/s (bytes that must move)"))
+              if any(r[k] > 0 for r in rows) or k == "gbps"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    axes = axes[0]
     lines = defaultdict(list)
-    for r in results:
-        if r["suite"] == suite and r.get("us"):
-            lines[(r["kernel"], r["group"])].append(r)
-    markers = {"mla": "o", "torch": "s", "flashinfer": "^", "flashmla": "D"}
+    for r in rows:
+        lines[(r["kernel"], r["group"])].append(r)
     for (kernel, group), rs in sorted(lines.items()):
-        rs.sort(key=lambda r: r["context"])
-        x = [r["context"] for r in rs]
+        rs.sort(key=lambda r: r.get("x", r["context"]))
+        x = [r.get("x", r["context"]) for r in rs]
         lab = f"{KERNEL_NAMES.get(kernel, kernel)}: {group}"
-        for ax, key in zip(axes, ("tflops", "gbps")):
-            ax.plot(x, [r[key] for r in rs], marker=markers.get(kernel, "x"), label=lab,
+        for ax, (key, _) in zip(axes, panels):
+            ax.plot(x, [r[key] for r in rs], marker=MARKERS.get(kernel, "x"), label=lab,
                     linewidth=2.2 if kernel == "mla" else 1.2)
-    for ax, title in zip(axes, ("TFLOP/s", "GB/s (bytes that must move)")):
+    xlabel = rows[0].get("x_label", "context length (keys per request, mean)") if rows else ""
+    for ax, (_, title) in zip(axes, panels):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("context length (keys per request, mean)")
+        ax.set_xlabel(xlabel)
         ax.set_title(f"{suite}: {title}")
         ax.grid(True, alpha=0.3)
-    axes[1].legend(fontsize=7, loc="best")
+    if lines:
+        axes[-1].legend(fontsize=7, loc="best")
+    else:
+        axes[-1].text(0.5, 0.5, "no kernel ran", ha="center", transform=axes[-1].transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def roofline_points(results: list[dict]) -> dict:
+    """{kernel: [(FLOP per byte, TFLOP/s), ...]} of every timed record with FLOPs
+    (top-k has none: it has no point on a FLOP roofline)."""
+    out = defaultdict(list)
+    for r in results:
+        if r.get("us") and r["flops"] > 0:
+            out[r["kernel"]].append((r["flops"] / r["bytes"], r["tflops"]))
+    return dict(sorted(out.items()))
 
 
 def plot_roofline(results: list[dict], ceilings: dict, path: str) -> None:
@@ -85,18 +107,14 @@ def plot_roofline(results: list[dict], ceilings: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ai = [10 ** (i / 20) for i in range(0, 81)]  # 1 .. 10^4 FLOP/B
     ax.plot(ai, [min(peak, bw * a) / 1e12 for a in ai], "k-", label="roofline (measured)")
-    markers = {"mla": "o", "torch": "s", "flashinfer": "^", "flashmla": "D"}
-    for kernel in sorted({r["kernel"] for r in results}):
-        rs = [r for r in results if r["kernel"] == kernel and r.get("us")]
-        if rs:
-            ax.scatter([r["flops"] / r["bytes"] for r in rs], [r["tflops"] for r in rs],
-                       marker=markers.get(kernel, "x"), label=KERNEL_NAMES.get(kernel, kernel),
-                       alpha=0.8)
+    for kernel, pts in roofline_points(results).items():
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS.get(kernel, "x"),
+                   label=KERNEL_NAMES.get(kernel, kernel), alpha=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte that must move)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("MLA decode on the roofline")
+    ax.set_title("mla's kernels and their peers on the measured roofline")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
