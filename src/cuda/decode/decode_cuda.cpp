@@ -102,7 +102,8 @@ bool use_wgmma_kernel(int rows, bool fp8) {
   }
   (void)rows;
   (void)fp8;
-  return true;
+  return false;  // not yet measured on the GPU
+
 }
 
 Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
