@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/random.hpp"
 #include "mla/block_sparse.hpp"
 #include "mla/decode.hpp"
@@ -20,13 +21,9 @@
 namespace mla {
 namespace {
 
-using testing::Rng;
+using testing::expect_error;
 
-void expect_error(const Status& s, Errc code, const std::string& needle) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks '" << needle << "'";
-}
+using testing::Rng;
 
 // A one-request bf16 cache of `len` tokens: tiny noise everywhere, dim 0 is 0
 // except on the tokens [hot_lo, hot_hi) where it is 1.

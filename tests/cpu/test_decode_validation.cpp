@@ -8,25 +8,19 @@
 #include <string>
 
 #include "common/decode_problem.hpp"
+#include "common/expect_status.hpp"
 #include "common/random.hpp"
 #include "mla/decode.hpp"
 
 namespace mla {
 namespace {
 
+using testing::expect_error;
+
 using testing::DecodeProblem;
 using testing::DecodeShape;
 using testing::HostTensor;
 using testing::Rng;
-
-// Status matcher: code plus every fragment in the message.
-void expect_error(const Status& st, Errc code, std::initializer_list<const char*> fragments) {
-  ASSERT_FALSE(st.ok()) << "expected " << errc_name(code);
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  for (const char* f : fragments)
-    EXPECT_NE(st.message().find(f), std::string::npos)
-        << "message \"" << st.message() << "\" lacks \"" << f << "\"";
-}
 
 // A valid problem and its outputs; each test breaks one thing.
 struct Fixture {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/param_name.hpp"
 #include "common/random.hpp"
 #include "mla/indexer.hpp"
@@ -18,15 +19,11 @@
 namespace mla {
 namespace {
 
+using testing::expect_error;
+
 using L = IndexerCacheLayout;
 using testing::Rng;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-void expect_error(const Status& s, Errc code, const std::string& needle) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks '" << needle << "'";
-}
 
 // A pool of indexer pages, 0xff (NaN) everywhere nothing was written, with an
 // optional padding between pages.

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/param_name.hpp"
 #include "common/random.hpp"
 #include "mla/kv_cache.hpp"
@@ -17,6 +18,8 @@
 
 namespace mla {
 namespace {
+
+using testing::expect_error;
 
 // An empty pool of pages (every byte 0xff, which is NaN in bf16, e4m3 and as
 // an fp8 scale), from the shared test cache; page_pad in elements.
@@ -270,12 +273,6 @@ struct AppendFixture {
             TensorView::make(slots.data(), DType::i64, {3}), cache.view};
   }
 };
-
-void expect_error(const Status& s, Errc code, const std::string& needle) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks '" << needle << "'";
-}
 
 TEST(KvCacheValidation, SlotPastCapacityIsNamed) {
   AppendFixture f;

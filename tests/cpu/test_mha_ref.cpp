@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "common/decode_problem.hpp"
+#include "common/expect_status.hpp"
 #include "common/random.hpp"
 #include "mla/decode.hpp"
 #include "mla/prefill.hpp"
 
 namespace mla {
 namespace {
+
+using testing::expect_error;
 
 using testing::HostTensor;
 using testing::Rng;
@@ -278,13 +281,6 @@ TEST(MhaRef, AbsorbedDecodeEqualsNonAbsorbedMha) {
   EXPECT_EQ(checked_empty, H) << "request 1's first query must see no key in both forms";
   RecordProperty("largest_error_over_bound", std::to_string(worst));
   std::printf("absorbed vs non-absorbed: largest |error| is %.3g of the bound\n", worst);
-}
-
-void expect_error(const Status& st, Errc code, std::initializer_list<const char*> fragments) {
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  for (const char* f : fragments)
-    EXPECT_NE(st.message().find(f), std::string::npos) << st.message() << " lacks " << f;
 }
 
 TEST(MhaRef, Validation) {

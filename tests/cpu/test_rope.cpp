@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/random.hpp"
 #include "mla/dims.hpp"
 #include "mla/rope.hpp"
 
 namespace mla {
 namespace {
+
+using testing::expect_error;
 
 using testing::HostTensor;
 using testing::Rng;
@@ -141,13 +144,6 @@ TEST(Rope, InPlaceEqualsOutOfPlaceAndPositionZeroIsIdentity) {
   ASSERT_TRUE(apply_rope({c.x.view(), c.pos.view(), c.x.view(), deepseek_v3_rope()}).ok());
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(c.x.get(i), out.get(i)) << i;
   for (int64_t i = 0; i < c.H * 64; ++i) EXPECT_EQ(out.get(i), x0.get(i)) << "position 0";
-}
-
-void expect_error(const Status& st, Errc code, std::initializer_list<const char*> fragments) {
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.code(), code) << st.to_string();
-  for (const char* f : fragments)
-    EXPECT_NE(st.message().find(f), std::string::npos) << st.message() << " lacks " << f;
 }
 
 TEST(Rope, Validation) {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/param_name.hpp"
 #include "common/random.hpp"
 #include "mla/decode.hpp"
@@ -18,14 +19,10 @@
 namespace mla {
 namespace {
 
+using testing::expect_error;
+
 using testing::Rng;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-void expect_error(const Status& s, Errc code, const std::string& needle) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks '" << needle << "'";
-}
 
 // Naive attention of one query over explicit key rows (576 values each).
 void naive_attend(const double* q, const std::vector<std::vector<double>>& keys, double scale,

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/expect_status.hpp"
 #include "common/param_name.hpp"
 #include "common/random.hpp"
 #include "mla/topk.hpp"
@@ -16,13 +17,9 @@
 namespace mla {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+using testing::expect_error;
 
-void expect_error(const Status& s, Errc code, const std::string& needle) {
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks '" << needle << "'";
-}
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
 TEST(Topk, HandExampleOfTheOrderRules) {
   // Positions:            0    1    2     3     4    5    6 (past the length)
