@@ -92,5 +92,7 @@ def test_plots_are_written(tmp_path):
         report.plot_throughput(res, suite, str(p))
         assert p.stat().st_size > 1000, suite
     report.plot_throughput([], "topk", str(tmp_path / "empty.png"))  # nothing ran
+    report.plot_throughput_all(res, list(suites.all_cases(quick=True)), str(tmp_path / "a.png"))
+    assert (tmp_path / "a.png").stat().st_size > 10000
     report.plot_roofline(res, CEIL, str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").stat().st_size > 1000

@@ -187,3 +187,31 @@ def test_sparse_decode_and_topk_match_cpu(rng, fmt):
     torch.cuda.synchronize()
     close(g_out, c_out, "sparse out")
     close(g_lse, c_lse, "sparse lse")
+
+
+def test_sparse_prefill_and_explicit_workspace_match_cpu(rng):
+    import torch
+
+    s_q, h, s_kv, topk = 64, 32, 3000, 512
+    q = rng.standard_normal((s_q, h, 576)).astype(BF16)
+    kv = rng.standard_normal((s_kv, 576)).astype(BF16)
+    idx = np.stack([rng.permutation(s_kv)[:topk] for _ in range(s_q)]).astype(np.int32)
+    idx[3, 10:] = -1
+    c_out, c_lse = mla.sparse_prefill(q, kv, idx, SCALE, out_dtype="f32")
+    gq, gkv, gidx = cuda(q), cuda(kv), cuda(idx)
+    n = mla.sparse_prefill_workspace_size(gq, gkv, gidx, SCALE)
+    ws = torch.empty(max(n, 1), dtype=torch.uint8, device="cuda")
+    g_out, g_lse = mla.sparse_prefill(gq, gkv, gidx, SCALE, workspace=ws)
+    torch.cuda.synchronize()
+    close(g_out, c_out, "sparse prefill out")
+    close(g_lse, c_lse, "sparse prefill lse")
+    if n > 0:  # too little scratch is refused, naming the bytes
+        with pytest.raises(mla.WorkspaceError, match=str(n)):
+            mla.sparse_prefill(gq, gkv, gidx, SCALE, workspace=ws[:n - 1])
+
+
+def test_block_sparse_select_says_cuda_is_not_there_yet(rng):
+    # CPU only for now (src/api/block_sparse.cpp): CUDA tensors get a clear error.
+    q, cache, bt, sl = make_paged_problem(rng, 1, 1, 16, 64, [100], q_dtype=BF16)
+    with pytest.raises(mla.UnsupportedError, match="block_sparse_select: CUDA"):
+        mla.block_sparse_select(cuda(q), cuda(cache), cuda(bt), cuda(sl))

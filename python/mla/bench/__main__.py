@@ -19,6 +19,9 @@ def main(argv=None) -> int:
                         "one (FlashInfer only without --quick: its kernels compile on first use)")
     c.add_argument("--out", default=None, help="output folder (default bench/results/<date>)")
     c.add_argument("--runs", type=int, default=None, help="timed runs per kernel (median)")
+    c.add_argument("--plots", choices=("per-suite", "combined", "both"), default="both",
+                   help="throughput-<suite>.png per suite, one throughput.png with every "
+                        "suite, or both (default)")
     args = ap.parse_args(argv)
     from .compare import run_compare
 

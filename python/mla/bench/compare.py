@@ -12,6 +12,8 @@ from pathlib import Path
 from . import peers, peers_dsa, peers_prefill, report, suites
 from .timing import Timer, gpu_info, measure_ceilings
 
+# Where the inputs are made: the GPU (the CPU only in the pipeline's own test).
+INPUT_DEVICE = "cuda"
 # case.kind -> (inputs class, {kernel: builder}).
 KINDS = {
     "decode": (peers.DecodeInputs, peers.BUILDERS),
@@ -119,7 +121,7 @@ def run_compare(args) -> int:
             ref_out.clear()
             torch.cuda.empty_cache()
             try:
-                inputs_for[case] = KINDS[case.kind][0](torch, case)
+                inputs_for[case] = KINDS[case.kind][0](torch, case, device=INPUT_DEVICE)
             except Exception as e:  # e.g. out of memory: every kernel of the case fails
                 inputs_for[case] = e
         x = inputs_for[case]
@@ -151,9 +153,14 @@ def run_compare(args) -> int:
     (out_dir / "compare.md").write_text(table)
     pngs = []
     try:
-        for suite in cases:
-            p = out_dir / f"throughput-{suite}.png"
-            report.plot_throughput(results, suite, str(p))
+        if args.plots in ("per-suite", "both"):
+            for suite in cases:
+                p = out_dir / f"throughput-{suite}.png"
+                report.plot_throughput(results, suite, str(p))
+                pngs.append(p)
+        if args.plots in ("combined", "both"):
+            p = out_dir / "throughput.png"
+            report.plot_throughput_all(results, list(cases), str(p))
             pngs.append(p)
         p = out_dir / "roofline.png"
         report.plot_roofline(results, ceilings, str(p))

@@ -54,16 +54,14 @@ def _plt():
     return plt
 
 
-def plot_throughput(results: list[dict], suite: str, path: str) -> None:
-    """Throughput vs the suite's x (context length for most), one line per (kernel,
-    shape group): TFLOP/s on the left, GB/s on the right; a suite without FLOPs
-    (top-k) gets the GB/s panel only."""
-    plt = _plt()
+_PANELS = (("tflops", "TFLOP/s"), ("gbps", "GB/s (bytes that must move)"))
+
+
+def _draw_suite(axes, results: list[dict], suite: str) -> None:
+    """One suite's lines on a pair of axes (TFLOP/s, GB/s); a suite without FLOPs
+    (top-k) leaves the first one off."""
     rows = [r for r in results if r["suite"] == suite and r.get("us")]
-    panels = [(k, t) for k, t in (("tflops", "TFLOP/s"), ("gbps", "GB/s (bytes that must move)"))
-              if any(r[k] > 0 for r in rows) or k == "gbps"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
-    axes = axes[0]
+    has_flops = any(r["tflops"] > 0 for r in rows)
     lines = defaultdict(list)
     for r in rows:
         lines[(r["kernel"], r["group"])].append(r)
@@ -71,11 +69,17 @@ def plot_throughput(results: list[dict], suite: str, path: str) -> None:
         rs.sort(key=lambda r: r.get("x", r["context"]))
         x = [r.get("x", r["context"]) for r in rs]
         lab = f"{KERNEL_NAMES.get(kernel, kernel)}: {group}"
-        for ax, (key, _) in zip(axes, panels):
-            ax.plot(x, [r[key] for r in rs], marker=MARKERS.get(kernel, "x"), label=lab,
-                    linewidth=2.2 if kernel == "mla" else 1.2)
+        for ax, (key, _) in zip(axes, _PANELS):
+            if key == "gbps" or has_flops:
+                ax.plot(x, [r[key] for r in rs], marker=MARKERS.get(kernel, "x"), label=lab,
+                        linewidth=2.2 if kernel == "mla" else 1.2)
     xlabel = rows[0].get("x_label", "context length (keys per request, mean)") if rows else ""
-    for ax, (_, title) in zip(axes, panels):
+    for ax, (key, title) in zip(axes, _PANELS):
+        if key == "tflops" and not has_flops:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, f"{suite}: no FLOPs (memory-bound)", ha="center",
+                    transform=ax.transAxes)
+            continue
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
         ax.set_title(f"{suite}: {title}")
@@ -84,8 +88,28 @@ def plot_throughput(results: list[dict], suite: str, path: str) -> None:
         axes[-1].legend(fontsize=7, loc="best")
     else:
         axes[-1].text(0.5, 0.5, "no kernel ran", ha="center", transform=axes[-1].transAxes)
+
+
+def plot_throughput(results: list[dict], suite: str, path: str) -> None:
+    """Throughput vs the suite's x (context length for most), one line per (kernel,
+    shape group): TFLOP/s on the left, GB/s on the right."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    _draw_suite(axes, results, suite)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_throughput_all(results: list[dict], suites: list[str], path: str) -> None:
+    """Every suite's throughput in one figure, a row of two panels per suite (the
+    GPU machine returns few files; the README shows this one)."""
+    plt = _plt()
+    fig, axes = plt.subplots(len(suites), 2, figsize=(13, 4.2 * len(suites)), squeeze=False)
+    for row, suite in zip(axes, suites):
+        _draw_suite(row, results, suite)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
