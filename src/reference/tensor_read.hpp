@@ -6,44 +6,14 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "mla/numeric.hpp"
+#include "common/element.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::reference {
 
 inline double load_at(const TensorView& t, int64_t off) {
-  const char* p = static_cast<const char*>(t.data) + off * dtype_size(t.dtype);
-  switch (t.dtype) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::bf16: {
-      bf16 v;
-      std::memcpy(&v.bits, p, 2);
-      return bf16_to_float(v);
-    }
-    case DType::e4m3: return e4m3_to_float(static_cast<uint8_t>(*p));
-    case DType::u8: return static_cast<uint8_t>(*p);
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::f16: break;  // not accepted by any op's validation
-  }
-  return 0.0;
+  return detail::load_element(t.dtype,
+                              static_cast<const char*>(t.data) + off * dtype_size(t.dtype));
 }
 
 inline int64_t load_int_at(const TensorView& t, int64_t off) {
@@ -58,36 +28,9 @@ inline int64_t load_int_at(const TensorView& t, int64_t off) {
   return v;
 }
 
-// Rounds to the destination dtype: f32 by a cast, bf16 by round-to-nearest-even
-// of the float, e4m3 by the saturating RNE conversion.
+// Rounds to the destination dtype (see common/element.hpp).
 inline void store_at(const TensorView& t, int64_t off, double v) {
-  char* p = static_cast<char*>(t.data) + off * dtype_size(t.dtype);
-  switch (t.dtype) {
-    case DType::f32: {
-      float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DType::f64: std::memcpy(p, &v, 8); return;
-    case DType::bf16: {
-      bf16 h = float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &h.bits, 2);
-      return;
-    }
-    case DType::e4m3: *p = static_cast<char>(float_to_e4m3(static_cast<float>(v))); return;
-    case DType::u8: *p = static_cast<char>(static_cast<uint8_t>(v)); return;
-    case DType::i32: {
-      int32_t i = static_cast<int32_t>(v);
-      std::memcpy(p, &i, 4);
-      return;
-    }
-    case DType::i64: {
-      int64_t i = static_cast<int64_t>(v);
-      std::memcpy(p, &i, 8);
-      return;
-    }
-    case DType::f16: return;
-  }
+  detail::store_element(t.dtype, static_cast<char*>(t.data) + off * dtype_size(t.dtype), v);
 }
 inline void store_int_at(const TensorView& t, int64_t off, int64_t v) {
   char* p = static_cast<char*>(t.data) + off * dtype_size(t.dtype);

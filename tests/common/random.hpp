@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "common/element.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/numeric.hpp"
 #include "mla/tensor.hpp"
@@ -123,67 +124,12 @@ struct HostTensor {
     return t;
   }
   double get(int64_t i) const {
-    const auto* p = reinterpret_cast<const uint8_t*>(storage.data()) + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::f64: {
-        double v;
-        std::memcpy(&v, p, 8);
-        return v;
-      }
-      case DType::bf16: {
-        bf16 v;
-        std::memcpy(&v.bits, p, 2);
-        return bf16_to_float(v);
-      }
-      case DType::i32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case DType::i64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        return static_cast<double>(v);
-      }
-      case DType::e4m3: return e4m3_to_float(*p);
-      case DType::u8: return *p;
-      case DType::f16: break;
-    }
-    return std::numeric_limits<double>::quiet_NaN();
+    return detail::load_element(
+        dtype, reinterpret_cast<const uint8_t*>(storage.data()) + i * dtype_size(dtype));
   }
   void set(int64_t i, double v) {
-    auto* p = reinterpret_cast<uint8_t*>(storage.data()) + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f32: {
-        float f = static_cast<float>(v);
-        std::memcpy(p, &f, 4);
-        return;
-      }
-      case DType::f64: std::memcpy(p, &v, 8); return;
-      case DType::bf16: {
-        bf16 h = float_to_bf16(static_cast<float>(v));
-        std::memcpy(p, &h.bits, 2);
-        return;
-      }
-      case DType::i32: {
-        int32_t x = static_cast<int32_t>(v);
-        std::memcpy(p, &x, 4);
-        return;
-      }
-      case DType::i64: {
-        int64_t x = static_cast<int64_t>(v);
-        std::memcpy(p, &x, 8);
-        return;
-      }
-      case DType::e4m3: *p = float_to_e4m3(static_cast<float>(v)); return;
-      case DType::u8: *p = static_cast<uint8_t>(v); return;
-      case DType::f16: return;
-    }
+    detail::store_element(dtype, reinterpret_cast<uint8_t*>(storage.data()) + i * dtype_size(dtype),
+                          v);
   }
   // NaN in every float dtype (0xff bytes: NaN for f32/f64/bf16/e4m3, -1 for ints).
   void poison() { std::memset(storage.data(), 0xff, storage.size() * 8); }
