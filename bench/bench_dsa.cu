@@ -140,7 +140,7 @@ void report(const std::string& suite, const std::string& shape, double us, doubl
 }
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
-double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true) {
+double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true, bool mma_sync = false) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
   fill(cache, pages * 8448, kBytesE4m3, 1);
@@ -158,11 +158,12 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L, p.num_tokens = int64_t(B) * s_q;
   p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
   p.cache = {cache, 8448, 64, pages};
+  p.decode_mma_sync = mma_sync;
   const double us = tm.time([&] { ST(dsa::launch_indexer_logits_decode(p, nullptr)); });
   const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
   const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
-    report("indexer-decode", "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" + std::to_string(L / 1024) + "K",
+    report(mma_sync ? "indexer-dec-v1" : "indexer-decode", "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" + std::to_string(L / 1024) + "K",
            us, flops, bytes, false, kFp8TF);
   cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
   return us;
@@ -194,15 +195,19 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
   cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken), cudaFree(logits);
 }
 
-double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true) {
+double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0) {
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
   dsa::TopkParams p;
   p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out, p.out_stride = k;
+  p.timing_variant = variant;
   const double us = tm.time([&] { ST(dsa::launch_topk(p, nullptr)); });
   if (print)
-    report("topk", std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k), us, 0,
+    report(variant ? "topk-stage" : "topk",
+           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) +
+               (variant == 1 ? " pass1 only" : variant == 2 ? " pass1 no-conflict" : variant == 3 ? " pass1+2 only" : ""),
+           us, 0,
            double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -291,11 +296,16 @@ int main(int argc, char** argv) {
   Timer tm;
   if (want("indexer")) {
     for (int s_q : {1, 2})
-      for (int64_t L : {32768L, 131072L}) bench_indexer_decode(tm, 128, s_q, L);
+      for (int64_t L : {32768L, 131072L}) {
+        bench_indexer_decode(tm, 128, s_q, L);
+        bench_indexer_decode(tm, 128, s_q, L, true, true);  // the mma.sync kernel, same run
+      }
+    for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
     bench_topk(tm, 128, 131072, 2048);
+    for (int v : {1, 2, 3}) bench_topk(tm, 128, 131072, 2048, true, v);  // where the time goes
     bench_topk(tm, 4096, 32768, 2048);
     bench_topk(tm, 1, 262144, 2048);
   }

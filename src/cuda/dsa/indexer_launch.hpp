@@ -82,8 +82,14 @@ struct IndexerLogitsParams {
   int64_t num_keys = 0;
   const int32_t* ks = nullptr;
   const int32_t* ke = nullptr;
+  // Decode kernel choice: the wgmma kernel (default) or the first mma.sync one,
+  // kept so the benchmark and the tests can compare the two in one run.
+  bool decode_mma_sync = false;
 };
 Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
+// The wgmma form of the decode (indexer_decode_wgmma.cu); the entry above
+// dispatches to it unless p.decode_mma_sync.
+Status launch_indexer_logits_decode_wgmma(const IndexerLogitsParams& p, cudaStream_t stream);
 Status launch_indexer_logits_prefill(const IndexerLogitsParams& p, cudaStream_t stream);
 
 }  // namespace mla::cuda::dsa

@@ -211,6 +211,7 @@ Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t s
   if (p.cache.page_size != 64)
     return value_error(Errc::unsupported, "indexer logits decode: page_size", p.cache.page_size,
                        "is not 64 (the indexer cache layout of mla/indexer.hpp)");
+  if (!p.decode_mma_sync) return launch_indexer_logits_decode_wgmma(p, stream);
   switch (p.s_q) {
     case 1: return launch<1, true>(p, p.batch, stream);
     case 2: return launch<2, true>(p, p.batch, stream);

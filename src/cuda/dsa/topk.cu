@@ -202,7 +202,17 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
     s.emitted[0] = s.emitted[1] = s.emitted[2] = 0;
   }
   __syncthreads();
-  for_each_logit(row, s0, s1, [&](int64_t, float v) { atomicAdd(&s.hist[topk_key(v) >> 20], 1u); });
+  if (p.timing_variant == 2) {  // same atomics, no two lanes of a warp on one bin
+    for_each_logit(row, s0, s1, [&](int64_t, float v) {
+      atomicAdd(&s.hist[((topk_key(v) >> 20) & ~31u) | (threadIdx.x & 31)], 1u);
+    });
+  } else {
+    for_each_logit(row, s0, s1, [&](int64_t, float v) { atomicAdd(&s.hist[topk_key(v) >> 20], 1u); });
+  }
+  if (p.timing_variant == 1 || p.timing_variant == 2) {
+    if (threadIdx.x == 0 && s.hist[0] == 0xffffffffu) out[0] = 0;  // keeps the pass alive
+    return;
+  }
   cluster.sync();
   // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
   // has a key below 2^20). With at most k of them, all are taken (T = 0).
@@ -247,6 +257,10 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
     }
   });
   __syncthreads();
+  if (p.timing_variant == 3) {
+    cluster.sync();  // the leader's buffer is written remotely until here
+    return;
+  }
 
   uint32_t n_sort = cand_total;  // entries the leader sorts
   const uint32_t chosen = select ? k : cand_total;

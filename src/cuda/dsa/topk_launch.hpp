@@ -31,6 +31,11 @@ struct TopkParams {
   // Rows to split across a cluster of this many CTAs (1, 2, 4 or 8); 0 chooses
   // from the row count and length (a long row is split when rows are few).
   int cluster = 0;
+  // Benchmark-only timing variants that stop early (their output is NOT the
+  // top-k; only bench_dsa sets this, to place the time among the stages):
+  // 1 = pass 1 only; 2 = pass 1 with conflict-free histogram addresses only;
+  // 3 = pass 1 + digit + pass 2 only (no rounds 2-3, no sort); 0 = the real kernel.
+  int timing_variant = 0;
 };
 Status launch_topk(const TopkParams& p, cudaStream_t stream);
 
