@@ -4,7 +4,7 @@
 # on a small filter, the DSA benchmark (bench/bench_dsa.cu), a short table last.
 # Logs and JSON go to $OUT.   Usage: BUILD=build-dsagpu bash scripts/gpu_check_dsa.sh [tests|bench|all]
 set -u
-BUILD=${BUILD:-build-dsagpu}
+BUILD=${BUILD:-build-dsa3}
 OUT=${OUT:-/tmp/mla_out}
 MODE=${1:-all}
 mkdir -p "$OUT"
@@ -19,7 +19,7 @@ if [ "$MODE" != bench ]; then
   timeout 240 "$BUILD/mla_tests_gpu" --gtest_filter='DsaGpu.*' 2>&1 | tee "$OUT/dsa_tests.log" \
     | grep -vE "^\[ (RUN|      OK) " | tail -40
   TEST_RC=${PIPESTATUS[0]}
-  SMALL='DsaGpu.IndexerAppend*:DsaGpu.IndexerQuery*:DsaGpu.TopkCandidate*:DsaGpu.SparseWithAll*:DsaGpu.SparsePrefillApi*:DsaGpu.SparseApiRejects*'
+  SMALL='DsaGpu.IndexerAppend*:DsaGpu.IndexerLogitsDecode*:DsaGpu.IndexerQuery*:DsaGpu.TopkCandidate*:DsaGpu.SparseWithAll*:DsaGpu.SparsePrefillApi*:DsaGpu.SparseApiRejects*'
   step "compute-sanitizer memcheck ($SMALL)"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/mla_tests_gpu" \
     --gtest_filter="$SMALL" >"$OUT/dsa_memcheck.log" 2>&1
