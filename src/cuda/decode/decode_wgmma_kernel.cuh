@@ -45,15 +45,21 @@ inline constexpr int kBlockBytes = 64 * 128;  // one SW128 block: 64 rows x 64 b
 inline constexpr int kBlocks = kDqk / 64;     // 9 blocks across the 576 dims
 inline constexpr int kTileBytes = kBlocks * kBlockBytes;  // 73728: 64 rows x 576 bf16
 static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
-// Register split (65536 per SM): 2 x 128 x math + 128 x producer registers.
+// Register split. The CTA is launched with kLaunchRegs per thread (65536 /
+// 384, rounded down to 8); setmaxnreg.inc blocks until the pool has the
+// registers, which only setmaxnreg.dec of the producer returns, so
+// 2 x (math - launch) <= launch - producer, or the math warpgroups wait
+// forever (seen on the H200: a first 232/48 split hung).
 // The math threads hold 128 O accumulators + 16 S + addressing; the fp8
 // producer holds 10 16-byte loads and their conversions. Chosen by ptxas -v:
 // these are the splits without spills (bf16 producer needs few registers).
+inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
 template <bool kFp8>
 struct Regs {
   static constexpr int kMath = kFp8 ? 192 : 232;
-  static constexpr int kProducer = kFp8 ? 112 : 48;
-  static_assert(2 * 128 * kMath + 128 * kProducer <= 65536, "register file");
+  static constexpr int kProducer = kFp8 ? 112 : 40;
+  static_assert(2 * (kMath - kLaunchRegs) <= kLaunchRegs - kProducer,
+                "the producer must free what the math warpgroups take");
 };
 
 // Shared-memory map (bytes). Every tile starts 1024-aligned (the swizzle).
