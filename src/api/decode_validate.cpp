@@ -1,6 +1,5 @@
 #include "api/decode_validate.hpp"
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -70,8 +69,7 @@ Status check_decode(const DecodeArgs& a) {
   MLA_TRY(expect_same_device(a.q, "q", a.out, "out"));
   MLA_TRY(expect_same_device(a.q, "q", a.lse, "lse"));
 
-  if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0.f)
-    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", a.softmax_scale);
+  MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
 
   if (cuda) {
     // The kernels move q, out and cache rows with 16-byte vector loads/stores.

@@ -2,8 +2,6 @@
 // prefill kernel is a later issue: CUDA tensors answer Errc::unsupported).
 #include "mla/prefill.hpp"
 
-#include <cmath>
-
 #include "api/backend.hpp"
 #include "common/validate.hpp"
 #include "reference/mha_ref.hpp"
@@ -114,8 +112,7 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
         std::pair{&a.cu_seqlens_k, "cu_seqlens_k"}, std::pair{&a.out, "out"},
         std::pair{&a.lse, "lse"}})
     MLA_TRY(detail::expect_same_device(a.q, "q", *t, name));
-  if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0.f)
-    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", a.softmax_scale);
+  MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
   if (detail::on_cuda(a.q.device)) {
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);

@@ -1,8 +1,6 @@
 // Public entry points of sparse absorbed attention: validate, then dispatch.
 #include "mla/sparse.hpp"
 
-#include <cmath>
-
 #include "api/backend.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
@@ -28,12 +26,6 @@ namespace {
 Status expect_float(const TensorView& t, const char* name, bool allow_bf16) {
   return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32, DType::f64})
                     : expect_dtype(t, name, {DType::f32, DType::f64});
-}
-
-Status expect_scale(float s) {
-  if (!std::isfinite(s) || s <= 0.f)
-    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", s);
-  return Status::Ok();
 }
 
 // Every tensor of the op on q's device, inner dim dense.
@@ -82,7 +74,7 @@ Status validate_decode_shapes(const SparseDecodeArgs& a) {
                               {&a.indices, "indices"},
                               {&a.out, "out"},
                               {&a.lse, "lse"}}));
-  MLA_TRY(expect_scale(a.softmax_scale));
+  MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
   return Status::Ok();
 }
 
@@ -128,7 +120,7 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   MLA_TRY(expect_layout(
       a.q,
       {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.out, "out"}, {&a.lse, "lse"}}));
-  MLA_TRY(expect_scale(a.softmax_scale));
+  MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
   return Status::Ok();
 }
 

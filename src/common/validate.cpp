@@ -1,5 +1,6 @@
 #include "common/validate.hpp"
 
+#include <cmath>
 #include <cstdint>
 
 namespace mla::detail {
@@ -29,8 +30,9 @@ Status expect_shape(const TensorView& t, const char* name, std::initializer_list
     if (t.shape[d] < 0)
       return error(Errc::invalid_shape, "{}: shape {} has negative dim {}", name, shape_str(t), d);
     if (want != kAny && t.shape[d] != want)
-      return error(Errc::invalid_shape, "{}: shape {} does not match {} (dim {} is {}, expected {})",
-                   name, shape_str(t), symbolic, d, t.shape[d], want);
+      return error(Errc::invalid_shape,
+                   "{}: shape {} does not match {} (dim {} is {}, expected {})", name, shape_str(t),
+                   symbolic, d, t.shape[d], want);
     ++d;
   }
   return Status::Ok();
@@ -50,8 +52,9 @@ Status expect_inner_contiguous(const TensorView& t, const char* name, int n) {
   int64_t want = 1;
   for (int i = t.ndim - 1; i >= t.ndim - n && i >= 0; --i) {
     if (t.shape[i] != 1 && t.strides[i] != want)
-      return error(Errc::invalid_stride, "{}: stride of dim {} is {}, expected {} (dense inner dims)",
-                   name, i, t.strides[i], want);
+      return error(Errc::invalid_stride,
+                   "{}: stride of dim {} is {}, expected {} (dense inner dims)", name, i,
+                   t.strides[i], want);
     want *= t.shape[i];
   }
   for (int i = 0; i < t.ndim; ++i)
@@ -78,6 +81,12 @@ Status expect_aligned(const TensorView& t, const char* name, size_t bytes) {
     if (t.shape[i] > 1 && (t.strides[i] * esz) % static_cast<int64_t>(bytes) != 0)
       return error(Errc::misaligned, "{}: stride of dim {} ({} bytes) is not a multiple of {}",
                    name, i, t.strides[i] * esz, bytes);
+  return Status::Ok();
+}
+
+Status expect_softmax_scale(float softmax_scale) {
+  if (!std::isfinite(softmax_scale) || softmax_scale <= 0.f)
+    return error(Errc::invalid_value, "softmax_scale = {} must be finite and > 0", softmax_scale);
   return Status::Ok();
 }
 

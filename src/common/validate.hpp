@@ -31,5 +31,7 @@ Status expect_dtype(const TensorView& t, const char* name, std::initializer_list
 Status expect_inner_contiguous(const TensorView& t, const char* name, int n);
 Status expect_same_device(const TensorView& a, const char* an, const TensorView& b, const char* bn);
 Status expect_aligned(const TensorView& t, const char* name, size_t bytes);
+// The attention ops' softmax_scale: finite and > 0.
+Status expect_softmax_scale(float softmax_scale);
 
 }  // namespace mla::detail
