@@ -138,8 +138,7 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
     if (j == 0) {
 #pragma unroll
       for (int ks = 0; ks < T::kQkSteps; ++ks)
-        ldmatrix_x4(qf[ks],
-                    smem_addr(sQ + swz<T::kQkChunks>(warp * 16 + (lane % 16), ks * 2 + lane / 16)));
+        ldmatrix_x4(qf[ks], sQ + swz<T::kQkChunks>(warp * 16 + (lane % 16), ks * 2 + lane / 16));
     }
     const int n0 = j * T::kBlockN;
     // A warp whose 16 rows see none of this tile's keys skips it (causal diagonal).
@@ -155,8 +154,8 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
 #pragma unroll
         for (int np = 0; np < T::kNTiles / 2; ++np) {
           uint32_t kf[4];
-          ldmatrix_x4(kf, smem_addr(tK + swz<T::kQkChunks>(np * 16 + (lane % 8) + (lane / 16) * 8,
-                                                           ks * 2 + (lane / 8) % 2)));
+          ldmatrix_x4(kf, tK + swz<T::kQkChunks>(np * 16 + (lane % 8) + (lane / 16) * 8,
+                                                 ks * 2 + (lane / 8) % 2));
           mma_bf16_16816(s[2 * np], qf[ks], kf[0], kf[1]);
           mma_bf16_16816(s[2 * np + 1], qf[ks], kf[2], kf[3]);
         }
@@ -172,8 +171,7 @@ __global__ void __launch_bounds__(FlashFwdTraits::kThreads, 1)
 #pragma unroll
         for (int dp = 0; dp < T::kOTiles / 2; ++dp) {
           uint32_t vf[4];
-          ldmatrix_x4_trans(
-              vf, smem_addr(tV + swz<T::kVChunks>(kk * 16 + (lane % 16), dp * 2 + lane / 16)));
+          ldmatrix_x4_trans(vf, tV + swz<T::kVChunks>(kk * 16 + (lane % 16), dp * 2 + lane / 16));
           mma_bf16_16816(o[2 * dp], pf[kk], vf[0], vf[1]);
           mma_bf16_16816(o[2 * dp + 1], pf[kk], vf[2], vf[3]);
         }
