@@ -102,16 +102,6 @@ __device__ __forceinline__ void for_each_logit(const float* row, int64_t s0, int
   if (threadIdx.x < s1 - t0) fn(t0 + threadIdx.x, row[t0 + threadIdx.x]);
 }
 
-// atomicAdd(ctr, 1) for each calling thread, one atomic per group of threads
-// that arrive together: the pass-2 and emission counters are single shared
-// addresses that every candidate of a CTA increments (thousands per row).
-__device__ __forceinline__ uint32_t aggregated_inc(uint32_t* ctr) {
-  cg::coalesced_group g = cg::coalesced_threads();
-  uint32_t base = 0;
-  if (g.thread_rank() == 0) base = atomicAdd(ctr, g.size());
-  return g.shfl(base, 0) + g.thread_rank();
-}
-
 __device__ __forceinline__ uint64_t sort_pair(uint32_t key, int64_t pos) {
   return (uint64_t(key) << 32) | uint64_t(~uint32_t(pos));
 }
@@ -260,9 +250,9 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
     const uint32_t key = topk_key(v);
     const uint32_t bin = key >> 20;
     if (bin > B1) {
-      leader_sorted[gt1_before + aggregated_inc(&s.emitted[0])] = sort_pair(key, i);
+      leader_sorted[gt1_before + atomicAdd(&s.emitted[0], 1u)] = sort_pair(key, i);
     } else if (select && bin == B1) {
-      const uint32_t at = aggregated_inc(&s.num_cand);
+      const uint32_t at = atomicAdd(&s.num_cand, 1u);
       if (at < kCandCap) s.sel.cand_key[at] = key, s.sel.cand_pos[at] = int32_t(i);
     }
   });
@@ -326,9 +316,9 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
       for (uint32_t c = threadIdx.x; c < num_cand; c += kThreads) {
         const uint32_t key = s.sel.cand_key[c];
         if (key > T)
-          leader_sorted[gt1_total + gt2_before + aggregated_inc(&s.emitted[1])] = sort_pair(key, s.sel.cand_pos[c]);
+          leader_sorted[gt1_total + gt2_before + atomicAdd(&s.emitted[1], 1u)] = sort_pair(key, s.sel.cand_pos[c]);
         else if (key == T)
-          leader_sorted[gt1_total + gt2_total + eq_before + aggregated_inc(&s.emitted[2])] =
+          leader_sorted[gt1_total + gt2_total + eq_before + atomicAdd(&s.emitted[2], 1u)] =
               sort_pair(key, s.sel.cand_pos[c]);
       }
     } else {
