@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/backend.hpp"
+#include "api/paged_checks.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
 #include "reference/tensor_read.hpp"
@@ -119,33 +120,9 @@ Status validate_decode_shapes(const DecodeArgs& a) {
 }
 
 Status validate_decode_host_values(const DecodeArgs& a) {
-  using reference::read_int;
-  const int64_t B = a.q.shape[0], page = a.kv.page_size(), num_pages = a.kv.num_pages();
-  const int64_t max_pages = a.block_table.shape[1], capacity = max_pages * page;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = read_int(a.cache_seqlens, {b});
-    if (len < 0) return error(Errc::out_of_range, "cache_seqlens[{}] = {} is negative", b, len);
-    if (len > capacity)
-      return error(Errc::out_of_range,
-                   "cache_seqlens[{}] = {} is past the capacity of block_table: max_pages * "
-                   "page_size = {} * {} = {}",
-                   b, len, max_pages, page, capacity);
-    const int64_t pages = (len + page - 1) / page;
-    for (int64_t j = 0; j < pages; ++j) {
-      const int64_t id = read_int(a.block_table, {b, j});
-      if (id < 0)
-        return error(Errc::out_of_range,
-                     "block_table[{}][{}] = {} is negative (request {} has cache_seqlens = {}, "
-                     "so it reads its first {} pages)",
-                     b, j, id, b, len, pages);
-      if (id >= num_pages)
-        return error(Errc::out_of_range,
-                     "block_table[{}][{}] = {} is past num_pages = {} (request {} has "
-                     "cache_seqlens = {}, so it reads its first {} pages)",
-                     b, j, id, num_pages, b, len, pages);
-    }
-  }
-  return Status::Ok();
+  // cache_seqlens is [B] here (check_decode ran first); no output-width limit.
+  return check_block_table_values(a.block_table, a.cache_seqlens, a.kv.page_size(),
+                                  a.kv.num_pages(), /*max_len=*/-1);
 }
 
 Status validate_decode_partial_args(const DecodePartialArgs& a) {
