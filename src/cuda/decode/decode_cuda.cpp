@@ -122,8 +122,7 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   g->row_tiles = row_tiles_for(g->rows);
   g->row_blocks = (g->rows + 16 * g->row_tiles - 1) / (16 * g->row_tiles);
   const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
-  g->wgmma = use_wgmma_kernel() &&
-             (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
+  g->wgmma = use_wgmma_kernel() && (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
   const size_t smem =
       g->wgmma ? wgmma_kernel_smem_bytes() : main_kernel_smem_bytes(g->row_tiles, fp8);
   if (smem > size_t(f.max_smem_per_block_optin))

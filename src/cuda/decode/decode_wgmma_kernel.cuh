@@ -37,12 +37,12 @@
 
 namespace mla::cuda::decode::v4 {
 
-inline constexpr int kM = 64;                // query rows per CTA (wgmma M)
-inline constexpr int kMathThreads = 256;     // 2 math warpgroups
-inline constexpr int kThreads = 384;         // + 1 producer warpgroup
-inline constexpr int kStages = 2;            // K/V tiles in shared memory
-inline constexpr int kBlockBytes = 64 * 128;  // one SW128 block: 64 rows x 64 bf16
-inline constexpr int kBlocks = kDqk / 64;     // 9 blocks across the 576 dims
+inline constexpr int kM = 64;                             // query rows per CTA (wgmma M)
+inline constexpr int kMathThreads = 256;                  // 2 math warpgroups
+inline constexpr int kThreads = 384;                      // + 1 producer warpgroup
+inline constexpr int kStages = 2;                         // K/V tiles in shared memory
+inline constexpr int kBlockBytes = 64 * 128;              // one SW128 block: 64 rows x 64 bf16
+inline constexpr int kBlocks = kDqk / 64;                 // 9 blocks across the 576 dims
 inline constexpr int kTileBytes = kBlocks * kBlockBytes;  // 73728: 64 rows x 576 bf16
 static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
 // Register split. The CTA is launched with kLaunchRegs per thread (65536 /
@@ -66,9 +66,9 @@ struct Regs {
 inline constexpr size_t kQOff = 0;
 inline constexpr size_t kKvOff = kQOff + kTileBytes;
 inline constexpr size_t kPOff = kKvOff + size_t(kStages) * kTileBytes;
-inline constexpr size_t kMaxOff = kPOff + kBlockBytes;        // f32 [2 parity][2 wg][64]
-inline constexpr size_t kLOff = kMaxOff + 2 * 2 * kM * 4;     // f32 [2 wg][64]
-inline constexpr size_t kFlagOff = kLOff + 2 * kM * 4;        // i32 [kStages][4 producer warps]
+inline constexpr size_t kMaxOff = kPOff + kBlockBytes;         // f32 [2 parity][2 wg][64]
+inline constexpr size_t kLOff = kMaxOff + 2 * 2 * kM * 4;      // f32 [2 wg][64]
+inline constexpr size_t kFlagOff = kLOff + 2 * kM * 4;         // i32 [kStages][4 producer warps]
 inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStages], empty[kStages]
 inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 8;
 static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
@@ -121,8 +121,8 @@ __device__ __forceinline__ PieceInfo piece_info(const DecodeParams& p, const Pie
 // cp.async instruction of a warp reads 16 entries x 32 contiguous bytes
 // (whole sectors).
 template <bool kFp8>
-__device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* stage, int b,
-                                             int tile, int key_end, int ptid) {
+__device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* stage, int b, int tile,
+                                             int key_end, int ptid) {
   const int r = ptid >> 1, half = ptid & 1;  // key row r of the tile, half of its entry
   const int key = tile * kTileKeys + r;
   bool valid = key < key_end;
@@ -155,7 +155,8 @@ __device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* sta
         s = __ldg(reinterpret_cast<const float*>(src + 512 + sg * 4));
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          rope[i] = __ldg(reinterpret_cast<const uint4*>(src + 528 + (4 * half + 2 * grp + i) * 16));
+          rope[i] =
+              __ldg(reinterpret_cast<const uint4*>(src + 528 + (4 * half + 2 * grp + i) * 16));
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) codes[i] = make_uint4(0, 0, 0, 0);
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
   if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 128);           // every producer thread arrives
+      ptx::mbar_init(&full[s], 128);            // every producer thread arrives
       ptx::mbar_init(&empty[s], kMathThreads);  // every math thread arrives
     }
     ptx::mbar_fence_init();
@@ -225,8 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         const int st = cnt % kStages;
         ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
         uint8_t* stage = sKv + st * kTileBytes;
-        const bool bad =
-            produce_tile<kFp8>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
+        const bool bad = produce_tile<kFp8>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
         const unsigned any_bad = __any_sync(0xffffffffu, bad);
         if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = any_bad ? 1 : 0;
         if constexpr (!kFp8) {
@@ -303,8 +303,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
         for (int k4 = 0; k4 < 4; ++k4)
-          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4),
-                              desc_kmajor(aTile, wg * 32, kb, k4), kb + k4 > 0);
+          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4), desc_kmajor(aTile, wg * 32, kb, k4),
+                              kb + k4 > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_regs(sacc);
