@@ -93,12 +93,14 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // combine, and use the same number of row blocks (ceil(rows / 64) for rows >
 // 32; one block otherwise), so the choice does not change the workspace size.
 // The wgmma kernel (decode_wgmma_kernel.cuh, "v4") passed every GPU decode
-// test (all heads, s_q, pages, both caches, invariant mode, graphs) and was
-// faster on every measured shape (H200, 2026-11-29, docs/perf-log.md v4):
-// decode-128 bf16 1.6x, fp8 1.6x; decode-tp h32 1.1-1.25x, fp8 1.1-1.3x; h16
-// bf16 equal at L 4K (216 vs 214 us, within noise) and 1.04x at 32K. So it is
-// the default everywhere. MLA_DECODE_KERNEL=mma or =wgmma forces one (tests
-// and benchmarks of both kernels on one build).
+// test (all heads, s_q, pages, both caches, invariant mode, graphs) and
+// measured (H200, 2026-11-29, docs/perf-log.md v4): decode-128 and -long
+// 1.5-1.7x, decode-tp h32 1.07-1.28x, fp8 tp 1.15-1.3x, varlen 1.13-1.5x;
+// equal at h16 L 4K bf16 (216 vs 214 us, noise) and 0.94x on varlen B1 64K
+// bf16 (one request over all workers: per-piece fill). That case is not
+// worth a rule of its own, so v4 is the default everywhere.
+// MLA_DECODE_KERNEL=mma or =wgmma forces one (tests and benchmarks of both
+// kernels on one build).
 bool use_wgmma_kernel() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) return false;
