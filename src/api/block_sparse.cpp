@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "api/attention_checks.hpp"
 #include "api/backend.hpp"
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"
@@ -87,11 +88,8 @@ Status block_sparse_select(const BlockSparseSelectArgs& a, const ExecContext& ct
   using detail::expect_dtype;
   using detail::expect_shape;
   MLA_TRY(validate_block_sparse_params(a.params));
-  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
-  MLA_TRY(detail::expect_known_device(a.q, "q"));
-  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
-  if (s_q < 1) return error(Errc::invalid_shape, "q: s_q = {} must be at least 1", s_q);
-  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
+  MLA_TRY(detail::expect_absorbed_query(a.q));
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1];
   MLA_TRY(expect_dtype(a.q, "q", {DType::bf16, DType::f32, DType::f64}));
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));

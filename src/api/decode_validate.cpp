@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "api/attention_checks.hpp"
 #include "api/backend.hpp"
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"
@@ -12,23 +13,10 @@
 namespace mla::detail {
 namespace {
 
-// Float dtypes an argument accepts: the CUDA kernels' list, plus f64 on CPU
-// (the reference computes in fp64; f64 in and out lets tests compare exactly).
-Status expect_float_dtype(const TensorView& t, const char* name, bool cuda, bool allow_bf16) {
-  if (cuda)
-    return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32})
-                      : expect_dtype(t, name, {DType::f32});
-  return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32, DType::f64})
-                    : expect_dtype(t, name, {DType::f32, DType::f64});
-}
-
 Status check_decode(const DecodeArgs& a) {
-  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
-  MLA_TRY(expect_known_device(a.q, "q"));
+  MLA_TRY(expect_absorbed_query(a.q));
   const bool cuda = on_cuda(a.q.device);
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
-  if (s_q < 1) return error(Errc::invalid_shape, "q: s_q = {} must be at least 1", s_q);
-  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
   if (cuda) {
     bool known = false;
     for (int h : kCudaDecodeHeads) known |= h == h_q;

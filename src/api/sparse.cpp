@@ -1,6 +1,7 @@
 // Public entry points of sparse absorbed attention: validate, then dispatch.
 #include "mla/sparse.hpp"
 
+#include "api/attention_checks.hpp"
 #include "api/backend.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
@@ -21,11 +22,10 @@ using detail::kAny;
 
 namespace {
 
-// Float dtypes: what the CUDA kernels will take, plus f64 on CPU (the
-// reference computes in fp64; f64 in and out lets tests compare tightly).
+// Float dtypes: the CPU list (f64 included) for every device; the CUDA backend
+// narrows it to its kernels' dtypes itself (unsupported, naming the kernel).
 Status expect_float(const TensorView& t, const char* name, bool allow_bf16) {
-  return allow_bf16 ? expect_dtype(t, name, {DType::bf16, DType::f32, DType::f64})
-                    : expect_dtype(t, name, {DType::f32, DType::f64});
+  return detail::expect_float_dtype(t, name, /*cuda=*/false, allow_bf16);
 }
 
 // Every tensor of the op on q's device, inner dim dense.
@@ -49,11 +49,8 @@ Status check_index(int64_t v, int64_t limit, const std::string& where, const cha
 
 // Everything but the index values: shapes, dtypes, layout, scale.
 Status validate_decode_shapes(const SparseDecodeArgs& a) {
-  MLA_TRY(expect_shape(a.q, "q", {kAny, kAny, kAny, kDqk}, "[B, s_q, h_q, 576]"));
-  MLA_TRY(detail::expect_known_device(a.q, "q"));
+  MLA_TRY(detail::expect_absorbed_query(a.q));
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
-  if (s_q < 1) return error(Errc::invalid_shape, "q: s_q = {} must be at least 1", s_q);
-  if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
   MLA_TRY(expect_float(a.q, "q", true));
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(expect_shape(a.indices, "indices", {B, s_q, kAny}, "[B, s_q, topk]"));
