@@ -24,6 +24,28 @@ using testing::expect_error;
 using testing::Rng;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Sizes of a sparse decode call.
+struct DecodeDims {
+  int64_t B, s_q, h_q, topk;
+};
+
+// SparseDecodeArgs over dense host buffers: q [B, s_q, h_q, 576] of q_dt,
+// indices [B, s_q, topk] and topk_length [B] (nullptr: not given) i32, out
+// [B, s_q, h_q, 512] and lse [B, h_q, s_q] of out_dt.
+SparseDecodeArgs host_decode_args(DecodeDims d, void* q, DType q_dt, const KvCacheView& kv,
+                                  int32_t* indices, int32_t* topk_length, float scale, void* out,
+                                  void* lse, DType out_dt) {
+  SparseDecodeArgs a;
+  a.q = TensorView::make(q, q_dt, {d.B, d.s_q, d.h_q, kDqk});
+  a.kv = kv;
+  a.indices = TensorView::make(indices, DType::i32, {d.B, d.s_q, d.topk});
+  if (topk_length) a.topk_length = TensorView::make(topk_length, DType::i32, {d.B});
+  a.softmax_scale = scale;
+  a.out = TensorView::make(out, out_dt, {d.B, d.s_q, d.h_q, kDv});
+  a.lse = TensorView::make(lse, out_dt, {d.B, d.h_q, d.s_q});
+  return a;
+}
+
 // Naive attention of one query over explicit key rows (576 values each).
 void naive_attend(const double* q, const std::vector<std::vector<double>>& keys, double scale,
                   double* out, double* lse) {
@@ -89,13 +111,9 @@ TEST_P(SparseDecode, FullListsEqualDenseDecode) {
   testing::poison(out_s);
   testing::poison(lse_s);
   const KvCacheView kv = cache.view();
-  SparseDecodeArgs sa;
-  sa.q = TensorView::make(q.data(), DType::f64, {B, s_q, h_q, kDqk});
-  sa.kv = kv;
-  sa.indices = TensorView::make(idx.data(), DType::i32, {B, s_q, topk});
-  sa.softmax_scale = float(scale);
-  sa.out = TensorView::make(out_s.data(), DType::f64, {B, s_q, h_q, kDv});
-  sa.lse = TensorView::make(lse_s.data(), DType::f64, {B, h_q, s_q});
+  const SparseDecodeArgs sa =
+      host_decode_args({B, s_q, h_q, topk}, q.data(), DType::f64, kv, idx.data(), nullptr,
+                       float(scale), out_s.data(), lse_s.data(), DType::f64);
   const Status st = sparse_decode(sa);
   ASSERT_TRUE(st.ok()) << st.to_string();
 
@@ -149,14 +167,9 @@ TEST_P(SparseDecode, RandomListsMatchNaive) {
   std::vector<float> out(B * s_q * h_q * kDv), lse(B * h_q * s_q);
   testing::poison(out);
   testing::poison(lse);
-  SparseDecodeArgs sa;
-  sa.q = TensorView::make(qb.data(), DType::bf16, {B, s_q, h_q, kDqk});
-  sa.kv = cache.view();
-  sa.indices = TensorView::make(idx.data(), DType::i32, {B, s_q, topk});
-  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
-  sa.softmax_scale = float(scale);
-  sa.out = TensorView::make(out.data(), DType::f32, {B, s_q, h_q, kDv});
-  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, s_q});
+  const SparseDecodeArgs sa =
+      host_decode_args({B, s_q, h_q, topk}, qb.data(), DType::bf16, cache.view(), idx.data(),
+                       tl.data(), float(scale), out.data(), lse.data(), DType::f32);
   const Status st = sparse_decode(sa);
   ASSERT_TRUE(st.ok()) << st.to_string();
   std::vector<double> qv(kDqk), o(kDv);
@@ -205,14 +218,9 @@ TEST(Sparse, EmptyListsGiveZeroAndMinusInf) {
   std::vector<float> out(B * h_q * kDv), lse(B * h_q);
   testing::poison(out);
   testing::poison(lse);
-  SparseDecodeArgs sa;
-  sa.q = TensorView::make(q.data(), DType::f32, {B, 1, h_q, kDqk});
-  sa.kv = cache.view();
-  sa.indices = TensorView::make(idx.data(), DType::i32, {B, 1, topk});
-  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
-  sa.softmax_scale = 0.1f;
-  sa.out = TensorView::make(out.data(), DType::f32, {B, 1, h_q, kDv});
-  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, 1});
+  SparseDecodeArgs sa =
+      host_decode_args({B, 1, h_q, topk}, q.data(), DType::f32, cache.view(), idx.data(), tl.data(),
+                       0.1f, out.data(), lse.data(), DType::f32);
   ASSERT_TRUE(sparse_decode(sa).ok());
   for (float x : out) ASSERT_EQ(x, 0.f);
   for (float x : lse) ASSERT_EQ(x, -kInf);
@@ -276,14 +284,9 @@ TEST(SparseValidation, Errors) {
   auto q = testing::random_f32(rng, B * h_q * kDqk);
   std::vector<int32_t> idx(B * topk, -1), tl{64, 64};
   std::vector<float> out(B * h_q * kDv), lse(B * h_q);
-  SparseDecodeArgs sa;
-  sa.q = TensorView::make(q.data(), DType::f32, {B, 1, h_q, kDqk});
-  sa.kv = cache.view();
-  sa.indices = TensorView::make(idx.data(), DType::i32, {B, 1, topk});
-  sa.topk_length = TensorView::make(tl.data(), DType::i32, {B});
-  sa.softmax_scale = 0.1f;
-  sa.out = TensorView::make(out.data(), DType::f32, {B, 1, h_q, kDv});
-  sa.lse = TensorView::make(lse.data(), DType::f32, {B, h_q, 1});
+  SparseDecodeArgs sa =
+      host_decode_args({B, 1, h_q, topk}, q.data(), DType::f32, cache.view(), idx.data(), tl.data(),
+                       0.1f, out.data(), lse.data(), DType::f32);
   ASSERT_TRUE(sparse_decode(sa).ok());
   idx[topk + 3] = int32_t(cap);
   expect_error(sparse_decode(sa), Errc::out_of_range,
