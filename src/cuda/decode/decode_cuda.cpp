@@ -13,6 +13,7 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_wgmma.hpp"
+#include "cuda/decode/decode_wgmma5.hpp"
 
 namespace mla::cuda {
 
@@ -26,10 +27,17 @@ size_t align_up(size_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
 
+// The main kernels (same schedule, params, workspace and combine).
+enum class MainKernel {
+  mma,     // "v1": mma.sync (decode_kernel.cuh); also every shape the wgmma kernels do not take
+  wgmma,   // "v4": wgmma + warp specialisation (decode_wgmma_kernel.cuh)
+  wgmma5,  // "v5": v4 with P.V(j) and S(j+1) issued back to back (decode_wgmma5_kernel.cuh)
+};
+
 struct Geometry {
   int B = 0, s_q = 0, h_q = 0, rows = 0;
   int row_tiles = 0, row_blocks = 0, num_workers = 0;
-  bool wgmma = false;  // main kernel: wgmma ("v4") or mma.sync ("v1")
+  MainKernel kernel = MainKernel::mma;
   WorkspaceLayout layout;
 };
 
@@ -99,14 +107,16 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // equal at h16 L 4K bf16 (216 vs 214 us, noise) and 0.94x on varlen B1 64K
 // bf16 (one request over all workers: per-piece fill). That case is not
 // worth a rule of its own, so v4 is the default everywhere.
-// MLA_DECODE_KERNEL=mma or =wgmma forces one (tests and benchmarks of both
-// kernels on one build).
-bool use_wgmma_kernel() {
+// MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
+// build): mma (v1), wgmma or v4, v5. v5 is not the default until it passed
+// the GPU tests and measured faster (docs/perf-log.md v5).
+MainKernel wgmma_kernel_choice() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
-    if (std::strcmp(env, "mma") == 0) return false;
-    if (std::strcmp(env, "wgmma") == 0) return true;
+    if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
+    if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) return MainKernel::wgmma;
+    if (std::strcmp(env, "v5") == 0) return MainKernel::wgmma5;
   }
-  return true;
+  return MainKernel::wgmma;
 }
 
 Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
@@ -124,9 +134,11 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   g->row_tiles = row_tiles_for(g->rows);
   g->row_blocks = (g->rows + 16 * g->row_tiles - 1) / (16 * g->row_tiles);
   const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
-  g->wgmma = use_wgmma_kernel() && (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
-  const size_t smem =
-      g->wgmma ? wgmma_kernel_smem_bytes() : main_kernel_smem_bytes(g->row_tiles, fp8);
+  // The wgmma kernels take 64-row blocks: only where that is the v1 grid too.
+  const bool wgmma_rows = (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
+  g->kernel = wgmma_rows ? wgmma_kernel_choice() : MainKernel::mma;
+  const size_t smem = g->kernel != MainKernel::mma ? wgmma_kernel_smem_bytes()
+                                                   : main_kernel_smem_bytes(g->row_tiles, fp8);
   if (smem > size_t(f.max_smem_per_block_optin))
     return error(Errc::unsupported,
                  "cuda:{}: the decode kernel needs {} B of shared memory, the "
@@ -236,12 +248,20 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");
-  if (g.wgmma)
-    MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream),
-                 "decode_wgmma_kernel launch");
-  else
-    MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
-                 "decode_main_kernel launch");
+  switch (g.kernel) {
+    case MainKernel::wgmma:
+      MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream),
+                   "decode_wgmma_kernel launch");
+      break;
+    case MainKernel::wgmma5:
+      MLA_CUDA_TRY(launch_decode_main_wgmma5(p, fp8, g.row_blocks, stream),
+                   "decode_wgmma5_kernel launch");
+      break;
+    case MainKernel::mma:
+      MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
+                   "decode_main_kernel launch");
+      break;
+  }
   MLA_CUDA_TRY(launch_decode_combine(p, stream), "decode_combine_kernel launch");
   return Status::Ok();
 }
