@@ -38,6 +38,7 @@ struct BenchOptions {
   bool batch_invariant = false;
   double peak_tflops = 792.0;  // PERF.md, measured on the H200 we are lent
   double peak_gbps = 4391.0;
+  std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
 
 struct Shape {
@@ -86,6 +87,12 @@ std::vector<Shape> suite_shapes(const std::string& which) {
       std::exit(1);                                                    \
     }                                                                  \
   } while (0)
+
+std::string shape_name(const Shape& s) {
+  if (!s.label.empty()) return s.label;
+  return "b" + std::to_string(s.lengths.size()) + " h" + std::to_string(s.h_q) + " s_q" +
+         std::to_string(s.s_q) + " L" + std::to_string(s.lengths[0] / 1024) + "K";
+}
 
 struct DeviceMem {
   void* p = nullptr;
@@ -181,10 +188,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o, void* flush, s
   const double floor_us =
       std::max(flops / (o.peak_tflops * 1e12), bytes / (o.peak_gbps * 1e9)) * 1e6;
   const bool compute_bound = flops / (o.peak_tflops * 1e12) > bytes / (o.peak_gbps * 1e9);
-  std::string name = s.label;
-  if (name.empty())
-    name = "b" + std::to_string(B) + " h" + std::to_string(s.h_q) + " s_q" + std::to_string(s.s_q) +
-           " L" + std::to_string(s.lengths[0] / 1024) + "K";
+  const std::string name = shape_name(s);
   nlohmann::json j;
   j["suite"] = s.suite;
   j["name"] = name;
@@ -225,6 +229,11 @@ int run_decode_bench(const BenchOptions& o) {
   std::printf("%-14s %-22s %-10s %10s %9s %9s %9s %8s %s\n", "suite", "shape", "cache", "time_us",
               "TFLOP/s", "GB/s", "floor_us", "of_floor", "bound");
   for (const Shape& s : suite_shapes(o.suite)) {
+    const std::string key = shape_name(s) + " " + kv_format_name(s.format);
+    if (!o.only.empty() && std::none_of(o.only.begin(), o.only.end(), [&](const std::string& f) {
+          return key.find(f) != std::string::npos;
+        }))
+      continue;
     nlohmann::json j = bench_shape(s, o, flush.p, flush_bytes);
     std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s\n",
                 j["suite"].get<std::string>().c_str(), j["name"].get<std::string>().c_str(),
@@ -263,6 +272,9 @@ void register_bench_command(CLI::App& app) {
   dec->add_option("--reps", o->reps, "timed calls per shape (median reported)")
       ->check(CLI::Range(5, 10000));
   dec->add_flag("--batch-invariant", o->batch_invariant, "DecodeOptions::batch_invariant");
+  dec->add_option("--only", o->only,
+                  "run only the shapes whose \"<name> <format>\" contains one of these "
+                  "(e.g. \"b128 h128 s_q1 L32K bf16\"; repeatable)");
   dec->add_option("--peak-tflops", o->peak_tflops, "bf16 matmul ceiling for the floor");
   dec->add_option("--peak-gbps", o->peak_gbps, "read bandwidth ceiling for the floor");
   dec->callback([o] { std::exit(run_decode_bench(*o)); });
