@@ -177,4 +177,12 @@ Status nccl_transfer_send(const TransferPlan& plan, const TransferBuffers& src,
 Status nccl_transfer_recv(const TransferPlan& plan, const TransferBuffers& dst,
                           const NcclTransferOptions& options);
 
+// Creates this rank's NCCL communicator (comm: an ncclComm_t): selects GPU
+// who.local_rank, rank 0 makes the unique id, which reaches the others over
+// TCP at master_addr:master_port, or through id_file when it is not empty.
+// NCCL's own environment (NCCL_NVLS_ENABLE and the other multicast switches)
+// is left exactly as the machine sets it.
+Status nccl_comm_init(const LaunchInfo& who, const std::string& id_file, void** comm);
+Status nccl_comm_destroy(void* comm);
+
 }  // namespace mla
