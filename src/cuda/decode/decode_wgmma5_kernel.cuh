@@ -70,6 +70,27 @@ __device__ __forceinline__ bool wait_full(uint64_t* full, const int* sFlag, uint
   return (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
 }
 
+// Whether the stage of tile number `cnt` is full, as one answer for the whole
+// warpgroup (wgmma is issued by all 128 threads or none): each thread tests
+// the mbarrier without blocking, and a per-warpgroup barrier (ids 4, 5; 1-3
+// are v4's) ANDs the answers. A phase once complete stays complete until the
+// stage is consumed, so "ready" is never wrong, only possibly late.
+__device__ __forceinline__ bool stage_ready_in_warpgroup(uint64_t* full, uint32_t cnt, int wg) {
+  const int st = cnt % kStages;
+  uint32_t ready;
+  asm volatile(
+      "{\n"
+      ".reg .pred p, q;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "bar.red.and.pred q, %3, 128, p;\n"
+      "selp.u32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(ready)
+      : "r"(ptx::smem_addr(&full[st])), "r"((cnt / kStages) & 1), "r"(4 + wg)
+      : "memory");
+  return ready != 0;
+}
+
 // S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims, issued and committed (not waited).
 __device__ __forceinline__ void issue_s(float (&sacc)[4][4], uint32_t aQ, uint32_t aTile, int wg) {
   wgmma::fence();
@@ -269,18 +290,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma5_kernel(const Decode
       }
       issue_pv(o, aP, aKv + st * kTileBytes, wg);
       const bool has_next = it + 1 < in.n_tiles;
-      if (has_next) {
-        bad |= wait_full(full, sFlag, cnt + 1);
+      // Back to back only when tile it+1 is already resident: otherwise
+      // waiting for it here would also hold stage `st` (the producer's next
+      // target) until it arrives, serialising the loads on memory-bound
+      // shapes; then drain P.V(it) and release the stage first, as v4 does.
+      // The answer is made warp-uniform (vote) and the two paths are one
+      // if/else, so that ptxas sees no divergent wgmma path (else it
+      // serialises every wgmma of the kernel: C7520 / C7514).
+      const bool overlap =
+          __all_sync(0xffffffffu, has_next && stage_ready_in_warpgroup(full, cnt + 1, wg));
+      if (overlap) {
+        bad |= wait_full(full, sFlag, cnt + 1);  // complete: returns at once, reads the flags
         issue_s(sacc, aQ, aKv + ((cnt + 1) % kStages) * kTileBytes, wg);
         wgmma::wait<1>();  // groups complete in order: P.V(it) is done, S(it+1) may run on
-      } else {
-        wgmma::wait<0>();
-      }
-      wgmma::fence_regs(o);
-      ptx::mbar_arrive(&empty[st]);  // stage `st` is no longer read by this thread's wgmmas
-      if (has_next) {
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[st]);  // stage `st` is no longer read by this thread's wgmmas
         wgmma::wait<0>();
         wgmma::fence_regs(sacc);
+      } else {
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[st]);
+        if (has_next) {
+          bad |= wait_full(full, sFlag, cnt + 1);
+          issue_s(sacc, aQ, aKv + ((cnt + 1) % kStages) * kTileBytes, wg);
+          wgmma::wait<0>();
+          wgmma::fence_regs(sacc);
+        }
+      }
+      if (has_next) {
         // Both warpgroups arrive at its kBarMax after their own P.V(it)
         // completed (waited above), so P(it+1) may overwrite sP after it.
         softmax_tile(t, sacc, pc.tile_begin + it + 1, cnt + 1, sMax, sP, m_run, l_part, alpha);
