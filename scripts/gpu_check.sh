@@ -84,7 +84,7 @@ if [ "$MODE" = "v5" ]; then
   R=()
   if [ $V5_RC -ne 124 ]; then  # failures still bench (numbers with a caveat); a hang does not
     ONLY=(--only "b128 h128 s_q1 L4K" --only "b128 h128 s_q1 L32K" --only "b128 h128 s_q2 L32K")
-    for k in v4 v5 v4 v5; do  # twice each, interleaved: the spread is the noise
+    for k in ${AB_ORDER:-v4 v5}; do  # "v4 v5 v4 v5": twice each, the spread is the noise
       step "bench ($k)"
       MLA_DECODE_KERNEL=$k timeout ${BENCH_TIMEOUT:-60} "$BUILD/mla" bench decode --suite decode-128 \
         "${ONLY[@]}" --reps 10 --json "$OUT/bench_${k}_128.json" >>"$OUT/bench_$k.log" 2>&1
