@@ -108,8 +108,9 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // bf16 (one request over all workers: per-piece fill). That case is not
 // worth a rule of its own, so v4 is the default everywhere.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
-// build): mma (v1), wgmma or v4, v5. v5 is not the default until it passed
-// the GPU tests and measured faster (docs/perf-log.md v5).
+// build): mma (v1), wgmma or v4, v5. v5 passed every GPU decode test but
+// measured 0.96-1.02x of v4 (H200, 2026-11-29, docs/perf-log.md v5), so v4
+// stays the default and v5 runs only when forced.
 MainKernel wgmma_kernel_choice() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
