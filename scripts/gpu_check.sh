@@ -7,10 +7,6 @@
 #   v4: the short check of the wgmma kernel (SASS has HGMMA, the wgmma layout
 #   probe, the decode GPU tests with MLA_DECODE_KERNEL=wgmma, a short bench of
 #   both kernels); carried files: $BUILD/{libmla.so,mla,mla_tests_gpu,rt}.
-#   v5: the same for the v5 kernel (MLA_DECODE_KERNEL=v5), racecheck on
-#   DecodeGpu.SanitizerSmall with v5 forced, and a short A/B bench of v4 vs v5
-#   (bench --only: decode-128 b128 s_q1 L4K/32K, s_q2 L32K, bf16 + fp8;
-#   decode-tp b128 h16 L32K), a short table last.
 set -u
 BUILD=${BUILD:-build-decode}
 OUT=${OUT:-/tmp/mla_out}
@@ -55,51 +51,6 @@ if [ "$MODE" = "v4" ]; then
   echo "probe rc=$PROBE_RC tests(wgmma) rc=$V4_RC ${R[*]}"
   grep -E "tests ran|PASSED|FAILED" "$OUT/tests_v4.log" | tail -4
   for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "## $f"; cut -c1-100 "$f" | grep -v "^suite"; }; done
-  exit 0
-fi
-
-if [ "$MODE" = "v5" ]; then
-  TESTS="$BUILD/mla_tests_gpu"
-  if [ -z "${SKIP_SASS:-}" ] && command -v cuobjdump >/dev/null; then
-    step "SASS of the v5 kernel"
-    cuobjdump -sass "$BUILD/libmla.so" >"$OUT/sass.txt" 2>&1
-    for k in v419decode_wgmma_kernel v520decode_wgmma5_kernel; do
-      awk -v k="$k" '/Function :/{f=($0 ~ k)} f' "$OUT/sass.txt" >"$OUT/sass_k.txt"
-      echo "$k: HGMMA $(grep -c HGMMA "$OUT/sass_k.txt") 64x256 $(grep -c 'HGMMA.64x256' "$OUT/sass_k.txt") STL $(grep -c STL "$OUT/sass_k.txt") LDL $(grep -c LDL "$OUT/sass_k.txt") WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "$OUT/sass_k.txt") WARPGROUP.ARRIVE $(grep -c 'WARPGROUP.ARRIVE' "$OUT/sass_k.txt")"
-    done
-    rm -f "$OUT/sass.txt" "$OUT/sass_k.txt"
-  fi
-  step "wgmma layout probe + decode GPU tests, v5 forced"
-  MLA_DECODE_KERNEL=v5 timeout ${TEST_TIMEOUT:-100} "$TESTS" --gtest_filter='WgmmaGpu.*:DecodeGpu.*' \
-    >"$OUT/tests_v5.log" 2>&1
-  V5_RC=$?
-  grep -E "FAILED|Failure|error|expected|Which is|at b " "$OUT/tests_v5.log" | head -20
-  RACE_RC=skipped
-  if [ $V5_RC -eq 0 ]; then
-    step "racecheck DecodeGpu.SanitizerSmall (v5)"
-    MLA_DECODE_KERNEL=v5 timeout ${RACE_TIMEOUT:-60} compute-sanitizer --tool racecheck --error-exitcode 9 \
-      "$TESTS" --gtest_filter='DecodeGpu.SanitizerSmall*' >"$OUT/racecheck_v5.log" 2>&1
-    RACE_RC=$?
-  fi
-  R=()
-  if [ $V5_RC -ne 124 ]; then  # failures still bench (numbers with a caveat); a hang does not
-    ONLY=(--only "b128 h128 s_q1 L4K" --only "b128 h128 s_q1 L32K" --only "b128 h128 s_q2 L32K")
-    for k in ${AB_ORDER:-v4 v5}; do  # "v4 v5 v4 v5": twice each, the spread is the noise
-      step "bench ($k)"
-      MLA_DECODE_KERNEL=$k timeout ${BENCH_TIMEOUT:-60} "$BUILD/mla" bench decode --suite decode-128 \
-        "${ONLY[@]}" --reps 10 --json "$OUT/bench_${k}_128.json" >>"$OUT/bench_$k.log" 2>&1
-      R+=("$k:128 rc=$?")
-      MLA_DECODE_KERNEL=$k timeout ${BENCH_TIMEOUT:-60} "$BUILD/mla" bench decode --suite decode-tp \
-        --only "b128 h16 s_q1 L32K" --reps 10 --json "$OUT/bench_${k}_tp.json" >>"$OUT/bench_$k.log" 2>&1
-      R+=("$k:tp rc=$?")
-    done
-  fi
-  step "summary v5"
-  nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader
-  echo "tests(v5) rc=$V5_RC racecheck(v5) rc=$RACE_RC ${R[*]}"
-  grep -E "tests ran|PASSED|FAILED" "$OUT/tests_v5.log" | tail -4
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/racecheck_v5.log" 2>/dev/null
-  for k in v4 v5; do echo "## $k"; grep -v "^suite" "$OUT/bench_$k.log" | cut -c1-100; done
   exit 0
 fi
 

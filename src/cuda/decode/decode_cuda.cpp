@@ -13,7 +13,6 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_wgmma.hpp"
-#include "cuda/decode/decode_wgmma5.hpp"
 
 namespace mla::cuda {
 
@@ -31,7 +30,6 @@ size_t align_up(size_t x) {
 enum class MainKernel {
   mma,     // "v1": mma.sync (decode_kernel.cuh); also every shape the wgmma kernels do not take
   wgmma,   // "v4": wgmma + warp specialisation (decode_wgmma_kernel.cuh)
-  wgmma5,  // "v5": v4 with P.V(j) and S(j+1) issued back to back (decode_wgmma5_kernel.cuh)
 };
 
 struct Geometry {
@@ -108,14 +106,13 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // bf16 (one request over all workers: per-piece fill). That case is not
 // worth a rule of its own, so v4 is the default everywhere.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
-// build): mma (v1), wgmma or v4, v5. v5 passed every GPU decode test but
-// measured 0.96-1.02x of v4 (H200, 2026-11-29, docs/perf-log.md v5), so v4
-// stays the default and v5 runs only when forced.
+// build): mma (v1), wgmma or v4. (v5, P.V(j) and S(j+1) back to back, passed
+// every GPU test but measured 0.96-1.02x of v4 (docs/perf-log.md v5): removed,
+// the experiment stays in the log and in git history.)
 MainKernel wgmma_kernel_choice() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
     if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) return MainKernel::wgmma;
-    if (std::strcmp(env, "v5") == 0) return MainKernel::wgmma5;
   }
   return MainKernel::wgmma;
 }
@@ -253,10 +250,6 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
     case MainKernel::wgmma:
       MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream),
                    "decode_wgmma_kernel launch");
-      break;
-    case MainKernel::wgmma5:
-      MLA_CUDA_TRY(launch_decode_main_wgmma5(p, fp8, g.row_blocks, stream),
-                   "decode_wgmma5_kernel launch");
       break;
     case MainKernel::mma:
       MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
