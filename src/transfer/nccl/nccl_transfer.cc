@@ -1,13 +1,15 @@
-// The NCCL executor of a TransferPlan (host side; the kernel is copy_pieces.cu)
-// (libmla_transfer_nccl). Both ends walk the same wire schedule (transfer/schedule.hpp): per round
-// one NCCL group holding the round's direct runs (straight from/into the cache pages) and, when it
-// has small runs, one message of them packed into the staging buffer. Everything is enqueued on the
-// caller's stream; nothing here synchronises.
+// The NCCL executor of a TransferPlan (libmla_transfer_nccl; host side, the
+// kernel is copy_pieces.cu). Both ends walk the same wire schedule
+// (transfer/schedule.hpp): per round one NCCL group holding the round's direct
+// runs (straight from/into the cache pages) and, when it has small runs, one
+// message of them packed into the staging buffer. Everything is enqueued on
+// the caller's stream; nothing here synchronises.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include "common/validate.hpp"
 #include "cuda/common/cuda_status.hpp"
@@ -49,8 +51,8 @@ Status run_address(const TransferPlan& plan, const TransferBuffers& b, size_t i,
                    char** out) {
   void* base;
   MLA_TRY(transfer::run_base(b, plan.runs[i], side, &base));
-  *out = static_cast<char*>(base) +
-         (side[0] == 's' ? plan.runs[i].src_offset : plan.runs[i].dst_offset);
+  const bool is_src = std::string_view(side) == "src";
+  *out = static_cast<char*>(base) + (is_src ? plan.runs[i].src_offset : plan.runs[i].dst_offset);
   return Status::Ok();
 }
 
