@@ -80,9 +80,14 @@ def test_append_and_read_kv_bytes_match_cpu(rng, fmt):
     mla.append_kv(cuda(c_kv), cuda(k_rope), cuda(slots), gpu, kv_format=fmt)
     assert np.array_equal(host(gpu).view(np.uint8), cpu.view(np.uint8))
     ok = slots[slots >= 0]
-    gc, gr = mla.read_kv(gpu, cuda(ok), kv_format=fmt)
+    # read_kv is an inspection op with no CUDA kernel: read the GPU-written
+    # cache back through the CPU path, and check that CUDA tensors get a clear
+    # UnsupportedError rather than a crash.
+    gc, gr = mla.read_kv(host(gpu), ok, kv_format=fmt)
     cc, cr = mla.read_kv(cpu, ok)
-    assert np.array_equal(host(gc), cc) and np.array_equal(host(gr), cr)
+    assert np.array_equal(gc, cc) and np.array_equal(gr, cr)
+    with pytest.raises(mla.UnsupportedError, match="read_kv"):
+        mla.read_kv(gpu, cuda(ok), kv_format=fmt)
 
 
 @pytest.mark.parametrize(
