@@ -30,6 +30,7 @@ size_t align_up(size_t x) {
 enum class MainKernel {
   mma,     // "v1": mma.sync (decode_kernel.cuh); also every shape the wgmma kernels do not take
   wgmma,   // "v4": wgmma + warp specialisation (decode_wgmma_kernel.cuh)
+  wgmma6,  // "v6": v4 whose fp8 producer keeps the next tile's loads in flight (bf16: = v4)
 };
 
 struct Geometry {
@@ -106,13 +107,14 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // bf16 (one request over all workers: per-piece fill). That case is not
 // worth a rule of its own, so v4 is the default everywhere.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
-// build): mma (v1), wgmma or v4. (v5, P.V(j) and S(j+1) back to back, passed
-// every GPU test but measured 0.96-1.02x of v4 (docs/perf-log.md v5): removed,
-// the experiment stays in the log and in git history.)
+// build): mma (v1), wgmma or v4, v6 (docs/perf-log.md v6). (v5, P.V(j) and S(j+1) back to back,
+// passed every GPU test but measured 0.96-1.02x of v4 (docs/perf-log.md v5): removed, the
+// experiment stays in the log and in git history.)
 MainKernel wgmma_kernel_choice() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
     if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) return MainKernel::wgmma;
+    if (std::strcmp(env, "v6") == 0) return MainKernel::wgmma6;
   }
   return MainKernel::wgmma;
 }
@@ -248,8 +250,10 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");
   switch (g.kernel) {
     case MainKernel::wgmma:
-      MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream),
-                   "decode_wgmma_kernel launch");
+    case MainKernel::wgmma6:
+      MLA_CUDA_TRY(
+          launch_decode_main_wgmma(p, fp8, g.row_blocks, stream, g.kernel == MainKernel::wgmma6),
+          "decode_wgmma_kernel launch");
       break;
     case MainKernel::mma:
       MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),

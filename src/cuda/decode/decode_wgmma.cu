@@ -11,9 +11,9 @@ size_t wgmma_kernel_smem_bytes() {
 }
 
 namespace {
-template <bool kFp8>
+template <bool kFp8, bool kFp8Prefetch>
 cudaError_t launch_t(const DecodeParams& p, int row_blocks, cudaStream_t stream) {
-  auto* kernel = v4::decode_wgmma_kernel<kFp8>;
+  auto* kernel = v4::decode_wgmma_kernel<kFp8, kFp8Prefetch>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(v4::kSmemBytes));
@@ -24,8 +24,10 @@ cudaError_t launch_t(const DecodeParams& p, int row_blocks, cudaStream_t stream)
 }  // namespace
 
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream) {
-  return fp8 ? launch_t<true>(p, row_blocks, stream) : launch_t<false>(p, row_blocks, stream);
+                                     cudaStream_t stream, bool fp8_prefetch) {
+  if (!fp8) return launch_t<false, false>(p, row_blocks, stream);
+  return fp8_prefetch ? launch_t<true, true>(p, row_blocks, stream)
+                      : launch_t<true, false>(p, row_blocks, stream);
 }
 
 }  // namespace mla::cuda::decode

@@ -12,7 +12,9 @@ namespace mla::cuda::decode {
 
 inline constexpr int kWgmmaRows = 64;  // query rows per CTA of the wgmma kernel
 size_t wgmma_kernel_smem_bytes();
+// fp8_prefetch (fp8 caches only): the producer keeps the next tile's loads
+// in flight ("v6", produce_fp8_prefetch); false: v4's producer.
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream);
+                                     cudaStream_t stream, bool fp8_prefetch);
 
 }  // namespace mla::cuda::decode

@@ -54,10 +54,14 @@ static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
 // producer holds 10 16-byte loads and their conversions. Chosen by ptxas -v:
 // these are the splits without spills (bf16 producer needs few registers).
 inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
-template <bool kFp8>
+// The prefetching fp8 producer ("v6", produce_fp8_prefetch) holds a whole
+// next tile's half entry (82 registers) across the conversion: 120, all the
+// math split leaves (2 x (192 - 168) = 168 - 120).
+template <bool kFp8, bool kPrefetch = false>
 struct Regs {
   static constexpr int kMath = kFp8 ? 192 : 232;
-  static constexpr int kProducer = kFp8 ? 112 : 40;
+  static constexpr int kProducer = kFp8 ? (kPrefetch ? 120 : 112) : 40;
+  static_assert(!kPrefetch || kFp8, "only the fp8 producer prefetches (bf16 uses cp.async)");
   static_assert(2 * (kMath - kLaunchRegs) <= kLaunchRegs - kProducer,
                 "the producer must free what the math warpgroups take");
 };
@@ -186,7 +190,132 @@ __device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* sta
   return bad;
 }
 
-template <bool kFp8>
+// ---- fp8 producer with the next tile's loads in flight ("v6") ----
+// produce_tile<true> issues one scale group's loads (10 x 16 B per thread,
+// ~20 KB per SM), then converts them: the loads are latency-bound and nothing
+// is in flight while the producer converts or waits for a free stage. Here
+// each thread keeps the raw bytes of its half entry of the NEXT tile in
+// registers: converting chunk i of tile j is followed at once by the load of
+// chunk i of tile j+1 into the same registers, so about one whole tile's
+// codes (128 threads x 264 B = 33 KB per SM) stay in flight, also while the
+// producer waits on the empty barrier. The rope part is bf16 already: it goes
+// by cp.async straight into the stage once the stage is free (holding it in
+// registers as well spilled at the 120-register producer budget).
+// Same stage layout, flags and barriers as v4.
+struct RawHalf {    // one producer thread's half entry (half h = ptid & 1)
+  uint4 codes[16];  // e4m3 codes [256h, 256h + 256): scale groups 2h, 2h + 1
+  float scale[2];   // scales of groups 2h, 2h + 1
+};
+
+// Entry of the key this thread handles in `tile`, or nullptr (past key_end,
+// or a bad page id: then *bad is set; the key is zero-filled like v4).
+__device__ __forceinline__ const uint8_t* producer_src(const DecodeParams& p, int b, int tile,
+                                                       int key_end, int ptid, bool* bad) {
+  const int key = tile * kTileKeys + (ptid >> 1);
+  *bad = false;
+  if (key >= key_end) return nullptr;
+  const uint8_t* src = entry_ptr4(p, b, key);
+  *bad = src == nullptr;
+  return src;
+}
+
+__device__ __forceinline__ uint4 ldg16_or_zero(const uint8_t* src, int off) {
+  return src ? __ldg(reinterpret_cast<const uint4*>(src + off)) : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ void load_raw_half(RawHalf& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw.codes[i] = ldg16_or_zero(src, half * 256 + i * 16);
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+    raw.scale[g] =
+        src ? __ldg(reinterpret_cast<const float*>(src + 512 + (2 * half + g) * 4)) : 0.f;
+}
+
+// Rope of the current entry (`cur`, nullptr: zeros) by cp.async into key row
+// r of `stage`; then `raw` dequantised into the same row, each register
+// refilled from `next` (the same thread's entry in the next tile; nullptr:
+// zeros) as soon as it has been converted. The caller waits the cp.async.
+__device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_t* stage, int r,
+                                                   int half, RawHalf& raw, const uint8_t* cur,
+                                                   const uint8_t* next) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)  // src-size 0 (cur == nullptr) reads nothing, writes zeros
+    ptx::cp_async_16(stage + tile_off(r, 64 + 4 * half + i),
+                     cur ? cur + 528 + (4 * half + i) * 16 : p.kv, cur != nullptr);
+  ptx::cp_async_commit();
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int sg = 2 * half + g;
+    const float s = raw.scale[g];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 bf16 chunks; c * scale is exact in bf16
+      const uint4 cv = raw.codes[8 * g + i];
+      raw.codes[8 * g + i] = ldg16_or_zero(next, sg * 128 + i * 16);
+      const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
+      uint32_t w[8];
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const float2 lo = e4m3x2_to_float2(uint16_t(c32[h] & 0xffff));
+        const float2 hi = e4m3x2_to_float2(uint16_t(c32[h] >> 16));
+        w[2 * h] = ptx::pack_bf16x2(lo.x * s, lo.y * s);
+        w[2 * h + 1] = ptx::pack_bf16x2(hi.x * s, hi.y * s);
+      }
+      const int q = sg * 16 + 2 * i;
+      *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+    raw.scale[g] = next ? __ldg(reinterpret_cast<const float*>(next + 512 + sg * 4)) : 0.f;
+  }
+}
+
+// The producer warpgroup's loop over its worker's tiles (all pieces, in the
+// math warpgroups' order), one tile ahead in registers.
+__device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* sKv,
+                                                     int* sFlag, uint64_t* full, uint64_t* empty,
+                                                     int piece_begin, int piece_end, int ptid) {
+  // Cursor over (piece, tile): advance() moves to the next tile, false at the end.
+  int pi = piece_begin, it = -1, tile_begin = 0;
+  PieceInfo in{};
+  in.n_tiles = 0;
+  auto advance = [&]() -> bool {
+    ++it;
+    while (it >= in.n_tiles) {
+      if (pi >= piece_end) return false;
+      const Piece pc = p.pieces[pi++];
+      in = piece_info(p, pc);
+      tile_begin = pc.tile_begin;
+      it = 0;
+    }
+    return true;
+  };
+  const int r = ptid >> 1, half = ptid & 1;
+  RawHalf raw;
+  bool have = advance(), bad = false;
+  const uint8_t* src =
+      have ? producer_src(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+  load_raw_half(raw, src, half);
+  for (uint32_t cnt = 0; have; ++cnt) {
+    const bool cur_bad = bad;
+    const uint8_t* cur = src;
+    have = advance();
+    const uint8_t* next =
+        have ? producer_src(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+    const int st = cnt % kStages;
+    ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
+    convert_and_refill(p, sKv + st * kTileBytes, r, half, raw, cur, next);
+    src = next;
+    const unsigned any_bad = __any_sync(0xffffffffu, cur_bad);
+    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = any_bad ? 1 : 0;
+    ptx::cp_async_wait<0>();     // the rope chunks landed
+    wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+    ptx::mbar_arrive(&full[st]);
+  }
+}
+
+// kFp8Prefetch: the fp8 producer keeps the next tile's loads in flight
+// (produce_fp8_prefetch, "v6"); false: produce_tile, one scale group at a time ("v4").
+template <bool kFp8, bool kFp8Prefetch = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sQ = smem + kQOff;
@@ -216,8 +345,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
 
   if (tid >= kMathThreads) {
     // ================= producer warpgroup =================
-    wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
+    wgmma::setmaxnreg_dec<Regs<kFp8, kFp8Prefetch>::kProducer>();
     const int ptid = tid - kMathThreads;
+    if constexpr (kFp8Prefetch) {
+      produce_fp8_prefetch(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+      return;
+    }
     uint32_t cnt = 0;  // tiles produced so far (stage = cnt % 2, pass = cnt / 2)
     for (int pi = piece_begin; pi < piece_end; ++pi) {
       const Piece pc = p.pieces[pi];
@@ -241,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
   }
 
   // ================= math warpgroups =================
-  wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
+  wgmma::setmaxnreg_inc<Regs<kFp8, kFp8Prefetch>::kMath>();
   const int wg = tid / 128;  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
