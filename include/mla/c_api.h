@@ -314,6 +314,85 @@ MLA_C_EXPORT int32_t mla_mha_prefill(const mla_tensor* q, const mla_tensor* k, c
                                      float softmax_scale, int32_t causal, const mla_tensor* out,
                                      const mla_tensor* lse, void* stream);
 
+/* ---- KV transfer plans (mla/transfer.hpp) ------------------------------------ */
+/* Host-side planning of a request's move between two paged pools (prefill/decode
+ * disaggregation, docs/multi-gpu.md) and the memcpy executor over host buffers.
+ * The NCCL executor (nccl_transfer_*) lives in the optional library
+ * libmla_transfer_nccl and is not part of this ABI.
+ * Arrays of results are written like text: at most `capacity` entries into the
+ * caller's array (which may be NULL when capacity is 0); the full count comes back,
+ * so a caller whose array was too small calls again with a larger one. */
+enum { MLA_TRANSFER_LATENT = 0, MLA_TRANSFER_INDEXER = 1 }; /* mla::TransferCache */
+enum { MLA_TRANSFER_BY_LAYER = 0, MLA_TRANSFER_WHOLE = 1 }; /* mla::TransferOrder */
+
+/* Mirror of mla::TransferSide; pages[0 .. num_page_ids) is the request's block_table row. */
+typedef struct mla_transfer_side {
+  const int32_t* pages;
+  int64_t num_page_ids;
+  int64_t num_pages;    /* pages in the pool (of one layer) */
+  int64_t page_size;    /* tokens per page; 64 for the indexer cache */
+  int64_t page_stride;  /* bytes; 0 = dense */
+  int64_t layer_stride; /* bytes; 0 = one allocation per layer */
+} mla_transfer_side;
+
+/* Mirror of mla::TransferRequest. */
+typedef struct mla_transfer_request {
+  int64_t first_token;
+  int64_t num_tokens;
+  int32_t num_layers;
+  int32_t src_format; /* MLA_KV_*; must equal dst_format */
+  int32_t dst_format;
+  int32_t with_indexer; /* 0 or 1 */
+  int32_t order;        /* MLA_TRANSFER_BY_LAYER / MLA_TRANSFER_WHOLE */
+  int32_t reserved;     /* 0 */
+  mla_transfer_side src_latent;
+  mla_transfer_side dst_latent;
+  mla_transfer_side src_indexer; /* read only when with_indexer */
+  mla_transfer_side dst_indexer;
+} mla_transfer_request;
+
+/* Mirror of mla::CopyRun: bytes from the base of `layer`'s pool of `cache` on each side. */
+typedef struct mla_copy_run {
+  int64_t src_offset;
+  int64_t dst_offset;
+  int64_t bytes;
+  int32_t layer;
+  int32_t cache; /* MLA_TRANSFER_LATENT / MLA_TRANSFER_INDEXER */
+} mla_copy_run;
+
+/* The scalars of mla::TransferPlan and the full lengths of its arrays. */
+typedef struct mla_transfer_plan_info {
+  int64_t num_runs;
+  int64_t num_layer_begin; /* by_layer: num_layers + 1; whole: 2 */
+  int64_t total_bytes;
+  int64_t largest_run;
+  int32_t order;
+  int32_t reserved;
+} mla_transfer_plan_info;
+
+/* Base addresses of every layer's pool on one side (mirror of mla::TransferBuffers). */
+typedef struct mla_transfer_buffers {
+  void* const* latent;
+  int64_t num_latent;
+  void* const* indexer;
+  int64_t num_indexer;
+} mla_transfer_buffers;
+
+/* "latent" / "indexer" ("?" for another code). */
+MLA_C_EXPORT const char* mla_transfer_cache_name(int32_t cache);
+/* plan_transfer: runs[0 .. min(num_runs, runs_capacity)), layer_begin likewise; info
+ * receives the full counts and the totals. */
+MLA_C_EXPORT int32_t mla_plan_transfer(const mla_transfer_request* request, mla_copy_run* runs,
+                                       size_t runs_capacity, int64_t* layer_begin,
+                                       size_t layer_begin_capacity, mla_transfer_plan_info* info);
+/* layer_bases: out[l] = base + l * layer_stride for l < min(num_layers, capacity). */
+MLA_C_EXPORT int32_t mla_layer_bases(void* base, int64_t layer_stride, int32_t num_layers,
+                                     void** out, size_t capacity);
+/* execute_copy_plan over host memory: memcpy of every run (all bases checked first). */
+MLA_C_EXPORT int32_t mla_execute_copy_plan(const mla_copy_run* runs, size_t num_runs,
+                                           const mla_transfer_buffers* src,
+                                           const mla_transfer_buffers* dst);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -88,6 +88,74 @@ class MlaPlanWorkload(ctypes.Structure):
     ]
 
 
+class MlaTransferSide(ctypes.Structure):
+    """Mirror of ``mla_transfer_side`` (mla::TransferSide)."""
+
+    _fields_ = [
+        ("pages", ctypes.POINTER(ctypes.c_int32)),
+        ("num_page_ids", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("page_stride", ctypes.c_int64),
+        ("layer_stride", ctypes.c_int64),
+    ]
+
+
+class MlaTransferRequest(ctypes.Structure):
+    """Mirror of ``mla_transfer_request`` (mla::TransferRequest)."""
+
+    _fields_ = [
+        ("first_token", ctypes.c_int64),
+        ("num_tokens", ctypes.c_int64),
+        ("num_layers", ctypes.c_int32),
+        ("src_format", ctypes.c_int32),
+        ("dst_format", ctypes.c_int32),
+        ("with_indexer", ctypes.c_int32),
+        ("order", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("src_latent", MlaTransferSide),
+        ("dst_latent", MlaTransferSide),
+        ("src_indexer", MlaTransferSide),
+        ("dst_indexer", MlaTransferSide),
+    ]
+
+
+class MlaCopyRun(ctypes.Structure):
+    """Mirror of ``mla_copy_run`` (mla::CopyRun)."""
+
+    _fields_ = [
+        ("src_offset", ctypes.c_int64),
+        ("dst_offset", ctypes.c_int64),
+        ("bytes", ctypes.c_int64),
+        ("layer", ctypes.c_int32),
+        ("cache", ctypes.c_int32),
+    ]
+
+
+class MlaTransferPlanInfo(ctypes.Structure):
+    """Mirror of ``mla_transfer_plan_info`` (the scalars of mla::TransferPlan)."""
+
+    _fields_ = [
+        ("num_runs", ctypes.c_int64),
+        ("num_layer_begin", ctypes.c_int64),
+        ("total_bytes", ctypes.c_int64),
+        ("largest_run", ctypes.c_int64),
+        ("order", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+class MlaTransferBuffers(ctypes.Structure):
+    """Mirror of ``mla_transfer_buffers`` (mla::TransferBuffers)."""
+
+    _fields_ = [
+        ("latent", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_latent", ctypes.c_int64),
+        ("indexer", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_indexer", ctypes.c_int64),
+    ]
+
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
 _BSP = ctypes.POINTER(MlaBlockSparseParams)
@@ -134,10 +202,18 @@ SIGNATURES: dict[str, list] = {
     "mla_plan": [_W, _cp, _i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
     "mla_plan_seed_check": [_i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
     "mla_plan_catalog": [ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
+    "mla_transfer_cache_name": [_i32],
+    "mla_plan_transfer": [ctypes.POINTER(MlaTransferRequest), ctypes.POINTER(MlaCopyRun), _sz,
+                          ctypes.POINTER(ctypes.c_int64), _sz,
+                          ctypes.POINTER(MlaTransferPlanInfo)],
+    "mla_layer_bases": [_vp, ctypes.c_int64, _i32, ctypes.POINTER(_vp), _sz],
+    "mla_execute_copy_plan": [ctypes.POINTER(MlaCopyRun), _sz,
+                              ctypes.POINTER(MlaTransferBuffers),
+                              ctypes.POINTER(MlaTransferBuffers)],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
 RESTYPES = {"mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
-            "mla_block_sparse_num_presets": _i32}
+            "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p}
 
 
 def _source_root() -> Path:
