@@ -393,6 +393,28 @@ MLA_C_EXPORT int32_t mla_execute_copy_plan(const mla_copy_run* runs, size_t num_
                                            const mla_transfer_buffers* src,
                                            const mla_transfer_buffers* dst);
 
+/* Launch conventions (torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
+ * and the bootstrap byte exchange (host code in libmla, used to start the NCCL executor). */
+#define MLA_MASTER_ADDR_MAX 256
+/* Mirror of mla::LaunchInfo; master_addr is NUL-terminated. */
+typedef struct mla_launch_info {
+  int32_t rank;
+  int32_t world_size;
+  int32_t local_rank;
+  int32_t master_port;
+  char master_addr[MLA_MASTER_ADDR_MAX];
+} mla_launch_info;
+/* getenv(name, user) -> value or NULL (unset). NULL getenv reads the process environment. */
+typedef const char* (*mla_getenv_fn)(const char* name, void* user);
+MLA_C_EXPORT int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn getenv,
+                                              void* user);
+/* Rank 0 serves bytes[0 .. size) to the other ranks (over TCP at master_addr:master_port,
+ * or through the file at path), which receive them into bytes. */
+MLA_C_EXPORT int32_t mla_exchange_bytes_tcp(const mla_launch_info* who, void* bytes, size_t size,
+                                            int32_t timeout_ms);
+MLA_C_EXPORT int32_t mla_exchange_bytes_file(const mla_launch_info* who, const char* path,
+                                             void* bytes, size_t size, int32_t timeout_ms);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

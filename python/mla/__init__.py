@@ -26,8 +26,9 @@ from .rope import RopeConfig, apply_rope, rope_attention_factor, rope_inv_freq
 from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_sparse_preset,
                            block_sparse_presets, block_sparse_select,
                            validate_block_sparse_params)
-from .transfer import (CopyRun, TransferBuffers, TransferPlan, TransferRequest, TransferSide,
-                       execute_copy_plan, layer_bases, plan_transfer, transfer_cache_name)
+from .transfer import (CopyRun, LaunchInfo, TransferBuffers, TransferPlan, TransferRequest,
+                       TransferSide, exchange_bytes_file, exchange_bytes_tcp, execute_copy_plan,
+                       launch_info_from_env, layer_bases, plan_transfer, transfer_cache_name)
 from .planner import (default_workload, known_gpus, known_models, make_plan, plan_json,
                       plan_text, seed_check, seed_check_json, seed_check_text)
 

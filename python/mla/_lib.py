@@ -156,6 +156,25 @@ class MlaTransferBuffers(ctypes.Structure):
     ]
 
 
+MASTER_ADDR_MAX = 256
+
+
+class MlaLaunchInfo(ctypes.Structure):
+    """Mirror of ``mla_launch_info`` (mla::LaunchInfo)."""
+
+    _fields_ = [
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("master_port", ctypes.c_int32),
+        ("master_addr", ctypes.c_char * MASTER_ADDR_MAX),
+    ]
+
+
+# mla_getenv_fn: the value's address (c_void_p: a c_char_p result would point into a
+# Python bytes object freed on return), or None for an unset variable.
+GETENV_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
 _BSP = ctypes.POINTER(MlaBlockSparseParams)
@@ -210,6 +229,9 @@ SIGNATURES: dict[str, list] = {
     "mla_execute_copy_plan": [ctypes.POINTER(MlaCopyRun), _sz,
                               ctypes.POINTER(MlaTransferBuffers),
                               ctypes.POINTER(MlaTransferBuffers)],
+    "mla_launch_info_from_env": [ctypes.POINTER(MlaLaunchInfo), GETENV_FN, _vp],
+    "mla_exchange_bytes_tcp": [ctypes.POINTER(MlaLaunchInfo), _vp, _sz, _i32],
+    "mla_exchange_bytes_file": [ctypes.POINTER(MlaLaunchInfo), _cp, _vp, _sz, _i32],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
 RESTYPES = {"mla_block_sparse_default_params": None, "mla_plan_default_workload": None,

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 from . import errors
 from ._dlpack import as_tensor
-from ._lib import (DEVICE_CPU, DTYPE_NAMES, DTYPE_SIZES, KV_FORMATS, MlaCopyRun,
-                   MlaTransferBuffers, MlaTransferPlanInfo, MlaTransferRequest,
+from ._lib import (DEVICE_CPU, MASTER_ADDR_MAX, DTYPE_NAMES, DTYPE_SIZES, GETENV_FN, KV_FORMATS, MlaCopyRun,
+                   MlaLaunchInfo, MlaTransferBuffers, MlaTransferPlanInfo, MlaTransferRequest,
                    MlaTransferSide, lib)
 
 TRANSFER_CACHES = {"latent": 0, "indexer": 1}  # mla::TransferCache
@@ -251,3 +251,61 @@ def execute_copy_plan(plan, src, dst) -> None:
     s = _buffers(src, "src", runs, keep)
     d = _buffers(dst, "dst", runs, keep)
     lib().call("mla_execute_copy_plan", c_runs, len(c_runs), ctypes.byref(s), ctypes.byref(d))
+
+
+# ---- launch conventions and the bootstrap exchange --------------------------------
+
+
+@dataclasses.dataclass
+class LaunchInfo:
+    """mla::LaunchInfo: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT."""
+
+    rank: int = -1
+    world_size: int = 0
+    local_rank: int = -1  # the GPU this process uses; RANK when LOCAL_RANK is unset
+    master_addr: str = ""
+    master_port: int = 0
+
+    def _c(self) -> MlaLaunchInfo:
+        addr = self.master_addr.encode()
+        if len(addr) >= MASTER_ADDR_MAX or b"\0" in addr:
+            raise errors.InvalidValueError(
+                f"master_addr = {self.master_addr!r}: at most {MASTER_ADDR_MAX - 1} bytes, no NUL")
+        return MlaLaunchInfo(int(self.rank), int(self.world_size), int(self.local_rank),
+                             int(self.master_port), addr)
+
+
+def launch_info_from_env(env=None) -> LaunchInfo:
+    """Parses the launch variables strictly from `env` (a mapping; None: the process
+    environment, read by the C++ library). Errors name the variable and its value."""
+    c = MlaLaunchInfo()
+    if env is None:
+        lib().call("mla_launch_info_from_env", ctypes.byref(c), GETENV_FN(), None)
+    else:
+        values = {k: ctypes.create_string_buffer(str(v).encode()) for k, v in env.items()}
+
+        def get(name, _user):
+            buf = values.get(name.decode())
+            return ctypes.addressof(buf) if buf is not None else None
+
+        lib().call("mla_launch_info_from_env", ctypes.byref(c), GETENV_FN(get), None)
+    return LaunchInfo(c.rank, c.world_size, c.local_rank, c.master_addr.decode(), c.master_port)
+
+
+def _exchange(fn: str, who: LaunchInfo, data, extra: tuple, timeout_ms: int) -> bytes:
+    n = len(data) if data is not None else 0
+    buf = ctypes.create_string_buffer(bytes(data) if data is not None else b"", n)
+    w = who._c()
+    lib().call(fn, ctypes.byref(w), *extra, buf, n, int(timeout_ms))
+    return buf.raw
+
+
+def exchange_bytes_tcp(who: LaunchInfo, data: bytes, timeout_ms: int = 60000) -> bytes:
+    """Rank 0 serves `data` over TCP at master_addr:master_port to the other ranks; every
+    rank returns rank 0's bytes (the others pass a placeholder of the same length)."""
+    return _exchange("mla_exchange_bytes_tcp", who, data, (), timeout_ms)
+
+
+def exchange_bytes_file(who: LaunchInfo, path, data: bytes, timeout_ms: int = 60000) -> bytes:
+    """The same through a file: rank 0 writes it atomically, the others wait for it."""
+    return _exchange("mla_exchange_bytes_file", who, data, (str(path).encode(),), timeout_ms)

@@ -210,3 +210,54 @@ def test_c_abi_buffer_convention():
     with pytest.raises(mla.InvalidValueError, match="runs is NULL but runs_capacity = 5"):
         lib().call("mla_plan_transfer", ctypes.byref(req), None, 5, None, 0, ctypes.byref(info))
     assert mla.transfer_cache_name(0) == "latent" and mla.transfer_cache_name(1) == "indexer"
+
+
+def test_launch_info_from_env_and_its_errors():
+    env = {"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500"}
+    li = mla.launch_info_from_env(env)
+    assert li == mla.LaunchInfo(2, 4, 2, "10.0.0.7", 29500)  # LOCAL_RANK unset: RANK
+    assert mla.launch_info_from_env({**env, "LOCAL_RANK": "1"}).local_rank == 1
+    with pytest.raises(mla.OutOfRangeError, match=r"RANK = 4 is outside \[0, 3\]"):
+        mla.launch_info_from_env({**env, "RANK": "4"})
+    with pytest.raises(mla.InvalidValueError, match='MASTER_PORT = "29x" is not an integer'):
+        mla.launch_info_from_env({**env, "MASTER_PORT": "29x"})
+
+
+def test_exchange_bytes_file_between_two_threads(tmp_path):
+    # ctypes releases the GIL during the call, so two "ranks" can meet in one process.
+    import threading
+
+    payload = bytes(range(128))
+    path = tmp_path / "id"
+    got = {}
+
+    def rank(r, data):
+        who = mla.LaunchInfo(r, 2, r, "127.0.0.1", 0)
+        got[r] = mla.exchange_bytes_file(who, path, data, timeout_ms=10000)
+
+    t = threading.Thread(target=rank, args=(1, bytes(128)))
+    t.start()
+    rank(0, payload)
+    t.join(15)
+    assert got[0] == payload and got[1] == payload
+
+
+def test_exchange_bytes_tcp_between_two_threads():
+    import socket
+    import threading
+
+    with socket.socket() as s:  # a free port (released just before rank 0 binds it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    payload = bytes(range(255, 127, -1))
+    got = {}
+
+    def rank(r, data):
+        who = mla.LaunchInfo(r, 2, r, "127.0.0.1", port)
+        got[r] = mla.exchange_bytes_tcp(who, data, timeout_ms=10000)
+
+    t = threading.Thread(target=rank, args=(1, bytes(128)))
+    t.start()
+    rank(0, payload)
+    t.join(15)
+    assert got[0] == payload and got[1] == payload

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -105,6 +108,18 @@ Status to_buffers(const mla_transfer_buffers* c, const char* name, TransferBuffe
   return Status::Ok();
 }
 
+Status to_launch_info(const mla_launch_info* c, LaunchInfo* out) {
+  MLA_TRY(expect_pointer(c, "who"));
+  const size_t n = strnlen(c->master_addr, MLA_MASTER_ADDR_MAX);
+  if (n == MLA_MASTER_ADDR_MAX)
+    return Status(Errc::invalid_value,
+                  fmt::format("who.master_addr is not NUL-terminated within {} bytes",
+                              int(MLA_MASTER_ADDR_MAX)));
+  *out = LaunchInfo{c->rank, c->world_size, c->local_rank, std::string(c->master_addr, n),
+                    c->master_port};
+  return Status::Ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -163,6 +178,43 @@ int32_t mla_execute_copy_plan(const mla_copy_run* runs, size_t num_runs,
     MLA_TRY(to_buffers(src, "src", &s));
     MLA_TRY(to_buffers(dst, "dst", &d));
     return execute_copy_plan(plan, s, d);
+  });
+}
+
+int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn getenv, void* user) {
+  return guarded([&] {
+    MLA_TRY(expect_pointer(out, "out"));
+    LaunchInfo li;
+    std::function<const char*(const char*)> get;
+    if (getenv != nullptr) get = [&](const char* name) { return getenv(name, user); };
+    MLA_TRY(launch_info_from_env(&li, get));
+    if (li.master_addr.size() >= MLA_MASTER_ADDR_MAX)
+      return Status(Errc::invalid_value, fmt::format("MASTER_ADDR = \"{}\" is longer than {} bytes",
+                                                     li.master_addr, int(MLA_MASTER_ADDR_MAX) - 1));
+    *out = mla_launch_info{li.rank, li.world_size, li.local_rank, li.master_port, {}};
+    std::memcpy(out->master_addr, li.master_addr.c_str(), li.master_addr.size() + 1);
+    return Status::Ok();
+  });
+}
+
+int32_t mla_exchange_bytes_tcp(const mla_launch_info* who, void* bytes, size_t size,
+                               int32_t timeout_ms) {
+  return guarded([&] {
+    LaunchInfo li;
+    MLA_TRY(to_launch_info(who, &li));
+    MLA_TRY(expect_array(bytes, size, "bytes", "size"));
+    return exchange_bytes_tcp(li, bytes, size, timeout_ms);
+  });
+}
+
+int32_t mla_exchange_bytes_file(const mla_launch_info* who, const char* path, void* bytes,
+                                size_t size, int32_t timeout_ms) {
+  return guarded([&] {
+    LaunchInfo li;
+    MLA_TRY(to_launch_info(who, &li));
+    MLA_TRY(expect_pointer(path, "path"));
+    MLA_TRY(expect_array(bytes, size, "bytes", "size"));
+    return exchange_bytes_file(li, path, bytes, size, timeout_ms);
   });
 }
 
