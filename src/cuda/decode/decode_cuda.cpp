@@ -105,18 +105,22 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // 1.5-1.7x, decode-tp h32 1.07-1.28x, fp8 tp 1.15-1.3x, varlen 1.13-1.5x;
 // equal at h16 L 4K bf16 (216 vs 214 us, noise) and 0.94x on varlen B1 64K
 // bf16 (one request over all workers: per-piece fill). That case is not
-// worth a rule of its own, so v4 is the default everywhere.
+// worth a rule of its own, so the wgmma kernel is the default everywhere.
+// Its "v6" form (same kernel; the fp8 producer keeps the next tile's loads in
+// flight; bf16 identical) passed WgmmaGpu.* + DecodeGpu.* forced and racecheck,
+// and measured 1.12x (h16 L32K) and 1.10x (h128 L32K) of v4 on fp8 caches
+// (docs/perf-log.md v6): it is the default.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
-// build): mma (v1), wgmma or v4, v6 (docs/perf-log.md v6). (v5, P.V(j) and S(j+1) back to back,
-// passed every GPU test but measured 0.96-1.02x of v4 (docs/perf-log.md v5): removed, the
-// experiment stays in the log and in git history.)
+// build): mma (v1), wgmma or v4 (v4's fp8 producer), v6. (v5, P.V(j) and
+// S(j+1) back to back, passed every GPU test but measured 0.96-1.02x of v4
+// (docs/perf-log.md v5): removed, the experiment stays in the log and in git history.)
 MainKernel wgmma_kernel_choice() {
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
     if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) return MainKernel::wgmma;
     if (std::strcmp(env, "v6") == 0) return MainKernel::wgmma6;
   }
-  return MainKernel::wgmma;
+  return MainKernel::wgmma6;
 }
 
 Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
