@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/indexer_launch.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_launch.hpp"
@@ -236,14 +237,22 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64, p.num_slots = slots;
   p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512, p.out_ss = int64_t(h) * 512, p.out_sh = 512;
   p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
-  const size_t wsb = dsa::sparse_attn_workspace_size(p);
+  // MLA_SPARSE_KERNEL=wgmma: decode rows on the wgmma decode kernel (sparse v2,
+  // the API's default for h_q % 64 == 0); otherwise the mma.sync kernel.
+  const char* kenv = std::getenv("MLA_SPARSE_KERNEL");
+  const bool wgmma = std::string(suite) != "sparse-prefill" && kenv && std::string(kenv) == "wgmma" &&
+                     mla::cuda::decode::sparse_wgmma_supports(p);
+  size_t wsb = dsa::sparse_attn_workspace_size(p);
+  if (wgmma) ST(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
-  const double us = tm.time([&] { ST(dsa::launch_sparse_attn(p, ws, wsb, nullptr)); });
+  const double us = tm.time([&] {
+    ST(wgmma ? mla::cuda::decode::launch_sparse_wgmma(p, ws, wsb, nullptr) : dsa::launch_sparse_attn(p, ws, wsb, nullptr));
+  });
   const double queries = double(B) * s_q;
   const double flops = 2.0 * h * topk * (576 + 512) * queries;
   const double bytes = queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
   if (print)
-    report(suite, std::string(fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " h" +
+    report(suite, std::string(wgmma ? "wgmma " : "") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " h" +
                std::to_string(h) + " s_kv" + std::to_string(L / 1024) + "K top" + std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);

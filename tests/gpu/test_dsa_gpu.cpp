@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <vector>
 
 #include "common/random.hpp"
+#include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/indexer_cuda.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_cuda.hpp"
@@ -387,6 +389,7 @@ struct SparseCase {
   int B, s_q, h, topk, page;
   bool use_topk_length, split;
   bool via_api = false;  // through mla::sparse_decode (workspace from sparse_workspace_size)
+  bool wgmma = false;    // kernel level: the wgmma decode kernel (sparse v2), not sparse_attn.cu
 };
 
 void run_sparse_case(Rng& rng, const SparseCase& c) {
@@ -444,7 +447,10 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
     a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
     size_t need = 0;
     MLA_OK(sparse_workspace_size(a, &need));
-    EXPECT_EQ(need, dsa::sparse_attn_workspace_size(p)) << "the API sizes what the kernel uses";
+    size_t kernel_need = dsa::sparse_attn_workspace_size(p);
+    if (mla::cuda::decode::sparse_wgmma_chosen(p))
+      MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &kernel_need));
+    EXPECT_EQ(need, kernel_need) << "the API sizes what the kernel uses";
     if (need) {
       CUDA_OK(cudaMalloc(&ws, need));
       const Status st = sparse_decode(a, Workspace{ws, need - 1});
@@ -452,6 +458,11 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
       EXPECT_NE(st.message().find(std::to_string(need)), std::string::npos) << st.message();
     }
     MLA_OK(sparse_decode(a, Workspace{ws, need}));
+  } else if (c.wgmma) {
+    size_t ws_bytes = 0;
+    MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
+    CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
   } else {
     const size_t ws_bytes = c.split ? dsa::sparse_attn_workspace_size(p) : 0;
     if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
@@ -501,6 +512,37 @@ TEST(DsaGpu, SparseAttentionMatchesReference) {
     }
   run_sparse_case(rng, {KvFormat::bf16, 2, 4, 64, 64, 1, true, true});
   run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 3, 128, 256, 128, false, true});
+}
+
+// Sparse v2: the same grid on the wgmma decode kernel with the Indexed key
+// source (src/cuda/decode/decode_sparse.hpp), heads 16/32 as masked rows of a
+// 64-row CTA; topk not a multiple of the 64-key tile; s_q 1 to 4; pages 1 to 128.
+TEST(DsaGpu, SparseWgmmaMatchesReference) {
+  Rng rng(112);
+  auto run = [&](SparseCase c) {
+    c.wgmma = true;
+    run_sparse_case(rng, c);
+  };
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (int h : {16, 32, 64, 128}) {
+      run({f, 3, 2, h, 128, 64, true, true});
+      run({f, 2, 1, h, 200, 16, false, true});
+    }
+  run({KvFormat::bf16, 2, 4, 64, 64, 1, true, true});
+  run({KvFormat::fp8_ds_mla, 2, 3, 128, 256, 128, false, true});
+  run({KvFormat::bf16, 150, 1, 128, 100, 64, true, true});  // more tokens than workers
+}
+
+// The API forced onto each kernel (MLA_SPARSE_KERNEL), 16 to 128 heads.
+TEST(DsaGpu, SparseDecodeApiForcedKernels) {
+  Rng rng(113);
+  for (const char* k : {"wgmma", "mma"}) {
+    ASSERT_EQ(setenv("MLA_SPARSE_KERNEL", k, 1), 0);
+    run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 4, 16, 128, 128, true, true, true});
+    run_sparse_case(rng, {KvFormat::bf16, 40, 3, 32, 64, 16, true, true, true});
+    run_sparse_case(rng, {KvFormat::bf16, 2, 1, 128, 256, 64, true, true, true});
+  }
+  unsetenv("MLA_SPARSE_KERNEL");
 }
 
 // The public API (mla::sparse_decode) on CUDA tensors: page sizes 1 to 128,
@@ -589,6 +631,7 @@ TEST(DsaGpu, SparseRejectsHeadsNotMultipleOf16) {
 // Sparse attention with a list holding every key equals dense decode.
 TEST(DsaGpu, SparseWithAllKeysEqualsDenseDecode) {
   Rng rng(108);
+  for (bool wgmma : {false, true})  // sparse_attn.cu's kernel, then the wgmma decode kernel
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
     const int B = 2, h = 64, L = 300, topk = 320;
     testing::PagedCacheSpec spec;
@@ -619,18 +662,27 @@ TEST(DsaGpu, SparseWithAllKeysEqualsDenseDecode) {
     p.num_slots = cache.num_pages * 64, p.softmax_scale = 0.1352f;
     p.out = dout.ptr, p.out_sb = h * 512, p.out_ss = h * 512, p.out_sh = 512;
     p.lse = static_cast<float*>(dlse.ptr), p.lse_sb = h, p.lse_sh = 1, p.lse_ss = 1;
-    MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
+    void* ws = nullptr;
+    if (wgmma) {
+      size_t ws_bytes = 0;
+      MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
+      CUDA_OK(cudaMalloc(&ws, ws_bytes));
+      MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
+    } else {
+      MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
+    }
     CUDA_OK(cudaDeviceSynchronize());
     dout.to_host(out), dlse.to_host(lse);
     cudaFree(dkv);
+    cudaFree(ws);
     double err2 = 0, ref2 = 0, lerr = 0;
     for (int64_t i = 0; i < out.numel(); ++i) {
       const double d = out.get(i) - dense_o.get(i);
       err2 += std::isfinite(d) ? d * d : 1e9, ref2 += dense_o.get(i) * dense_o.get(i);
     }
     for (int64_t i = 0; i < lse.numel(); ++i) lerr = std::max(lerr, std::fabs(lse.get(i) - dense_l.get(i)));
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << kv_format_name(f);
-    EXPECT_LT(lerr, 1e-3) << kv_format_name(f);
+    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
+    EXPECT_LT(lerr, 1e-3) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/decode/decode_keys.cuh"
 #include "cuda/decode/decode_launch.hpp"
 
 namespace mla::cuda::decode {
@@ -83,14 +84,16 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   }
   float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
   if (nan) o0 = o1 = lse = NAN;
-  const int s = rr / p.h_q, h = rr % p.h_q;
-  const int64_t off = b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + d;
+  const int h = rr % p.h_q;
+  int tb, s;
+  token_coords(p, b, rr / p.h_q, &tb, &s);
+  const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + d;
   if (p.out_f32)
     *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off) = make_float2(o0, o1);
   else
     *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off) =
         ptx::pack_bf16x2(o0, o1);
-  if (tid == 0) p.lse[b * p.lse_stride_b + h * p.lse_stride_h + s * p.lse_stride_s] = lse;
+  if (tid == 0) p.lse[tb * p.lse_stride_b + h * p.lse_stride_h + s * p.lse_stride_s] = lse;
 }
 
 }  // namespace

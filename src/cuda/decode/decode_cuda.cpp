@@ -151,9 +151,18 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   // One CTA per SM (the kernel's shared memory allows no second one); the R
   // row blocks of a worker run side by side.
   g->num_workers = std::max(1, f.sm_count / g->row_blocks);
-  const int64_t B = g->B, P = g->num_workers;
-  WorkspaceLayout& L = g->layout;
-  L.max_pieces = opts.batch_invariant ? B * kInvariantMaxSplits : B + P;
+  g->layout = decode_workspace_layout(g->B, g->rows, g->num_workers, opts.batch_invariant,
+                                      /*token_lengths=*/false);
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace decode {
+WorkspaceLayout decode_workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_invariant,
+                                        bool token_lengths) {
+  WorkspaceLayout L;
+  L.max_pieces = batch_invariant ? B * kInvariantMaxSplits : B + P;
   L.max_slots = L.max_pieces;
   size_t off = 0;
   L.pieces = off;
@@ -167,14 +176,30 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   L.worker_begin = off;
   off = align_up(off + sizeof(int32_t) * (P + 1));
   L.partial_lse = off;
-  off = align_up(off + sizeof(float) * L.max_slots * g->rows);
+  off = align_up(off + sizeof(float) * L.max_slots * rows);
   L.partial_out = off;
-  off = align_up(off + sizeof(float) * L.max_slots * g->rows * kDv);
+  off = align_up(off + sizeof(float) * L.max_slots * rows * kDv);
+  if (token_lengths) {
+    L.token_len = off;
+    off = align_up(off + sizeof(int32_t) * B);
+  }
   L.total = off;
-  return Status::Ok();
+  return L;
 }
 
-}  // namespace
+void bind_workspace(DecodeParams* p, const WorkspaceLayout& L, void* workspace) {
+  auto* base = static_cast<uint8_t*>(workspace);
+  p->max_pieces = L.max_pieces;
+  p->pieces = reinterpret_cast<Piece*>(base + L.pieces);
+  p->piece_pos = reinterpret_cast<int64_t*>(base + L.piece_pos);
+  p->req_pos = reinterpret_cast<int64_t*>(base + L.req_pos);
+  p->req_split = reinterpret_cast<RequestSplit*>(base + L.req_split);
+  p->worker_begin = reinterpret_cast<int32_t*>(base + L.worker_begin);
+  p->partial_lse = reinterpret_cast<float*>(base + L.partial_lse);
+  p->partial_out = reinterpret_cast<float*>(base + L.partial_out);
+  if (L.token_len != 0) p->token_len = reinterpret_cast<int32_t*>(base + L.token_len);
+}
+}  // namespace decode
 
 Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, size_t* bytes) {
   MLA_TRY(check_args(args, /*need_data=*/false));
@@ -240,15 +265,7 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);
   p.num_workers = g.num_workers;
   p.batch_invariant = opts.batch_invariant;
-  p.max_pieces = g.layout.max_pieces;
-  auto* base = static_cast<uint8_t*>(ws.data);
-  p.pieces = reinterpret_cast<Piece*>(base + g.layout.pieces);
-  p.piece_pos = reinterpret_cast<int64_t*>(base + g.layout.piece_pos);
-  p.req_pos = reinterpret_cast<int64_t*>(base + g.layout.req_pos);
-  p.req_split = reinterpret_cast<RequestSplit*>(base + g.layout.req_split);
-  p.worker_begin = reinterpret_cast<int32_t*>(base + g.layout.worker_begin);
-  p.partial_lse = reinterpret_cast<float*>(base + g.layout.partial_lse);
-  p.partial_out = reinterpret_cast<float*>(base + g.layout.partial_out);
+  bind_workspace(&p, g.layout, ws.data);
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");

@@ -17,4 +17,11 @@ cudaError_t launch_decode_main(const DecodeParams& p, int row_tiles, bool fp8, i
                                cudaStream_t stream);
 cudaError_t launch_decode_combine(const DecodeParams& p, cudaStream_t stream);
 
+// Workspace regions for B requests of `rows` query rows on P workers
+// (token_lengths: the Indexed key source's token_len array too), and the
+// params' pointers into a workspace of that layout (decode_cuda.cpp).
+WorkspaceLayout decode_workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_invariant,
+                                        bool token_lengths);
+void bind_workspace(DecodeParams* p, const WorkspaceLayout& L, void* workspace);
+
 }  // namespace mla::cuda::decode

@@ -44,6 +44,16 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(DecodePa
   const int tid = threadIdx.x;
   const int64_t c = kPieceOverheadTiles;
 
+  // Pass 0 (key source Indexed only): each request's key count from
+  // topk_length, into the workspace array that p.seqlens points at.
+  if (p.token_len != nullptr) {
+    for (int b = tid; b < p.B; b += kSchedThreads) {
+      const int32_t n = p.topk_length ? p.topk_length[b / p.tokens_per_batch] : p.topk;
+      p.token_len[b] = min(max(n, 0), p.topk);
+    }
+    __syncthreads();  // global writes of this CTA visible to its reads below
+  }
+
   // Pass 1: each request's first cost position.
   int64_t carry = 0;
   for (int base = 0; base < p.B; base += kSchedThreads) {

@@ -66,6 +66,7 @@ struct WorkspaceLayout {
   size_t worker_begin = 0;  // int32[P + 1]: worker w runs pieces [begin[w], begin[w+1])
   size_t partial_lse = 0;   // f32[max_slots * rows]
   size_t partial_out = 0;   // f32[max_slots * rows * 512]
+  size_t token_len = 0;     // int32[B]: per-request key counts (key source Indexed only)
   size_t total = 0;
 };
 
@@ -106,6 +107,22 @@ struct DecodeParams {
   int32_t* worker_begin;
   float* partial_lse;  // [slot][rows]
   float* partial_out;  // [slot][rows][512]
+
+  // ---- key source Indexed (sparse decode on this kernel; decode_keys.cuh) ----
+  // Zero / null for dense (Paged) decode. Request b is query token
+  // (b / tokens_per_batch, b % tokens_per_batch) of q/out/lse/indices (their
+  // stride_b / stride_s), with s_q = 1 per request and no causal mask; its key
+  // j is the cache slot indices[..][j] (page = slot / page_size); a slot
+  // outside [0, num_slots) (-1 padding) is never read: zero row, score -inf.
+  int32_t tokens_per_batch;  // 0: Paged; > 0: Indexed (the API's s_q)
+  const int32_t* indices;    // list of request b at indices + b * idx_stride_token
+  int64_t idx_stride_token;  // [B, s_q, topk] flattened over (B, s_q) (host-checked)
+  int64_t num_slots;
+  // The scheduler first writes token_len[b] = clamp(topk_length ? topk_length[b /
+  // tokens_per_batch] : topk, 0, topk); seqlens then points at token_len.
+  const int32_t* topk_length;
+  int32_t topk;
+  int32_t* token_len;
 };
 
 }  // namespace mla::cuda::decode

@@ -16,5 +16,9 @@ size_t wgmma_kernel_smem_bytes();
 // in flight ("v6", produce_fp8_prefetch); false: v4's producer.
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
                                      cudaStream_t stream, bool fp8_prefetch);
+// The same kernel with the Indexed key source (sparse decode): p carries
+// tokens_per_batch > 0, indices, num_slots and token_len (decode_traits.hpp).
+cudaError_t launch_decode_main_wgmma_indexed(const DecodeParams& p, bool fp8, int row_blocks,
+                                             cudaStream_t stream, bool fp8_prefetch);
 
 }  // namespace mla::cuda::decode

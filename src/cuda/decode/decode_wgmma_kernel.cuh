@@ -33,6 +33,7 @@
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/decode/decode_keys.cuh"
 #include "cuda/decode/decode_traits.hpp"
 
 namespace mla::cuda::decode::v4 {
@@ -96,16 +97,6 @@ __device__ __forceinline__ uint64_t desc_v(uint32_t tile, int col0, int kk) {
   return wgmma::desc_sw128(tile + (col0 / 64) * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
 }
 
-// Entry address of key `key` of request b, or nullptr when the block table
-// names a page outside [0, num_pages) (same guard as the v1 kernel).
-__device__ __forceinline__ const uint8_t* entry_ptr4(const DecodeParams& p, int b, int key) {
-  const int page_idx = key / p.page_size;
-  const int off = key - page_idx * p.page_size;
-  const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
-  if (page < 0 || page >= p.num_pages) return nullptr;
-  return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
-}
-
 struct PieceInfo {
   int b, len, n_tiles, key_end;
   bool bad_request;
@@ -120,22 +111,20 @@ __device__ __forceinline__ PieceInfo piece_info(const DecodeParams& p, const Pie
   return r;
 }
 
-// ---- producer: one tile into one stage; returns whether a page id was bad ----
+// ---- producer: one tile into one stage; returns the thread's flag bit ----
+// (KeySrc::stage_flag: Paged, a bad page id; Indexed, the key is valid).
 // 2 threads per key (128 threads, 64 keys), each half of the entry: a bf16
 // cp.async instruction of a warp reads 16 entries x 32 contiguous bytes
 // (whole sectors).
-template <bool kFp8>
+template <bool kFp8, class KeySrc>
 __device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* stage, int b, int tile,
                                              int key_end, int ptid) {
   const int r = ptid >> 1, half = ptid & 1;  // key row r of the tile, half of its entry
   const int key = tile * kTileKeys + r;
   bool valid = key < key_end;
-  const uint8_t* src = valid ? entry_ptr4(p, b, key) : nullptr;
   bool bad = false;
-  if (valid && src == nullptr) {
-    bad = true;
-    valid = false;
-  }
+  const uint8_t* src = valid ? KeySrc::entry(p, b, key, &bad) : nullptr;
+  if (src == nullptr) valid = false;
   if constexpr (!kFp8) {
     if (!valid) src = p.kv;  // any mapped address: src-size 0 reads nothing, writes zeros
 #pragma unroll
@@ -187,7 +176,7 @@ __device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* sta
         *reinterpret_cast<uint4*>(stage + tile_off(r, 64 + 4 * half + 2 * grp + i)) = rope[i];
     }
   }
-  return bad;
+  return KeySrc::kIndexed ? valid : bad;
 }
 
 // ---- fp8 producer with the next tile's loads in flight ("v6") ----
@@ -208,14 +197,15 @@ struct RawHalf {    // one producer thread's half entry (half h = ptid & 1)
 };
 
 // Entry of the key this thread handles in `tile`, or nullptr (past key_end,
-// or a bad page id: then *bad is set; the key is zero-filled like v4).
+// a bad page id or an invalid index: zero-filled like v4); *flag_bit as
+// produce_tile's result.
+template <class KeySrc>
 __device__ __forceinline__ const uint8_t* producer_src(const DecodeParams& p, int b, int tile,
-                                                       int key_end, int ptid, bool* bad) {
+                                                       int key_end, int ptid, bool* flag_bit) {
   const int key = tile * kTileKeys + (ptid >> 1);
-  *bad = false;
-  if (key >= key_end) return nullptr;
-  const uint8_t* src = entry_ptr4(p, b, key);
-  *bad = src == nullptr;
+  bool bad = false;
+  const uint8_t* src = key < key_end ? KeySrc::entry(p, b, key, &bad) : nullptr;
+  *flag_bit = KeySrc::kIndexed ? src != nullptr : bad;
   return src;
 }
 
@@ -271,6 +261,7 @@ __device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_
 
 // The producer warpgroup's loop over its worker's tiles (all pieces, in the
 // math warpgroups' order), one tile ahead in registers.
+template <class KeySrc>
 __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* sKv,
                                                      int* sFlag, uint64_t* full, uint64_t* empty,
                                                      int piece_begin, int piece_end, int ptid) {
@@ -291,22 +282,22 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   };
   const int r = ptid >> 1, half = ptid & 1;
   RawHalf raw;
-  bool have = advance(), bad = false;
+  bool have = advance(), bad = false;  // bad: the flag bit of src's key
   const uint8_t* src =
-      have ? producer_src(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+      have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
   load_raw_half(raw, src, half);
   for (uint32_t cnt = 0; have; ++cnt) {
     const bool cur_bad = bad;
     const uint8_t* cur = src;
     have = advance();
     const uint8_t* next =
-        have ? producer_src(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+        have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     convert_and_refill(p, sKv + st * kTileBytes, r, half, raw, cur, next);
     src = next;
-    const unsigned any_bad = __any_sync(0xffffffffu, cur_bad);
-    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = any_bad ? 1 : 0;
+    const int flag = KeySrc::stage_flag(cur_bad);
+    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
     ptx::cp_async_wait<0>();     // the rope chunks landed
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
@@ -315,7 +306,8 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
 
 // kFp8Prefetch: the fp8 producer keeps the next tile's loads in flight
 // (produce_fp8_prefetch, "v6"); false: produce_tile, one scale group at a time ("v4").
-template <bool kFp8, bool kFp8Prefetch = false>
+// KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode), decode_keys.cuh.
+template <bool kFp8, bool kFp8Prefetch = false, class KeySrc = PagedKeys>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sQ = smem + kQOff;
@@ -348,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
     wgmma::setmaxnreg_dec<Regs<kFp8, kFp8Prefetch>::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8Prefetch) {
-      produce_fp8_prefetch(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+      produce_fp8_prefetch<KeySrc>(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
       return;
     }
     uint32_t cnt = 0;  // tiles produced so far (stage = cnt % 2, pass = cnt / 2)
@@ -359,9 +351,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         const int st = cnt % kStages;
         ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
         uint8_t* stage = sKv + st * kTileBytes;
-        const bool bad = produce_tile<kFp8>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
-        const unsigned any_bad = __any_sync(0xffffffffu, bad);
-        if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = any_bad ? 1 : 0;
+        const bool bit =
+            produce_tile<kFp8, KeySrc>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
+        const int flag = KeySrc::stage_flag(bit);
+        if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
         if constexpr (!kFp8) {
           ptx::cp_async_commit();
           ptx::cp_async_wait<0>();
@@ -393,8 +386,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       const int rr = row_block * kM + r;
       const bool valid = rr < p.rows;
       const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + in.b * p.q_stride_b +
-                                 s * p.q_stride_s + h * p.q_stride_h + q * 8;
+      int tb, ts;
+      KeySrc::coords(p, in.b, s, &tb, &ts);
+      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + tb * p.q_stride_b +
+                                 ts * p.q_stride_s + h * p.q_stride_h + q * 8;
       ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
     }
     ptx::cp_async_commit();
@@ -427,7 +422,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       const int st = cnt % kStages;
       const uint32_t aTile = aKv + st * kTileBytes;
       ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
-      bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
+      // Indexed: valid-key ballots of the producer warps covering this
+      // warpgroup's keys wg*32..+32 (warp 2wg: +0..15, 2wg+1: +16..31).
+      uint32_t valid_bits[2] = {0u, 0u};
+      if constexpr (KeySrc::kIndexed) {
+        valid_bits[0] = uint32_t(sFlag[st * 4 + 2 * wg]);
+        valid_bits[1] = uint32_t(sFlag[st * 4 + 2 * wg + 1]);
+      } else {
+        bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
+      }
 
       // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
       float sacc[4][4];
@@ -451,7 +454,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2;
           const int key = tile * kTileKeys + wg * 32 + 8 * i + 2 * c + (e & 1);
-          const float s = key < lim[h] ? sacc[i][e] * p.scale_log2 : kNegInf;
+          bool keep = key < lim[h];
+          if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the 32: lane 2 * (that % 16)
+            keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
+          const float s = keep ? sacc[i][e] * p.scale_log2 : kNegInf;
           sacc[i][e] = s;
           mx[h] = fmaxf(mx[h], s);
         }
@@ -533,7 +539,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       float inv = l > 0.f ? 1.f / l : 0.f;
       float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
       if (bad) inv = lse = NAN;
-      const int s = rr / p.h_q, hh = rr % p.h_q;
+      const int hh = rr % p.h_q;
+      int tb, s;
+      KeySrc::coords(p, in.b, rr / p.h_q, &tb, &s);
       const int col0 = wg * 256 + 2 * c;
       if (pc.slot >= 0) {
         float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + col0;
@@ -543,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
               make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
         if (wg == 0 && c == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
       } else {
-        const int64_t off = in.b * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
+        const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
           const float x0 = o[i][2 * h] * inv, x1 = o[i][2 * h + 1] * inv;
@@ -555,10 +563,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
                 ptx::pack_bf16x2(x0, x1);
         }
         if (wg == 0 && c == 0)
-          p.lse[in.b * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
+          p.lse[tb * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
       }
     }
   }
+}
+
+// Launch of one instantiation (grid (p.num_workers, row_blocks)).
+template <bool kFp8, bool kFp8Prefetch, class KeySrc>
+cudaError_t launch_wgmma(const DecodeParams& p, int row_blocks, cudaStream_t stream) {
+  auto* kernel = decode_wgmma_kernel<kFp8, kFp8Prefetch, KeySrc>;
+  // Per-function attribute, legal during stream capture: set on every launch.
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace mla::cuda::decode::v4

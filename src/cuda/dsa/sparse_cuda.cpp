@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/validate.hpp"
+#include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
 
 namespace mla::cuda {
@@ -205,6 +206,8 @@ cudaStream_t stream_of(const ExecContext& ctx) {
 Status sparse_decode_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
   k::SparseAttnParams p;
   MLA_TRY(decode_params(a, &p));
+  if (mla::cuda::decode::sparse_wgmma_chosen(p))
+    return mla::cuda::decode::sparse_wgmma_workspace_size(p, bytes);
   *bytes = k::sparse_attn_workspace_size(p);
   return Status::Ok();
 }
@@ -212,6 +215,8 @@ Status sparse_decode_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
   k::SparseAttnParams p;
   MLA_TRY(decode_params(a, &p));
+  if (mla::cuda::decode::sparse_wgmma_chosen(p))
+    return mla::cuda::decode::launch_sparse_wgmma(p, ws.data, ws.bytes, stream_of(ctx));
   const size_t need = k::sparse_attn_workspace_size(p);
   MLA_TRY(expect_workspace(ws, need, "sparse_workspace_size"));
   return k::launch_sparse_attn(p, ws.data, ws.bytes, stream_of(ctx));
