@@ -9,10 +9,10 @@
 
 #include <cstdint>
 
+#include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/flash_fwd_params.hpp"
 #include "cuda/prefill/flash_softmax.cuh"
 #include "cuda/prefill/mma_sm80.cuh"
-#include "cuda/prefill/wgmma_sm90.cuh"
 
 namespace mla::cuda::prefill {
 
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(FlashWgmmaTraits::kThreads, 1)
     } else {
       cp_async_wait<0>();
     }
-    fence_proxy_async_smem();  // cp.async wrote through the generic proxy; wgmma reads async
+    wgmma::fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads async
     __syncthreads();
     const int n0 = j * T::kBlockN;
     // A warpgroup whose 64 rows see none of this tile's keys skips it.
@@ -136,33 +136,33 @@ __global__ void __launch_bounds__(FlashWgmmaTraits::kThreads, 1)
       float s[kNT][4];
 #pragma unroll
       for (int i = 0; i < kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-      wgmma_fence();
+      wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < T::kDqk / 16; ++ks) {
         const uint32_t col = (ks / 4), sub = (ks % 4) * 32;  // 64-col block, 16-col step in it
         const uint64_t da =
-            gmma_desc_sw128(sQ + col * T::kQBlockBytes + wg * 64 * 128 + sub, 16, 1024);
-        const uint64_t db = gmma_desc_sw128(tK + col * T::kKBlockBytes + sub, 16, 1024);
-        wgmma_m64n64k16_ss(s, da, db);
+            wgmma::desc_sw128(sQ + col * T::kQBlockBytes + wg * 64 * 128 + sub, 16, 1024);
+        const uint64_t db = wgmma::desc_sw128(tK + col * T::kKBlockBytes + sub, 16, 1024);
+        wgmma::m64n64k16_ss(s, da, db, true);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(s);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_regs(s);
       const bool need_mask =
           n0 + T::kBlockN > tc.seq_k || (p.causal && n0 + T::kBlockN - 1 > wg_row0 + tc.diag);
       if (need_mask) mask_scores(s, n0, cq, lim);
       uint32_t pf[kNT / 2][4];
       online_softmax(s, row_max, row_sum, o, scale_log2, pf);
-      wgmma_fence();
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
         // 16 keys = two 8-row groups (2 KB) further; lbo: next 64-dim block.
-        const uint64_t db = gmma_desc_sw128(tV + kk * 16 * 128, T::kVBlockBytes, 1024);
-        wgmma_m64n128k16_rs_tb(o, pf[kk], db);
+        const uint64_t db = wgmma::desc_sw128(tV + kk * 16 * 128, T::kVBlockBytes, 1024);
+        wgmma::m64n128k16_rs_tb(o, pf[kk], db, true);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(o);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_regs(o);
     }
     __syncthreads();  // the stage just read is the one the next iteration refills
   }
