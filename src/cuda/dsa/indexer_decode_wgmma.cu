@@ -43,26 +43,6 @@ static_assert(kIndexerDim == 128, "a key row is one 128-byte swizzle row; 4 k32 
 static_assert(kPageBytes % 16 == 0 && kStageBytes >= kPageBytes && kStageBytes % 1024 == 0,
               "stages hold a whole page and keep the 1024-byte alignment of the swizzle atoms");
 
-// D[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), e4m3 in, f32 out.
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[8][4], uint64_t desc_a,
-                                                     uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
-
 // Byte offset of 16-byte chunk `part` of row `row` in a 128-byte-swizzled tile.
 __device__ __forceinline__ int sw128(int row, int part) {
   return row * 128 + ((part ^ (row & 7)) << 4);
@@ -177,9 +157,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < kQ; ++q)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma_m64n64k32_e4m3(acc[q],
-                             wgmma::desc_sw128(sq_addr + q * kQueryBytes + kk * 32, 16, 1024),
-                             wgmma::desc_sw128(st_addr + kk * 32, 16, 1024), kk > 0);
+        wgmma::m64n64k32_e4m3_ss(acc[q],
+                                 wgmma::desc_sw128(sq_addr + q * kQueryBytes + kk * 32, 16, 1024),
+                                 wgmma::desc_sw128(st_addr + kk * 32, 16, 1024), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
 #pragma unroll
