@@ -65,6 +65,17 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D = A * B + D, e4m3 inputs, fp32 accumulators (k32: each b16 register of the
+// bf16 layout above holds four e4m3 codes instead of two bf16, same lanes).
+__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Two floats -> packed bf16x2 (round to nearest even), low half = lo.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -79,5 +90,35 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// cp.async without the "memory" clobber, for the kernels (prefill, DSA) that
+// order their copies against ordinary shared accesses only through the
+// __syncthreads after cp_async_wait. The clobbered versions above would let
+// the compiler reorder less around them (different code), hence two sets.
+namespace noclobber {
+// 16 bytes global -> shared (.cg); when `valid` is false nothing is read and
+// the destination is zero-filled. `smem_dst` is a shared-window address.
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem, bool valid) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem),
+               "r"(src_size));
+}
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16(smem_addr(smem), gmem, valid);
+}
+// 4 bytes global -> shared (.ca: 4-byte copies may not bypass L1), same zero-fill rule.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  const int src_size = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_size));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+}  // namespace noclobber
 
 }  // namespace mla::cuda::ptx

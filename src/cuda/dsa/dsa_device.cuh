@@ -1,7 +1,9 @@
 // Device helpers shared by the DSA kernels (indexer, top-k, sparse attention):
-// launch-error checks, fp8/bf16 conversions, warp primitives, cp.async and the
-// mma.sync wrappers. Kept in one place so every kernel converts and loads the
-// same way. (To merge with src/cuda/common/ once the "decode" primitives land.)
+// fp8/bf16 conversions, warp primitives, and the cp.async / ldmatrix / mma.sync
+// wrappers taken from cuda/common/ptx.cuh. Kept in one place so every kernel
+// converts and loads the same way. pow2_ceil stays here rather than being
+// cuda/common/fp8.cuh's: that one goes through frexpf/ldexpf, this one through
+// the exponent bits (same values, different machine code in these kernels).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -9,10 +11,11 @@
 
 #include <cstdint>
 
+#include "cuda/common/fp8.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/dsa/dsa_host.hpp"
 
 namespace mla::cuda::dsa {
-
 
 // ---- conversions ----------------------------------------------------------------
 
@@ -21,12 +24,11 @@ namespace mla::cuda::dsa {
 __device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
-// Four e4m3 bytes (little-endian in a word) to four floats (exact).
+// Four e4m3 bytes (little-endian in a word) to four floats (exact), two at a
+// time through cuda/common/fp8.cuh.
 __device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* f) {
-  __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffff), __NV_E4M3);
-  __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
-  float2 a = __half22float2(*reinterpret_cast<__half2*>(&lo));
-  float2 b = __half22float2(*reinterpret_cast<__half2*>(&hi));
+  const float2 a = e4m3x2_to_float2(static_cast<uint16_t>(w & 0xffff));
+  const float2 b = e4m3x2_to_float2(static_cast<uint16_t>(w >> 16));
   f[0] = a.x;
   f[1] = a.y;
   f[2] = b.x;
@@ -49,13 +51,18 @@ __device__ __forceinline__ float pow2_ceil(float x) {
 // to 0, below every candidate (mla/topk.hpp: they are never selected).
 __device__ __forceinline__ uint32_t topk_key(float f) {
   uint32_t u = __float_as_uint(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && ((u & 0x7fffffu) != 0 || (u >> 31))) return 0u;  // NaN, -inf
+  if ((u & 0x7f800000u) == 0x7f800000u && ((u & 0x7fffffu) != 0 || (u >> 31)))
+    return 0u;                   // NaN, -inf
   if (u == 0x80000000u) u = 0u;  // -0 -> +0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 // ---- warp primitives ------------------------------------------------------------
 __device__ __forceinline__ float warp_max(float v) {
@@ -64,58 +71,18 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// ---- cp.async --------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared; src_bytes 0 fills the destination with zeros and
-// reads nothing (used for keys that do not exist, so they are never read).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// ---- mma.sync ---------------------------------------------------------------------
-// D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + C, f32 accumulation.
-__device__ __forceinline__ void mma_e4m3_16832(float* d, const uint32_t* a, uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// D = A(16x16 bf16, row) * B(16x8 bf16, col) + C, f32 accumulation.
-__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+// ---- cp.async, ldmatrix, mma.sync: the common wrappers -----------------------------
+// cp.async without the "memory" clobber (ordering comes from the __syncthreads
+// after cp_async_wait), as the kernels were written.
+using ptx::ldmatrix_x4;
+using ptx::ldmatrix_x4_trans;
+using ptx::mma_bf16_16816;
+using ptx::mma_e4m3_16832;
+using ptx::pack_bf16x2;
+using ptx::smem_addr;
+using ptx::noclobber::cp_async_16;
+using ptx::noclobber::cp_async_4;
+using ptx::noclobber::cp_async_commit;
+using ptx::noclobber::cp_async_wait;
 
 }  // namespace mla::cuda::dsa
