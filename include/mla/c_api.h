@@ -235,6 +235,43 @@ MLA_C_EXPORT int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor
                                            const mla_tensor* out, const mla_tensor* lse,
                                            void* workspace, size_t workspace_bytes, void* stream);
 
+/* ---- the DSA decode step (mla/dsa.hpp) ------------------------------------- */
+/* Indexer logits -> top-k -> sparse attention, or dense decode when
+ * max_seqlen <= max(topk, dense_below). Arguments as mla_decode, plus:
+ * max_seqlen (host upper bound of cache_seqlens), index_q8 [B, s_q, 64, 128] e4m3,
+ * index_w_folded [B, s_q, 64] f32, index_cache [pages, 8448] u8, index_block_table
+ * [B, max_index_pages] i32 (NULL: block_table, which then needs pages of 64). */
+enum { MLA_DSA_PATH_AUTOMATIC = 0, MLA_DSA_PATH_DENSE = 1, MLA_DSA_PATH_SPARSE = 2 };
+/* Mirror of mla::DsaPolicy (dense_options.batch_invariant flattened). */
+typedef struct mla_dsa_policy {
+  int32_t topk;
+  int32_t path; /* MLA_DSA_PATH_* */
+  int64_t dense_below;
+  int32_t batch_invariant;
+} mla_dsa_policy;
+MLA_C_EXPORT void mla_dsa_default_policy(mla_dsa_policy* policy);
+/* The path a step with this max_seqlen takes (MLA_DSA_PATH_DENSE or _SPARSE). */
+MLA_C_EXPORT int32_t mla_dsa_decode_path(int64_t max_seqlen, const mla_dsa_policy* policy,
+                                         int32_t* path);
+MLA_C_EXPORT int32_t mla_dsa_decode_workspace_size(
+    const mla_tensor* q, const mla_tensor* kv, int32_t kv_format, const mla_tensor* block_table,
+    const mla_tensor* cache_seqlens, int64_t max_seqlen, const mla_tensor* index_q8,
+    const mla_tensor* index_w_folded, const mla_tensor* index_cache,
+    const mla_tensor* index_block_table, float softmax_scale, const mla_tensor* out,
+    const mla_tensor* lse, const mla_dsa_policy* policy, size_t* bytes);
+MLA_C_EXPORT int32_t mla_dsa_decode(
+    const mla_tensor* q, const mla_tensor* kv, int32_t kv_format, const mla_tensor* block_table,
+    const mla_tensor* cache_seqlens, int64_t max_seqlen, const mla_tensor* index_q8,
+    const mla_tensor* index_w_folded, const mla_tensor* index_cache,
+    const mla_tensor* index_block_table, float softmax_scale, const mla_tensor* out,
+    const mla_tensor* lse, const mla_dsa_policy* policy, void* workspace, size_t workspace_bytes,
+    void* stream);
+/* The planner's dense/DSA crossover in tokens (0: DSA never cheaper). model NULL:
+ * "deepseek-v3.2"; kv "bf16"/"fp8" (NULL: bf16); calibration_json: file text or NULL. */
+MLA_C_EXPORT int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json,
+                                             const char* model, const char* kv, int32_t heads,
+                                             int32_t new_tokens, int32_t topk, int64_t* tokens);
+
 /* ---- block-sparse selection (mla/block_sparse.hpp) -------------------------- */
 /* Mirror of mla::BlockSparseParams (NSA's selection parameters). */
 typedef struct mla_block_sparse_params {

@@ -1,0 +1,126 @@
+// The whole DeepSeek Sparse Attention decode step as one operation (DESIGN.md
+// section 1, docs/dsa.md): lightning-indexer logits over the paged indexer
+// cache -> token top-k (global cache slots) -> sparse absorbed attention, or
+// plain dense decode when the batch is short enough that DSA cannot pay off.
+//
+// It only composes the public ops (mla/indexer.hpp, mla/topk.hpp,
+// mla/sparse.hpp, mla/decode.hpp): CPU tensors run their CPU references, CUDA
+// tensors their kernels, on the caller's stream, with every intermediate
+// (logits, index lists, the ops' own scratch) carved from the one workspace.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "mla/decode.hpp"
+#include "mla/indexer.hpp"
+#include "mla/kv_cache.hpp"
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla {
+
+// Shapes (B requests, s_q new tokens each, h_q heads):
+//   q                    [B, s_q, h_q, 576]  as for mla_decode / sparse_decode
+//   kv                   the paged latent cache (bf16 or fp8_ds_mla)
+//   block_table          [B, max_pages] i32, pages of kv.page_size() tokens
+//   cache_seqlens        [B] i32, the s_q new tokens included
+//   index_q8             [B, s_q, 64, 128] e4m3  } the indexer's queries, already
+//   index_w_folded       [B, s_q, 64] f32        } quantised (quantize_indexer_query)
+//   index_cache          the paged indexer key cache (pages of 64 tokens)
+//   index_block_table    [B, max_index_pages] i32, pages of 64 tokens; may be left
+//                        undefined when kv.page_size() is 64 and both caches share
+//                        block_table (the usual layout: one page id, two pools)
+//   out                  [B, s_q, h_q, 512], lse [B, h_q, s_q]
+//
+// The indexer queries come in quantised: the engine computes them in its own
+// projection and quantize_indexer_query is a separate public op it can fuse or
+// overlap; taking q8 here keeps the step free of that scratch and of a second
+// copy of the query quantisation rule.
+//
+// max_seqlen: an upper bound of cache_seqlens the caller knows on the host
+// (the engine's scheduler has it). The step never reads device lengths on the
+// host; it sizes the logits [B, s_q, max_seqlen] with it and picks the path.
+// CPU tensors: every cache_seqlens[b] <= max_seqlen is checked (out_of_range).
+// CUDA tensors: it cannot be checked; a request longer than max_seqlen has its
+// keys past max_seqlen never scored, so never selected, on the sparse path
+// (the dense path does not use max_seqlen at all).
+struct DsaDecodeArgs {
+  TensorView q;
+  KvCacheView kv;
+  TensorView block_table;
+  TensorView cache_seqlens;
+  int64_t max_seqlen = -1;
+  TensorView index_q8;
+  TensorView index_w_folded;
+  IndexerCacheView index_cache;
+  TensorView index_block_table;  // optional, see above
+  float softmax_scale = 0.f;
+  TensorView out;
+  TensorView lse;
+};
+
+enum class DsaPath : int32_t {
+  automatic = 0,  // the dispatch rule below
+  dense = 1,      // always mla_decode (exact only while every length <= topk)
+  sparse = 2,     // always indexer -> top-k -> sparse_decode (tests, benchmarks)
+};
+
+// Dispatch rule (path == automatic): dense mla_decode when
+//   max_seqlen <= max(topk, dense_below),
+// else the sparse pipeline. At or below topk every visible key is selected, so
+// dense attention is exact and skips the indexer; between topk and dense_below
+// DSA selects but is predicted slower than reading everything.
+struct DsaPolicy {
+  int32_t topk = 2048;  // a multiple of 64 in [64, 8192] (mla/topk.hpp)
+  // Context length up to which dense decode is used even above topk. The
+  // default is the planner's roofline crossover for the H200 with the bf16
+  // cache, 128 heads, one new token, top-2048: dsa_dense_threshold("h200",
+  // nullptr) = 2303 (a test keeps them equal). Per GPU, cache format or with a
+  // calibration, set it from dsa_dense_threshold(). It is the cost model's
+  // prediction, not yet a direct measurement (docs/dsa.md).
+  int64_t dense_below = 2303;
+  DsaPath path = DsaPath::automatic;
+  DecodeOptions dense_options{};  // passed to mla_decode on the dense path
+};
+
+// The path dsa_decode takes for these arguments and policy (no data read).
+Status dsa_decode_path(const DsaDecodeArgs& args, const DsaPolicy& policy, DsaPath* path);
+
+// Scratch bytes dsa_decode needs (the chosen path's: on the sparse path the
+// logits [B, s_q, max_seqlen] f32, the index lists [B, s_q, topk] i32, the
+// per-row lengths on CPU and sparse_decode's own scratch; on the dense path
+// mla_decode's). Nonzero on CPU too: the intermediates are real tensors there.
+// Only shapes, dtypes, devices, max_seqlen and the policy are read.
+Status dsa_decode_workspace_size(const DsaDecodeArgs& args, const DsaPolicy& policy, size_t* bytes);
+
+// Runs the step. A workspace smaller than dsa_decode_workspace_size answers
+// Errc::insufficient_workspace naming both byte counts. The workspace lives on
+// q's device (host memory for CPU tensors).
+Status dsa_decode(const DsaDecodeArgs& args, const DsaPolicy& policy = {}, Workspace ws = {},
+                  const ExecContext& ctx = {});
+
+// ---- the threshold (plan layer, src/plan/dsa_threshold.cpp) ---------------------
+
+// Which step the crossover is computed for. Defaults: DeepSeek-V3.2, bf16
+// latent cache, 128 heads on the GPU (tp 1), one new token, top-2048.
+struct DsaThresholdOptions {
+  const char* model = "deepseek-v3.2";
+  const char* kv = "bf16";  // "bf16" or "fp8" (the kernels that exist)
+  int heads = 128;
+  int new_tokens = 1;
+  int topk = 2048;
+};
+
+// The context length (a multiple of 64 tokens above topk) from which the
+// planner's cost model predicts the DSA step (indexer + top-k + sparse
+// attention) to be cheaper than dense decode, for `gpu` ("h200", ...; see
+// `mla plan --help`). Without calibration it compares roofline floors
+// (datasheet or PERF.md-measured ceilings); with `calibration_json` (the TEXT
+// of a calibration file, docs/planner.md's schema, for the same GPU) it
+// compares the calibrated predictions (floor / measured fraction per kernel).
+// *tokens = 0 when DSA never wins up to 16M tokens. This is the planner's
+// prediction, not a measured crossover (docs/dsa.md).
+Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_t* tokens,
+                           const DsaThresholdOptions& opts = {});
+
+}  // namespace mla

@@ -1,0 +1,281 @@
+// The DSA decode step (mla/dsa.hpp): the dispatch rule, the workspace layout of
+// the sparse path, and the composition of the public ops. No kernel code: every
+// stage is the public entry point, which validates and picks its backend.
+#include "mla/dsa.hpp"
+
+#include <algorithm>
+
+#include "api/attention_checks.hpp"
+#include "api/backend.hpp"
+#include "common/validate.hpp"
+#include "mla/sparse.hpp"
+#include "mla/topk.hpp"
+#include "reference/tensor_read.hpp"
+
+namespace mla {
+
+using detail::error;
+using detail::expect_dtype;
+using detail::expect_same_device;
+using detail::expect_shape;
+using detail::kAny;
+
+namespace {
+
+// Every piece of the sparse path's scratch starts on a 256-byte boundary (the
+// kernels' vector loads and cp.async want 16; 256 is what cudaMalloc gives).
+constexpr size_t kAlign = 256;
+// Logits rows are padded to whole 64-float groups so each row starts aligned.
+constexpr int64_t kLogitsRowAlign = 64;
+
+size_t align_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+const char* path_name(DsaPath p) {
+  switch (p) {
+    case DsaPath::automatic: return "automatic";
+    case DsaPath::dense: return "dense";
+    case DsaPath::sparse: return "sparse";
+  }
+  return "?";
+}
+
+Status validate_policy(const DsaPolicy& p) {
+  if (p.topk < kTopkGranule || p.topk > kTopkMax || p.topk % kTopkGranule != 0)
+    return error(Errc::invalid_value,
+                 "policy.topk = {} is not allowed: it must be a multiple of {} in [{}, {}]", p.topk,
+                 kTopkGranule, kTopkGranule, kTopkMax);
+  if (p.dense_below < 0)
+    return error(Errc::invalid_value, "policy.dense_below = {} is negative", p.dense_below);
+  if (p.path != DsaPath::automatic && p.path != DsaPath::dense && p.path != DsaPath::sparse)
+    return error(Errc::invalid_value,
+                 "policy.path = {} is not automatic (0), dense (1) or sparse (2)",
+                 static_cast<int>(p.path));
+  return Status::Ok();
+}
+
+// What both paths share: q, cache_seqlens, max_seqlen and the indexer inputs
+// (checked on the dense path too, so an engine's mistake shows at the first
+// step, not at the first long request).
+Status validate_common(const DsaDecodeArgs& a, const DsaPolicy& p) {
+  MLA_TRY(validate_policy(p));
+  MLA_TRY(detail::expect_absorbed_query(a.q));
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1];
+  if (a.max_seqlen < 0)
+    return error(Errc::invalid_value,
+                 "max_seqlen = {} is negative (it is the host-side upper bound of cache_seqlens)",
+                 a.max_seqlen);
+  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
+  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  MLA_TRY(expect_same_device(a.q, "q", a.cache_seqlens, "cache_seqlens"));
+  MLA_TRY(expect_shape(a.index_q8, "index_q8", {B, s_q, kIndexerHeads, kIndexerDim},
+                       "[B, s_q, 64, 128]"));
+  MLA_TRY(expect_dtype(a.index_q8, "index_q8", {DType::e4m3}));
+  MLA_TRY(
+      expect_shape(a.index_w_folded, "index_w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
+  MLA_TRY(expect_dtype(a.index_w_folded, "index_w_folded", {DType::f32}));
+  MLA_TRY(validate_indexer_cache(a.index_cache, "index_cache"));
+  for (auto [t, name] :
+       {std::pair{&a.index_q8, "index_q8"}, std::pair{&a.index_w_folded, "index_w_folded"},
+        std::pair{&a.index_cache.data, "index_cache"}})
+    MLA_TRY(expect_same_device(a.q, "q", *t, name));
+  if (a.index_block_table.defined()) {
+    MLA_TRY(
+        expect_shape(a.index_block_table, "index_block_table", {B, kAny}, "[B, max_index_pages]"));
+    MLA_TRY(expect_dtype(a.index_block_table, "index_block_table", {DType::i32}));
+    MLA_TRY(expect_same_device(a.q, "q", a.index_block_table, "index_block_table"));
+  } else {
+    MLA_TRY(validate_kv_cache(a.kv, "kv"));
+    if (a.kv.page_size() != IndexerCacheLayout::kPageTokens)
+      return error(Errc::invalid_value,
+                   "index_block_table: not given, so block_table also addresses the indexer cache "
+                   "(pages of {} tokens), but kv.page_size() = {}; pass the indexer's own table",
+                   IndexerCacheLayout::kPageTokens, a.kv.page_size());
+  }
+  return Status::Ok();
+}
+
+// CPU tensors only: the lengths the host may read. Each is in [0, max_seqlen].
+Status check_host_lengths(const DsaDecodeArgs& a) {
+  for (int64_t b = 0; b < a.q.shape[0]; ++b) {
+    const int64_t len = reference::read_int(a.cache_seqlens, {b});
+    if (len < 0) return error(Errc::out_of_range, "cache_seqlens[{}] = {} is negative", b, len);
+    if (len > a.max_seqlen)
+      return error(Errc::out_of_range, "cache_seqlens[{}] = {} is past max_seqlen = {}", b, len,
+                   a.max_seqlen);
+  }
+  return Status::Ok();
+}
+
+DsaPath choose_path(const DsaDecodeArgs& a, const DsaPolicy& p) {
+  if (p.path != DsaPath::automatic) return p.path;
+  return a.max_seqlen <= std::max<int64_t>(p.topk, p.dense_below) ? DsaPath::dense
+                                                                  : DsaPath::sparse;
+}
+
+DecodeArgs dense_args(const DsaDecodeArgs& a) {
+  DecodeArgs d;
+  d.q = a.q;
+  d.kv = a.kv;
+  d.block_table = a.block_table;
+  d.cache_seqlens = a.cache_seqlens;
+  d.softmax_scale = a.softmax_scale;
+  d.causal = true;  // the s_q new tokens see each other causally, as the indexer masks them
+  d.out = a.out;
+  d.lse = a.lse;
+  return d;
+}
+
+TensorView view_at(void* data, DType dt, Device dev, std::initializer_list<int64_t> shape,
+                   std::initializer_list<int64_t> strides) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dt;
+  t.device = dev;
+  t.ndim = static_cast<int32_t>(shape.size());
+  std::copy(shape.begin(), shape.end(), t.shape);
+  std::copy(strides.begin(), strides.end(), t.strides);
+  return t;
+}
+
+// The sparse path's scratch, as offsets from an aligned base (for sizing, a
+// placeholder: the views are then only shapes).
+struct SparsePlan {
+  int64_t B = 0, s_q = 0, R = 0, width = 0, row_stride = 0;
+  size_t logits_off = 0, indices_off = 0, lengths_off = 0, sparse_off = 0, sparse_bytes = 0;
+  size_t total = 0;  // from an aligned base
+  TensorView logits3, logits2, indices2, indices3, lengths;
+  SparseDecodeArgs sparse;
+};
+
+Status plan_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, char* base, SparsePlan* sp) {
+  const Device dev = a.q.device;
+  const bool cpu = !detail::on_cuda(dev);
+  sp->B = a.q.shape[0];
+  sp->s_q = a.q.shape[1];
+  sp->R = sp->B * sp->s_q;
+  sp->width = a.max_seqlen;
+  sp->row_stride = std::max<int64_t>(
+      kLogitsRowAlign, (a.max_seqlen + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign);
+  size_t off = 0;
+  sp->logits_off = off;
+  off = align_up(off + size_t(sp->R) * size_t(sp->row_stride) * sizeof(float));
+  sp->indices_off = off;
+  off = align_up(off + size_t(sp->R) * size_t(p.topk) * sizeof(int32_t));
+  sp->lengths_off = off;
+  if (cpu) off = align_up(off + size_t(sp->R) * sizeof(int32_t));
+  sp->sparse_off = off;
+  auto at = [&](size_t o) -> void* { return base + o; };
+  sp->logits3 = view_at(at(sp->logits_off), DType::f32, dev, {sp->B, sp->s_q, sp->width},
+                        {sp->s_q * sp->row_stride, sp->row_stride, 1});
+  sp->logits2 =
+      view_at(at(sp->logits_off), DType::f32, dev, {sp->R, sp->width}, {sp->row_stride, 1});
+  sp->indices2 = view_at(at(sp->indices_off), DType::i32, dev, {sp->R, p.topk}, {p.topk, 1});
+  sp->indices3 = view_at(at(sp->indices_off), DType::i32, dev, {sp->B, sp->s_q, p.topk},
+                         {sp->s_q * p.topk, p.topk, 1});
+  if (cpu) sp->lengths = view_at(at(sp->lengths_off), DType::i32, dev, {sp->R}, {1});
+  sp->sparse.q = a.q;
+  sp->sparse.kv = a.kv;
+  sp->sparse.indices = sp->indices3;
+  sp->sparse.softmax_scale = a.softmax_scale;
+  sp->sparse.out = a.out;
+  sp->sparse.lse = a.lse;
+  MLA_TRY(sparse_workspace_size(sp->sparse, &sp->sparse_bytes));
+  sp->total = off + sp->sparse_bytes;
+  return Status::Ok();
+}
+
+// Sizing views point here: the ops size from shapes and never read the data,
+// but they reject null pointers.
+alignas(kAlign) char sizing_placeholder[kAlign];
+
+Status workspace_for(const DsaDecodeArgs& a, const DsaPolicy& p, DsaPath path, size_t* bytes) {
+  if (path == DsaPath::dense) return decode_workspace_size(dense_args(a), p.dense_options, bytes);
+  SparsePlan sp;
+  MLA_TRY(plan_sparse(a, p, sizing_placeholder, &sp));
+  // Slack so that any base address can be rounded up to the alignment.
+  *bytes = sp.total + kAlign - 1;
+  return Status::Ok();
+}
+
+Status run_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
+                  const ExecContext& ctx) {
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(ws.data);
+  char* base = reinterpret_cast<char*>((raw + kAlign - 1) / kAlign * kAlign);
+  SparsePlan sp;
+  MLA_TRY(plan_sparse(a, p, base, &sp));
+
+  // 1. Indexer logits [B, s_q, max_seqlen]; -inf past each query's causal limit.
+  IndexerLogitsDecodeArgs il;
+  il.q8 = a.index_q8;
+  il.w_folded = a.index_w_folded;
+  il.cache = a.index_cache;
+  il.block_table = a.index_block_table.defined() ? a.index_block_table : a.block_table;
+  il.cache_seqlens = a.cache_seqlens;
+  il.logits = sp.logits3;
+  MLA_TRY(indexer_logits_decode(il, ctx));
+
+  // 2. Top-k per (request, new token), translated to global slots of kv. On CPU
+  // each row's length is its request's (the host may read it, and the reference
+  // then checks exactly the block-table entries in use); on CUDA every row
+  // spans max_seqlen: positions past a request's length hold -inf, are never
+  // selected and so never translated.
+  TopkArgs tk;
+  tk.logits = sp.logits2;
+  if (sp.lengths.defined()) {
+    for (int64_t b = 0; b < sp.B; ++b) {
+      const int64_t len = reference::read_int(a.cache_seqlens, {b});
+      for (int64_t i = 0; i < sp.s_q; ++i)
+        sp.lengths.ptr<int32_t>()[b * sp.s_q + i] = static_cast<int32_t>(len);
+    }
+    tk.lengths = sp.lengths;
+  }
+  tk.k = p.topk;
+  tk.indices = sp.indices2;
+  tk.block_table = a.block_table;
+  tk.page_size = static_cast<int32_t>(a.kv.page_size());
+  tk.rows_per_request = static_cast<int32_t>(sp.s_q);
+  tk.num_pages = a.kv.num_pages();
+  MLA_TRY(topk_indices(tk, ctx));
+
+  // 3. Sparse attention over the lists (-1 entries skipped).
+  return sparse_decode(sp.sparse, Workspace{base + sp.sparse_off, sp.sparse_bytes}, ctx);
+}
+
+}  // namespace
+
+Status dsa_decode_path(const DsaDecodeArgs& a, const DsaPolicy& p, DsaPath* path) {
+  if (path == nullptr) return error(Errc::invalid_value, "path: output pointer is null");
+  MLA_TRY(validate_policy(p));
+  if (a.max_seqlen < 0)
+    return error(Errc::invalid_value, "max_seqlen = {} is negative", a.max_seqlen);
+  *path = choose_path(a, p);
+  return Status::Ok();
+}
+
+Status dsa_decode_workspace_size(const DsaDecodeArgs& a, const DsaPolicy& p, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
+  *bytes = 0;
+  MLA_TRY(validate_common(a, p));
+  return workspace_for(a, p, choose_path(a, p), bytes);
+}
+
+Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
+                  const ExecContext& ctx) {
+  MLA_TRY(validate_common(a, p));
+  const DsaPath path = choose_path(a, p);
+  size_t need = 0;
+  MLA_TRY(workspace_for(a, p, path, &need));
+  if (need > 0 && (ws.data == nullptr || ws.bytes < need))
+    return error(Errc::insufficient_workspace,
+                 "workspace: {} bytes given{}, the {} path of dsa_decode needs {} bytes "
+                 "(dsa_decode_workspace_size)",
+                 ws.data == nullptr ? 0 : ws.bytes, ws.data == nullptr ? " (null)" : "",
+                 path_name(path), need);
+  if (!detail::on_cuda(a.q.device)) MLA_TRY(check_host_lengths(a));
+  if (path == DsaPath::dense) return mla_decode(dense_args(a), p.dense_options, ws, ctx);
+  return run_sparse(a, p, ws, ctx);
+}
+
+}  // namespace mla
