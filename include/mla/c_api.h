@@ -193,6 +193,49 @@ MLA_C_EXPORT int32_t mla_apply_rope(const mla_tensor* x, const mla_tensor* posit
                                     const mla_tensor* out, const mla_rope_config* config,
                                     int32_t layout, void* stream);
 
+/* ---- the whole DeepSeek-V3.2 attention layer (mla/layer.hpp) -------------- */
+enum { MLA_LAYER_ABSORBED = 0, MLA_LAYER_NON_ABSORBED = 1, MLA_LAYER_SPARSE = 2 };
+#define MLA_LAYER_WEIGHT_COUNT 13
+
+/* Mirror of mla::LayerConfig. */
+typedef struct mla_layer_config {
+  int64_t hidden;
+  int32_t q_lora_rank;
+  int32_t kv_lora_rank; /* 512 */
+  int32_t heads;
+  int32_t d_nope;
+  int32_t d_rope; /* 64 */
+  int32_t d_v;
+  int32_t index_topk;
+  int32_t reserved; /* 0 */
+  double norm_eps;
+  double softmax_scale; /* 0: V3.2's rule */
+  mla_rope_config rope;
+} mla_layer_config;
+
+/* DeepSeek-V3.2's layer (hidden 7168, 128 heads, ...) and the small test layer. */
+MLA_C_EXPORT void mla_layer_default_config(mla_layer_config* config);
+MLA_C_EXPORT void mla_layer_small_test_config(mla_layer_config* config);
+MLA_C_EXPORT int32_t mla_layer_softmax_scale(const mla_layer_config* config, double* scale);
+/* Weight i (0 .. MLA_LAYER_WEIGHT_COUNT-1, mla::LayerWeights' order): its name (a
+ * static string), rank and shape (shape[3]; unused dims 0). */
+MLA_C_EXPORT int32_t mla_layer_weight_shape(const mla_layer_config* config, int32_t i,
+                                            const char** name, int32_t* ndim, int64_t* shape);
+/* weights: MLA_LAYER_WEIGHT_COUNT tensor pointers in that order (the indexer's,
+ * 8..12, may be NULL unless the sparse path runs). Seeded synthetic values, CPU. */
+MLA_C_EXPORT int32_t mla_layer_init_weights(const mla_layer_config* config, uint64_t seed,
+                                            const mla_tensor* const* weights);
+/* hidden, out [B, s_q, hidden] f32/f64; kv paged cache (kv_format); index_cache
+ * [num_pages, 8448] u8 or NULL; block_table [B, max_pages] i32; cache_seqlens [B]
+ * i32 (new tokens included); attention MLA_LAYER_*. */
+MLA_C_EXPORT int32_t mla_layer_forward(const mla_layer_config* config,
+                                       const mla_tensor* const* weights, const mla_tensor* hidden,
+                                       const mla_tensor* kv, int32_t kv_format,
+                                       const mla_tensor* index_cache,
+                                       const mla_tensor* block_table,
+                                       const mla_tensor* cache_seqlens, int32_t attention,
+                                       const mla_tensor* out, void* stream);
+
 /* ---- token top-k (mla/topk.hpp) --------------------------------------------- */
 /* logits [R, N] f32, lengths [R] i32 (NULL: N) -> indices [R, k] i32 (-1 padded);
  * with block_table [B, max_pages] (may be NULL) positions become global slots. */

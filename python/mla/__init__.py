@@ -23,6 +23,7 @@ from .ops import (append_indexer_keys, append_kv, built_with_cuda, decode,
 from .dsa import (decompress_kv, mha_prefill, sparse_decode, sparse_decode_workspace_size,
                   sparse_prefill, sparse_prefill_workspace_size, topk_indices)
 from .rope import RopeConfig, apply_rope, rope_attention_factor, rope_inv_freq
+from .layer import LayerConfig, init_layer_weights, layer_forward, layer_weight_shapes
 from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_sparse_preset,
                            block_sparse_presets, block_sparse_select,
                            validate_block_sparse_params)

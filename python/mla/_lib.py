@@ -62,6 +62,25 @@ class MlaRopeConfig(ctypes.Structure):
     ]
 
 
+class MlaLayerConfig(ctypes.Structure):
+    """Mirror of ``mla_layer_config`` (mla::LayerConfig)."""
+
+    _fields_ = [
+        ("hidden", ctypes.c_int64),
+        ("q_lora_rank", ctypes.c_int32),
+        ("kv_lora_rank", ctypes.c_int32),
+        ("heads", ctypes.c_int32),
+        ("d_nope", ctypes.c_int32),
+        ("d_rope", ctypes.c_int32),
+        ("d_v", ctypes.c_int32),
+        ("index_topk", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("norm_eps", ctypes.c_double),
+        ("softmax_scale", ctypes.c_double),
+        ("rope", MlaRopeConfig),
+    ]
+
+
 class MlaBlockSparseParams(ctypes.Structure):
     """Mirror of ``mla_block_sparse_params`` (mla::BlockSparseParams)."""
 
@@ -211,6 +230,14 @@ SIGNATURES: dict[str, list] = {
     "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
     "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
     "mla_block_sparse_default_params": [_BSP],
+    "mla_layer_default_config": [ctypes.POINTER(MlaLayerConfig)],
+    "mla_layer_small_test_config": [ctypes.POINTER(MlaLayerConfig)],
+    "mla_layer_softmax_scale": [ctypes.POINTER(MlaLayerConfig), ctypes.POINTER(ctypes.c_double)],
+    "mla_layer_weight_shape": [ctypes.POINTER(MlaLayerConfig), _i32, ctypes.POINTER(_cp),
+                               ctypes.POINTER(_i32), ctypes.POINTER(ctypes.c_int64)],
+    "mla_layer_init_weights": [ctypes.POINTER(MlaLayerConfig), ctypes.c_uint64, _vp],
+    "mla_layer_forward": [ctypes.POINTER(MlaLayerConfig), _vp, _T, _T, _i32, _T, _T, _T, _i32,
+                          _T, _vp],
     "mla_validate_block_sparse_params": [_BSP],
     "mla_block_sparse_capacity": [_BSP, ctypes.POINTER(ctypes.c_int64)],
     "mla_block_sparse_num_presets": [],
@@ -234,7 +261,8 @@ SIGNATURES: dict[str, list] = {
     "mla_exchange_bytes_file": [ctypes.POINTER(MlaLaunchInfo), _cp, _vp, _sz, _i32],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
-RESTYPES = {"mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
+RESTYPES = {"mla_layer_default_config": None, "mla_layer_small_test_config": None,
+            "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
             "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p}
 
 

@@ -1,0 +1,142 @@
+"""The whole DeepSeek-V3.2 attention layer forward (mla/layer.hpp): projections,
+norms, YaRN RoPE, the lightning indexer, cache append, attention (absorbed,
+non-absorbed or sparse), W_UV and the output projection, with seeded synthetic
+weights. CPU arrays run the fp64 reference; CUDA answers UnsupportedError until
+the GPU composition lands."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+from . import _arrays, errors
+from ._dlpack import dtype_name
+from ._lib import MlaLayerConfig, MlaTensor, lib
+from .ops import _Call, _kv_format
+from .rope import RopeConfig
+
+ATTENTION = {"absorbed": 0, "non_absorbed": 1, "sparse": 2}
+WEIGHT_COUNT = 13
+
+
+@dataclasses.dataclass
+class LayerConfig:
+    """Mirror of mla::LayerConfig; defaults: DeepSeek-V3.2's layer."""
+
+    hidden: int = 7168
+    q_lora_rank: int = 1536
+    kv_lora_rank: int = 512
+    heads: int = 128
+    d_nope: int = 128
+    d_rope: int = 64
+    d_v: int = 128
+    index_topk: int = 2048
+    norm_eps: float = 1e-6
+    softmax_scale: float = 0.0  # 0: V3.2's rule, see softmax_scale_value()
+    rope: RopeConfig = dataclasses.field(default_factory=RopeConfig)
+
+    @classmethod
+    def _from_c(cls, c: MlaLayerConfig) -> "LayerConfig":
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "rope"]
+        r = c.rope
+        rope = RopeConfig(r.dim, r.theta, r.factor, r.original_max_position, r.beta_fast,
+                          r.beta_slow, r.mscale, r.mscale_all_dim)
+        return cls(**{n: getattr(c, n) for n in names}, rope=rope)
+
+    @classmethod
+    def deepseek_v32(cls) -> "LayerConfig":
+        c = MlaLayerConfig()
+        lib().fn("mla_layer_default_config")(ctypes.byref(c))
+        return cls._from_c(c)
+
+    @classmethod
+    def small_test(cls) -> "LayerConfig":
+        """hidden 256, 8 heads, q latent 64, d_nope = d_v = 32, top-k 64."""
+        c = MlaLayerConfig()
+        lib().fn("mla_layer_small_test_config")(ctypes.byref(c))
+        return cls._from_c(c)
+
+    def _c(self) -> MlaLayerConfig:
+        return MlaLayerConfig(self.hidden, self.q_lora_rank, self.kv_lora_rank, self.heads,
+                              self.d_nope, self.d_rope, self.d_v, self.index_topk, 0,
+                              self.norm_eps, self.softmax_scale, self.rope._c())
+
+    def softmax_scale_value(self) -> float:
+        v = ctypes.c_double(0)
+        cfg = self._c()
+        lib().call("mla_layer_softmax_scale", ctypes.byref(cfg), ctypes.byref(v))
+        return v.value
+
+
+def layer_weight_shapes(config: LayerConfig | None = None) -> dict[str, tuple]:
+    """name -> shape of each weight, in the C ABI's order (Linear weights [out, in])."""
+    config = config or LayerConfig()
+    cfg = config._c()
+    out: dict[str, tuple] = {}
+    for i in range(WEIGHT_COUNT):
+        name = ctypes.c_char_p()
+        ndim = ctypes.c_int32(0)
+        shape = (ctypes.c_int64 * 3)()
+        lib().call("mla_layer_weight_shape", ctypes.byref(cfg), i, ctypes.byref(name),
+                   ctypes.byref(ndim), shape)
+        out[name.value.decode()] = tuple(shape[d] for d in range(ndim.value))
+    return out
+
+
+def _weight_array(c: _Call, config: LayerConfig, weights: dict):
+    """The C array of WEIGHT_COUNT tensor pointers (NULL for a weight not given)."""
+    names = list(layer_weight_shapes(config))
+    unknown = set(weights) - set(names)
+    if unknown:
+        raise errors.InvalidValueError(
+            f"weights: unknown names {sorted(unknown)}; expected some of {names}")
+    arr = (ctypes.POINTER(MlaTensor) * WEIGHT_COUNT)()
+    for i, n in enumerate(names):
+        ref = c.t(weights.get(n), f"weights.{n}", writable=True)
+        if ref is not None:
+            arr[i] = ctypes.pointer(ref._obj)
+    return arr
+
+
+def init_layer_weights(config: LayerConfig | None = None, seed: int = 0, dtype: str = "f64",
+                       indexer: bool = True) -> dict:
+    """Seeded synthetic weights (NumPy, f64 or f32): Linear [out, in] uniform in
+    +-sqrt(3 / in), norm weights 1 + U(-0.1, 0.1), LayerNorm bias U(-0.1, 0.1).
+    Without `indexer`, the indexer's five weights are left out (dense paths only)."""
+    import numpy as np
+
+    config = config or LayerConfig()
+    shapes = layer_weight_shapes(config)
+    weights = {n: np.empty(s, _arrays.numpy_dtype(dtype)) for n, s in shapes.items()
+               if indexer or not n.startswith("idx_")}
+    c = _Call(next(iter(weights.values())))
+    cfg = config._c()
+    arr = _weight_array(c, config, weights)
+    c.run("mla_layer_init_weights", ctypes.byref(cfg), ctypes.c_uint64(seed), arr)
+    return weights
+
+
+def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_table,
+                  cache_seqlens, attention: str = "absorbed", *, index_cache=None,
+                  kv_format=None, out=None, stream=None):
+    """One step of B requests with s_q new tokens each: hidden [B, s_q, hidden]
+    (f32/f64) -> out [B, s_q, hidden]. The new tokens' latent (and, when
+    index_cache is given, indexer) entries are written into the caches at
+    positions cache_seqlens[b] - s_q ... cache_seqlens[b] - 1. attention:
+    'absorbed' (decode), 'non_absorbed' (prefill) or 'sparse' (DSA: needs
+    index_cache and page size 64)."""
+    if attention not in ATTENTION:
+        raise errors.InvalidValueError(
+            f"attention = {attention!r} is not one of {sorted(ATTENTION)}")
+    fmt = _kv_format(kv_cache, kv_format)
+    if out is None:
+        shape = tuple(getattr(hidden, "shape", ()))
+        out = _arrays.empty(hidden, shape, dtype_name(hidden))
+    c = _Call(hidden, stream)
+    cfg = config._c()
+    arr = _weight_array(c, config, weights)
+    c.run("mla_layer_forward", ctypes.byref(cfg), arr, c.t(hidden, "hidden"),
+          c.cache(kv_cache, "kv", fmt), fmt, c.t(index_cache, "index_cache", True),
+          c.t(block_table, "block_table"), c.t(cache_seqlens, "cache_seqlens"),
+          ATTENTION[attention], c.t(out, "out", True), c.stream_arg)
+    return out
