@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Prints the planner's predictions for the layer study's points (docs/layer-study.md)
+as Markdown tables: DeepSeek-V3.2 on the H200 at 8K/32K/64K/128K for MLA bf16,
+MLA fp8, MLA+DSA (bf16 and fp8 caches), and the seed-004 model's GQA-8 row.
+
+Usage: scripts/layer_study_plan.py [path/to/mla] [--calibrate FILE]
+Nothing here is measured: these are `mla plan` roofline floors (or, with
+--calibrate, predictions from measured kernel efficiencies)."""
+
+import json
+import subprocess
+import sys
+
+CONTEXTS = [8192, 32768, 65536, 131072]
+
+
+def plan(mla, model, context, kv, batch=0, calibrate=None):
+    cmd = [mla, "plan", "--gpu", "h200", "--model", model, "--context", str(context), "--kv", kv,
+           "--batch", str(batch), "--json"]
+    if calibrate:
+        cmd += ["--calibrate", calibrate]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def fmt_bytes(b):
+    return f"{b / 1e9:.2f} GB" if b >= 1e9 else f"{b / 1e6:.1f} MB"
+
+
+def fmt_time(s):
+    return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} us"
+
+
+def row(d, name):
+    return next(f for f in d["formats"] if f["name"] == name)
+
+
+def main():
+    args = sys.argv[1:]
+    calibrate = None
+    if "--calibrate" in args:
+        i = args.index("--calibrate")
+        calibrate = args[i + 1]
+        del args[i:i + 2]
+    mla = args[0] if args else "./build/mla"
+
+    layers = None
+    print("| point | context | KV/request (61 layers, + indexer) | largest batch | batch used "
+          "| bytes/step (61 layers) | FLOP/B | floor/step, 61 layers | per layer | predicted/step | binds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, kv in [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
+                     ("mla-fp8+dsa", "fp8")]:
+        for ctx in CONTEXTS:
+            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
+            layers = d["model"]["layers"]
+            f = row(d, name)
+            st = f["step"]
+            print(f"| {name} | {ctx // 1024}K | {fmt_bytes(f['kv_bytes_per_request'])} "
+                  f"| {f['max_batch']} | {d['workload']['batch']} | {fmt_bytes(st['bytes'])} "
+                  f"| {st['intensity']:.0f} | {fmt_time(st['floor_s'])} "
+                  f"| {fmt_time(st['floor_s'] / layers)} | {fmt_time(st['predicted_s'])} "
+                  f"| {st['binds']} |")
+    print()
+    print("Fixed batch 4 (the seed's B4), DeepSeek-V3.2, per step of all 61 layers:")
+    print()
+    print("| context | mla-bf16 | mla-fp8 | mla-bf16+dsa | mla-fp8+dsa | dense/DSA (bf16) |")
+    print("|---|---|---|---|---|---|")
+    for ctx in CONTEXTS:
+        d = plan(mla, "deepseek-v3.2", ctx, "bf16", batch=4, calibrate=calibrate)
+        t = {n: row(d, n)["step"]["predicted_s"] for n in
+             ("mla-bf16", "mla-fp8", "mla-bf16+dsa", "mla-fp8+dsa")}
+        print(f"| {ctx // 1024}K | " + " | ".join(fmt_time(v) for v in t.values()) +
+              f" | {t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x |")
+    print()
+    print("GQA-8 (seed 004's 64-layer model: 128 heads x 56 dims, 8 KV heads), H200:")
+    print()
+    print("| context | KV/request (64 layers) | largest batch | bytes/step at batch 4 | floor/step, batch 4 | per layer |")
+    print("|---|---|---|---|---|---|")
+    for ctx in CONTEXTS:
+        d = plan(mla, "seed004-64l", ctx, "bf16", batch=4, calibrate=calibrate)
+        f = row(d, "gqa-8-bf16")
+        st = f["step"]
+        n = d["model"]["layers"]
+        print(f"| {ctx // 1024}K | {fmt_bytes(f['kv_bytes_per_request'])} | {f['max_batch']} "
+              f"| {fmt_bytes(st['bytes'])} | {fmt_time(st['floor_s'])} | {fmt_time(st['floor_s'] / n)} |")
+
+
+if __name__ == "__main__":
+    main()
