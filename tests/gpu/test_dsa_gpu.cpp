@@ -21,6 +21,7 @@
 #include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_cuda.hpp"
 #include "cuda/dsa/topk_launch.hpp"
+#include "gpu/gpu_buffer.hpp"
 #include "mla/decode.hpp"
 #include "mla/indexer.hpp"
 #include "mla/sparse.hpp"
@@ -36,31 +37,7 @@ using testing::random_tensor;
 using testing::Rng;
 namespace dsa = mla::cuda::dsa;
 
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-#define MLA_OK(x)                           \
-  do {                                      \
-    Status s_ = (x);                        \
-    ASSERT_TRUE(s_.ok()) << s_.to_string(); \
-  } while (0)
-
-// Device mirror of a HostTensor: same shape, dense.
-struct Dev {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  explicit Dev(const HostTensor& t) : bytes(size_t(t.numel()) * dtype_size(t.dtype)) {
-    cudaMalloc(&ptr, std::max<size_t>(bytes, 16));
-    cudaMemcpy(ptr, t.storage.data(), bytes, cudaMemcpyHostToDevice);
-  }
-  ~Dev() { cudaFree(ptr); }
-  Dev(const Dev&) = delete;
-  TensorView view(const HostTensor& like) const {
-    TensorView v = like.view(Device::cuda(0));
-    v.data = ptr;
-    return v;
-  }
-  void to_host(HostTensor& t) const { cudaMemcpy(t.storage.data(), ptr, bytes, cudaMemcpyDeviceToHost); }
-  void poison() { cudaMemset(ptr, 0xff, bytes); }
-};
+using testing::DeviceBuffer;
 
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
   const size_t n = size_t(a.numel()) * dtype_size(a.dtype);
@@ -99,10 +76,10 @@ TEST(DsaGpu, IndexerAppendMatchesReferenceBytes) {
     HostTensor ref(DType::u8, {pages, IndexerCacheLayout::kPageBytes});
     ref.poison();
     HostTensor got = ref;
-    MLA_OK(append_indexer_keys({keys.view(), slots.view(), IndexerCacheView{ref.view()}}));
-    Dev dk(keys), ds(slots), dc(got);
-    MLA_OK(cuda::append_indexer_keys({dk.view(keys), ds.view(slots), IndexerCacheView{dc.view(got)}}, {}));
-    CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_MLA_OK(append_indexer_keys({keys.view(), slots.view(), IndexerCacheView{ref.view()}}));
+    DeviceBuffer dk(keys), ds(slots), dc(got);
+    ASSERT_MLA_OK(cuda::append_indexer_keys({dk.view(keys), ds.view(slots), IndexerCacheView{dc.view(got)}}, {}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dc.to_host(got);
     EXPECT_TRUE(same_bytes(ref, got)) << "dtype " << dtype_name(dt);
   }
@@ -116,10 +93,10 @@ TEST(DsaGpu, IndexerQueryQuantisationMatchesReference) {
     HostTensor q8r(DType::e4m3, {3, 2, 64, 128}), wfr(DType::f32, {3, 2, 64});
     q8r.poison(), wfr.poison();
     HostTensor q8g = q8r, wfg = wfr;
-    MLA_OK(quantize_indexer_query({q.view(), w.view(), q8r.view(), wfr.view()}));
-    Dev dq(q), dw(w), dq8(q8g), dwf(wfg);
-    MLA_OK(cuda::quantize_indexer_query({dq.view(q), dw.view(w), dq8.view(q8g), dwf.view(wfg)}, {}));
-    CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_MLA_OK(quantize_indexer_query({q.view(), w.view(), q8r.view(), wfr.view()}));
+    DeviceBuffer dq(q), dw(w), dq8(q8g), dwf(wfg);
+    ASSERT_MLA_OK(cuda::quantize_indexer_query({dq.view(q), dw.view(w), dq8.view(q8g), dwf.view(wfg)}, {}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dq8.to_host(q8g), dwf.to_host(wfg);
     EXPECT_TRUE(same_bytes(q8r, q8g));
     EXPECT_TRUE(same_bytes(wfr, wfg));
@@ -206,16 +183,16 @@ TEST(DsaGpu, IndexerLogitsDecodeMatchesReference) {
     HostTensor ref(DType::f32, {B, s_q, max_len});
     ref.poison();
     HostTensor got = ref;
-    MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens_t.view(), ref.view()}));
-    Dev dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t), dout(got);
+    ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens_t.view(), ref.view()}));
+    DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t), dout(got);
     dout.poison();
-    MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)}, dbt.view(bt),
+    ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)}, dbt.view(bt),
                                         dl.view(lens_t), dout.view(got)}, {}));
-    CUDA_OK(cudaDeviceSynchronize());
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dout.to_host(got);
     HostTensor absref = ref;
     const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
-    MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(), lens_t.view(), absref.view()}));
+    ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(), lens_t.view(), absref.view()}));
     expect_logits_close_abs(ref, absref, got, ("decode s_q " + std::to_string(s_q)).c_str());
   }
 }
@@ -237,12 +214,12 @@ TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
   HostTensor ref(DType::f32, {T, N});
   ref.poison();
   HostTensor got = ref;
-  MLA_OK(indexer_logits_prefill({q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
-  Dev dq(q8), dw(w), dk(k8), dks(ks), dst(kst), den(ken), dout(got);
+  ASSERT_MLA_OK(indexer_logits_prefill({q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
+  DeviceBuffer dq(q8), dw(w), dk(k8), dks(ks), dst(kst), den(ken), dout(got);
   dout.poison();
-  MLA_OK(cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks), dst.view(kst),
+  ASSERT_MLA_OK(cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks), dst.view(kst),
                                        den.view(ken), dout.view(got)}, {}));
-  CUDA_OK(cudaDeviceSynchronize());
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(got);
   expect_logits_close(ref, got, "prefill");
 }
@@ -277,18 +254,18 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
   TopkArgs a;
   a.logits = logits.view(), a.lengths = lens.view(), a.k = k, a.indices = ref.view();
   if (translate) a.block_table = bt.view(), a.page_size = page, a.rows_per_request = rpr;
-  MLA_OK(topk_indices(a));
-  Dev dl(logits), dlen(lens), dbt(bt), dout(got);
+  ASSERT_MLA_OK(topk_indices(a));
+  DeviceBuffer dl(logits), dlen(lens), dbt(bt), dout(got);
   dout.poison();
   dsa::TopkParams p;
-  p.logits = static_cast<const float*>(dl.ptr), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
-  p.lengths = static_cast<const int32_t*>(dlen.ptr);
+  p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
+  p.lengths = static_cast<const int32_t*>(dlen.get());
   if (translate)
-    p.block_table = static_cast<const int32_t*>(dbt.ptr), p.block_table_stride = maxp, p.page_size = page,
+    p.block_table = static_cast<const int32_t*>(dbt.get()), p.block_table_stride = maxp, p.page_size = page,
     p.rows_per_request = rpr;
-  p.out = static_cast<int32_t*>(dout.ptr), p.out_stride = k, p.cluster = cluster;
-  MLA_OK(dsa::launch_topk(p, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
+  p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
+  ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(got);
   int64_t bad = 0;
   for (int64_t i = 0; i < ref.numel(); ++i)
@@ -322,15 +299,15 @@ TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
   HostTensor got = ref;
   TopkArgs a;
   a.logits = logits.view(), a.k = k, a.indices = ref.view();
-  MLA_OK(topk_indices(a));
+  ASSERT_MLA_OK(topk_indices(a));
   for (int cluster : {1, 4}) {
-    Dev dl(logits), dout(got);
+    DeviceBuffer dl(logits), dout(got);
     dout.poison();
     dsa::TopkParams p;
-    p.logits = static_cast<const float*>(dl.ptr), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
-    p.out = static_cast<int32_t*>(dout.ptr), p.out_stride = k, p.cluster = cluster;
-    MLA_OK(dsa::launch_topk(p, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
+    p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
+    p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
+    ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dout.to_host(got);
     EXPECT_TRUE(same_bytes(ref, got)) << "cluster " << cluster;
   }
@@ -418,24 +395,24 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
   // device
   void* dkv = nullptr;
   const size_t kv_bytes = cache.storage.size() * 8;
-  CUDA_OK(cudaMalloc(&dkv, kv_bytes));
-  CUDA_OK(cudaMemcpy(dkv, cache.storage.data(), kv_bytes, cudaMemcpyHostToDevice));
-  Dev dq(q), didx(idx), dtl(tl);
+  MLA_CUDA_CHECK(cudaMalloc(&dkv, kv_bytes));
+  MLA_CUDA_CHECK(cudaMemcpy(dkv, cache.storage.data(), kv_bytes, cudaMemcpyHostToDevice));
+  DeviceBuffer dq(q), didx(idx), dtl(tl);
   HostTensor out(DType::bf16, {c.B, c.s_q, c.h, 512}), lse(DType::f32, {c.B, c.h, c.s_q});
-  Dev dout(out), dlse(lse);
+  DeviceBuffer dout(out), dlse(lse);
   dout.poison(), dlse.poison();
   dsa::SparseAttnParams p;
-  p.q = dq.ptr, p.q_sb = int64_t(c.s_q) * c.h * 576, p.q_ss = int64_t(c.h) * 576, p.q_sh = 576;
+  p.q = dq.get(), p.q_sb = int64_t(c.s_q) * c.h * 576, p.q_ss = int64_t(c.h) * 576, p.q_sh = 576;
   p.batch = c.B, p.s_q = c.s_q, p.h_q = c.h;
-  p.indices = static_cast<const int32_t*>(didx.ptr), p.idx_sb = int64_t(c.s_q) * c.topk, p.idx_ss = c.topk;
+  p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = int64_t(c.s_q) * c.topk, p.idx_ss = c.topk;
   p.topk = c.topk;
-  p.topk_length = c.use_topk_length ? static_cast<const int32_t*>(dtl.ptr) : nullptr;
+  p.topk_length = c.use_topk_length ? static_cast<const int32_t*>(dtl.get()) : nullptr;
   p.kv = static_cast<const uint8_t*>(dkv), p.fp8 = c.format == KvFormat::fp8_ds_mla;
   const int64_t esz = p.fp8 ? 1 : 2;
   p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz, p.page_size = c.page;
   p.num_slots = cap, p.softmax_scale = scale;
-  p.out = dout.ptr, p.out_sb = int64_t(c.s_q) * c.h * 512, p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
-  p.lse = static_cast<float*>(dlse.ptr), p.lse_sb = int64_t(c.h) * c.s_q, p.lse_sh = c.s_q, p.lse_ss = 1;
+  p.out = dout.get(), p.out_sb = int64_t(c.s_q) * c.h * 512, p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
+  p.lse = static_cast<float*>(dlse.get()), p.lse_sb = int64_t(c.h) * c.s_q, p.lse_sh = c.s_q, p.lse_ss = 1;
   void* ws = nullptr;
   if (c.via_api) {
     SparseDecodeArgs a;
@@ -446,29 +423,29 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
     if (c.use_topk_length) a.topk_length = dtl.view(tl);
     a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
     size_t need = 0;
-    MLA_OK(sparse_workspace_size(a, &need));
+    ASSERT_MLA_OK(sparse_workspace_size(a, &need));
     size_t kernel_need = dsa::sparse_attn_workspace_size(p);
     if (mla::cuda::decode::sparse_wgmma_chosen(p))
-      MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &kernel_need));
+      ASSERT_MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &kernel_need));
     EXPECT_EQ(need, kernel_need) << "the API sizes what the kernel uses";
     if (need) {
-      CUDA_OK(cudaMalloc(&ws, need));
+      MLA_CUDA_CHECK(cudaMalloc(&ws, need));
       const Status st = sparse_decode(a, Workspace{ws, need - 1});
       EXPECT_EQ(st.code(), Errc::insufficient_workspace) << st.to_string();
       EXPECT_NE(st.message().find(std::to_string(need)), std::string::npos) << st.message();
     }
-    MLA_OK(sparse_decode(a, Workspace{ws, need}));
+    ASSERT_MLA_OK(sparse_decode(a, Workspace{ws, need}));
   } else if (c.wgmma) {
     size_t ws_bytes = 0;
-    MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
-    CUDA_OK(cudaMalloc(&ws, ws_bytes));
-    MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
+    ASSERT_MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
+    MLA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+    ASSERT_MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
   } else {
     const size_t ws_bytes = c.split ? dsa::sparse_attn_workspace_size(p) : 0;
-    if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
-    MLA_OK(dsa::launch_sparse_attn(p, ws, ws_bytes, nullptr));
+    if (ws_bytes) MLA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+    ASSERT_MLA_OK(dsa::launch_sparse_attn(p, ws, ws_bytes, nullptr));
   }
-  CUDA_OK(cudaDeviceSynchronize());
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(out), dlse.to_host(lse);
   cudaFree(ws);
   cudaFree(dkv);
@@ -571,18 +548,18 @@ TEST(DsaGpu, SparsePrefillApiMatchesReference) {
     SparsePrefillArgs ra;
     ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
     ra.out = ro.view(), ra.lse = rl.view();
-    MLA_OK(sparse_prefill(ra));
+    ASSERT_MLA_OK(sparse_prefill(ra));
     HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
-    Dev dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+    DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
     dout.poison(), dlse.poison();
     SparsePrefillArgs a = ra;
     a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out), a.lse = dlse.view(lse);
     size_t need = 0;
-    MLA_OK(sparse_workspace_size(a, &need));
+    ASSERT_MLA_OK(sparse_workspace_size(a, &need));
     void* ws = nullptr;
-    if (need) CUDA_OK(cudaMalloc(&ws, need));
-    MLA_OK(sparse_prefill(a, Workspace{ws, need}));
-    CUDA_OK(cudaDeviceSynchronize());
+    if (need) MLA_CUDA_CHECK(cudaMalloc(&ws, need));
+    ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     cudaFree(ws);
     dout.to_host(out), dlse.to_host(lse);
     double err2 = 0, ref2 = 0, lerr = 0;
@@ -606,7 +583,7 @@ TEST(DsaGpu, SparsePrefillApiMatchesReference) {
 TEST(DsaGpu, SparseApiRejectsWhatTheKernelCannotTake) {
   HostTensor q(DType::bf16, {1, 20, 576}), kv(DType::bf16, {8, 576}), idx(DType::i32, {1, 4});
   HostTensor out(DType::bf16, {1, 20, 512}), lse(DType::f32, {1, 20});
-  Dev dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+  DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
   SparsePrefillArgs a;
   a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.softmax_scale = 0.1f;
   a.out = dout.view(out), a.lse = dlse.view(lse);
@@ -614,7 +591,7 @@ TEST(DsaGpu, SparseApiRejectsWhatTheKernelCannotTake) {
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
   EXPECT_NE(st.message().find("h_q = 20"), std::string::npos) << st.message();
   HostTensor q16(DType::bf16, {1, 16, 576}), out16(DType::f32, {1, 16, 512}), lse16(DType::f32, {1, 16});
-  Dev dq16(q16), dout16(out16), dlse16(lse16);
+  DeviceBuffer dq16(q16), dout16(out16), dlse16(lse16);
   a.q = dq16.view(q16), a.out = dout16.view(out16), a.lse = dlse16.view(lse16);
   st = sparse_prefill(a);
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
@@ -645,33 +622,33 @@ TEST(DsaGpu, SparseWithAllKeysEqualsDenseDecode) {
     DecodeArgs a;
     a.q = q.view(), a.kv = cache.view(), a.block_table = cache.block_table_view(), a.cache_seqlens = cache.seqlens_view();
     a.softmax_scale = 0.1352f, a.causal = true, a.out = dense_o.view(), a.lse = dense_l.view();
-    MLA_OK(reference::mla_decode(a));
+    ASSERT_MLA_OK(reference::mla_decode(a));
     void* dkv = nullptr;
-    CUDA_OK(cudaMalloc(&dkv, cache.storage.size() * 8));
-    CUDA_OK(cudaMemcpy(dkv, cache.storage.data(), cache.storage.size() * 8, cudaMemcpyHostToDevice));
-    Dev dq(q), didx(idx);
+    MLA_CUDA_CHECK(cudaMalloc(&dkv, cache.storage.size() * 8));
+    MLA_CUDA_CHECK(cudaMemcpy(dkv, cache.storage.data(), cache.storage.size() * 8, cudaMemcpyHostToDevice));
+    DeviceBuffer dq(q), didx(idx);
     HostTensor out(DType::bf16, {B, 1, h, 512}), lse(DType::f32, {B, h, 1});
-    Dev dout(out), dlse(lse);
+    DeviceBuffer dout(out), dlse(lse);
     dout.poison(), dlse.poison();
     dsa::SparseAttnParams p;
-    p.q = dq.ptr, p.q_sb = h * 576, p.q_ss = h * 576, p.q_sh = 576, p.batch = B, p.s_q = 1, p.h_q = h;
-    p.indices = static_cast<const int32_t*>(didx.ptr), p.idx_sb = topk, p.idx_ss = topk, p.topk = topk;
+    p.q = dq.get(), p.q_sb = h * 576, p.q_ss = h * 576, p.q_sh = 576, p.batch = B, p.s_q = 1, p.h_q = h;
+    p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = topk, p.idx_ss = topk, p.topk = topk;
     p.kv = static_cast<const uint8_t*>(dkv), p.fp8 = f == KvFormat::fp8_ds_mla;
     const int64_t esz = p.fp8 ? 1 : 2;
     p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz, p.page_size = 64;
     p.num_slots = cache.num_pages * 64, p.softmax_scale = 0.1352f;
-    p.out = dout.ptr, p.out_sb = h * 512, p.out_ss = h * 512, p.out_sh = 512;
-    p.lse = static_cast<float*>(dlse.ptr), p.lse_sb = h, p.lse_sh = 1, p.lse_ss = 1;
+    p.out = dout.get(), p.out_sb = h * 512, p.out_ss = h * 512, p.out_sh = 512;
+    p.lse = static_cast<float*>(dlse.get()), p.lse_sb = h, p.lse_sh = 1, p.lse_ss = 1;
     void* ws = nullptr;
     if (wgmma) {
       size_t ws_bytes = 0;
-      MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
-      CUDA_OK(cudaMalloc(&ws, ws_bytes));
-      MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
+      ASSERT_MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
+      MLA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+      ASSERT_MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
     } else {
-      MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
+      ASSERT_MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
     }
-    CUDA_OK(cudaDeviceSynchronize());
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dout.to_host(out), dlse.to_host(lse);
     cudaFree(dkv);
     cudaFree(ws);
@@ -712,8 +689,8 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
     }
   // FP8 pipeline on the GPU: quantise q (API), keys (reference quantiser), logits, top-k
   HostTensor q8(DType::e4m3, {T, 64, 128}), wfold(DType::f32, {T, 64});
-  Dev dqf(qf), dwf(wf), dq8(q8), dwfold(wfold);
-  MLA_OK(cuda::quantize_indexer_query({dqf.view(qf), dwf.view(wf), dq8.view(q8), dwfold.view(wfold)}, {}));
+  DeviceBuffer dqf(qf), dwf(wf), dq8(q8), dwfold(wfold);
+  ASSERT_MLA_OK(cuda::quantize_indexer_query({dqf.view(qf), dwf.view(wf), dq8.view(q8), dwfold.view(wfold)}, {}));
   HostTensor k8(DType::e4m3, {N, 128}), ksc(DType::f32, {N});
   for (int s = 0; s < N; ++s) {
     float v[128], sc;
@@ -726,13 +703,13 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
   HostTensor kst(DType::i32, {T}), ken(DType::i32, {T});
   for (int t = 0; t < T; ++t) kst.set(t, 0), ken.set(t, N);
   HostTensor logits(DType::f32, {T, N}), idx(DType::i32, {T, k});
-  Dev dk8(k8), dks(ksc), dst(kst), den(ken), dlog(logits), didx(idx);
-  MLA_OK(cuda::indexer_logits_prefill({dq8.view(q8), dwfold.view(wfold), dk8.view(k8), dks.view(ksc), dst.view(kst),
+  DeviceBuffer dk8(k8), dks(ksc), dst(kst), den(ken), dlog(logits), didx(idx);
+  ASSERT_MLA_OK(cuda::indexer_logits_prefill({dq8.view(q8), dwfold.view(wfold), dk8.view(k8), dks.view(ksc), dst.view(kst),
                                        den.view(ken), dlog.view(logits)}, {}));
   TopkArgs ta;
   ta.logits = dlog.view(logits), ta.k = k, ta.indices = didx.view(idx);
-  MLA_OK(cuda::topk_indices(ta, {}));
-  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_MLA_OK(cuda::topk_indices(ta, {}));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   didx.to_host(idx);
   double hits = 0;
   for (int t = 0; t < T; ++t) {

@@ -15,6 +15,7 @@
 #include "cuda/prefill/chunked_prefill.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
+#include "gpu/gpu_buffer.hpp"
 #include "mla/dims.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/prefill.hpp"
@@ -26,33 +27,10 @@ using testing::HostTensor;
 using testing::random_tensor;
 using testing::Rng;
 
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-#define MLA_OK(x)                           \
-  do {                                      \
-    Status s_ = (x);                        \
-    ASSERT_TRUE(s_.ok()) << s_.to_string(); \
-  } while (0)
-
-// A device copy of a host tensor (or an uninitialised one of its size).
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    if (cudaMalloc(&ptr, std::max<size_t>(n, 16)) != cudaSuccess) ptr = nullptr;
-  }
-  explicit DeviceBuffer(const HostTensor& t)
-      : DeviceBuffer(size_t(t.numel()) * dtype_size(t.dtype)) {
-    if (ptr) cudaMemcpy(ptr, t.storage.data(), bytes, cudaMemcpyHostToDevice);
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void poison() { cudaMemset(ptr, 0xff, bytes); }  // NaN in f32 and bf16
-  void to_host(HostTensor& t) const {
-    cudaMemcpy(t.storage.data(), ptr, size_t(t.numel()) * dtype_size(t.dtype),
-               cudaMemcpyDeviceToHost);
-  }
-};
+using testing::DeviceBuffer;
+// Size-only buffers get a real allocation even at 0 bytes (empty batches still
+// pass a device address), as mirrors of HostTensors do.
+constexpr auto kAlloc = DeviceBuffer::Empty::kAllocate;
 
 // ---- fp64 reference of the non-absorbed attention (DESIGN.md section 1) ----
 // q [T, h, 192], k [Tk, h, 192], v [Tk, h, 128] as doubles; varlen by offsets;
@@ -166,36 +144,36 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   for (size_t i = 0; i < cu_q.size(); ++i) cq.set(i, cu_q[i]), ck.set(i, cu_k[i]);
 
   DeviceBuffer dq(q), dk(kfull), drope(rope), dv(v), dcq(cq), dck(ck);
-  DeviceBuffer dout(size_t(T) * h * 128 * 2), dlse(size_t(h) * T * 4);
+  DeviceBuffer dout(size_t(T) * h * 128 * 2, kAlloc), dlse(size_t(h) * T * 4, kAlloc);
   dout.poison();
   dlse.poison();
   const double scale = deepseek_v32_softmax_scale();
   cuda::prefill::FlashFwdParams p;
-  p.q = dq.ptr;
+  p.q = dq.get();
   p.q_row_stride = int64_t(h) * 192;
   p.q_head_stride = 192;
-  p.k_nope = dk.ptr;
+  p.k_nope = dk.get();
   p.k_nope_row_stride = int64_t(h) * 192;
   p.k_nope_head_stride = 192;
   if (c.shared_rope) {
-    p.k_rope = drope.ptr;
+    p.k_rope = drope.get();
     p.k_rope_row_stride = 64;
     p.k_rope_head_stride = 0;
   } else {
-    p.k_rope = static_cast<char*>(dk.ptr) + 128 * 2;
+    p.k_rope = static_cast<char*>(dk.get()) + 128 * 2;
     p.k_rope_row_stride = int64_t(h) * 192;
     p.k_rope_head_stride = 192;
   }
-  p.v = dv.ptr;
+  p.v = dv.get();
   p.v_row_stride = int64_t(h) * 128;
   p.v_head_stride = 128;
-  p.out = dout.ptr;
+  p.out = dout.get();
   p.out_row_stride = int64_t(h) * 128;
   p.out_head_stride = 128;
-  p.lse = static_cast<float*>(dlse.ptr);
+  p.lse = static_cast<float*>(dlse.get());
   p.lse_head_stride = T;
-  p.cu_seqlens_q = static_cast<const int32_t*>(dcq.ptr);
-  p.cu_seqlens_k = static_cast<const int32_t*>(dck.ptr);
+  p.cu_seqlens_q = static_cast<const int32_t*>(dcq.get());
+  p.cu_seqlens_k = static_cast<const int32_t*>(dck.get());
   p.batch = int(c.len_q.size());
   p.heads = h;
   p.max_seqlen_q = max_q;
@@ -209,8 +187,8 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
     dout.poison();
     dlse.poison();
     p.kernel = kernel;
-    MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
     dout.to_host(out);
     dlse.to_host(lse);
@@ -251,12 +229,12 @@ TEST(PrefillGpu, DecompressionMatchesFp64) {
   const int N = 333, h = 16;
   HostTensor ckv = random_tensor(rng, DType::bf16, {N, 512});
   HostTensor w = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.05, 0.05);
-  DeviceBuffer dckv(ckv), dw(w), dout(size_t(N) * h * 128 * 2);
+  DeviceBuffer dckv(ckv), dw(w), dout(size_t(N) * h * 128 * 2, kAlloc);
   dout.poison();
-  cuda::prefill::DecompressGemm g{dckv.ptr,         512, dw.ptr,  dout.ptr,
-                                  int64_t(h) * 128, N,   h * 128, 512};
-  MLA_OK(cuda::prefill::decompress_gemm(g, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
+  cuda::prefill::DecompressGemm g{dckv.get(),       512, dw.get(), dout.get(),
+                                  int64_t(h) * 128, N,   h * 128,  512};
+  ASSERT_MLA_OK(cuda::prefill::decompress_gemm(g, nullptr));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   HostTensor out(DType::bf16, {N, h, 128});
   dout.to_host(out);
   double worst = 0;
@@ -300,10 +278,10 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   HostTensor slots(DType::i64, {L});
   for (int s = 0; s < L; ++s) slots.set(s, double(int64_t(pages[s / page]) * page + s % page));
   KvCacheView cv{cache.view(), c.format};
-  MLA_OK(append_kv({ckv.view(), rope.view(), slots.view(), cv}));
+  ASSERT_MLA_OK(append_kv({ckv.view(), rope.view(), slots.view(), cv}));
   // What the cache holds, dequantised: the reference's K/V source.
   HostTensor ckv_back(DType::f32, {L, 512}), rope_back(DType::f32, {L, 64});
-  MLA_OK(read_kv({cv, slots.view(), ckv_back.view(), rope_back.view()}));
+  ASSERT_MLA_OK(read_kv({cv, slots.view(), ckv_back.view(), rope_back.view()}));
 
   HostTensor q = random_tensor(rng, DType::bf16, {T, h, 192});
   // Weights ~ 1/sqrt(512) so that k_nope and v stay O(1).
@@ -311,32 +289,32 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   HostTensor wuv = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.08, 0.08);
 
   DeviceBuffer dq(q), dcache(cache), dbt(bt), dwuk(wuk), dwuv(wuv);
-  DeviceBuffer dout(size_t(T) * h * 128 * 2), dlse(size_t(h) * T * 4);
+  DeviceBuffer dout(size_t(T) * h * 128 * 2, kAlloc), dlse(size_t(h) * T * 4, kAlloc);
   dout.poison();
   dlse.poison();
   cuda::ChunkedPrefillArgs a;
   a.q = q.view(Device::cuda());
-  a.q.data = dq.ptr;
+  a.q.data = dq.get();
   a.cache.data = cache.view(Device::cuda());
-  a.cache.data.data = dcache.ptr;
+  a.cache.data.data = dcache.get();
   a.cache.format = c.format;
   a.block_table = bt.view(Device::cuda());
-  a.block_table.data = dbt.ptr;
+  a.block_table.data = dbt.get();
   a.seqlen = L;
   a.w_uk = wuk.view(Device::cuda());
-  a.w_uk.data = dwuk.ptr;
+  a.w_uk.data = dwuk.get();
   a.w_uv = wuv.view(Device::cuda());
-  a.w_uv.data = dwuv.ptr;
+  a.w_uv.data = dwuv.get();
   a.softmax_scale = float(deepseek_v32_softmax_scale());
   a.chunk_size = c.chunk;
-  a.out = TensorView::make(dout.ptr, DType::bf16, {T, h, 128}, Device::cuda());
-  a.lse = TensorView::make(dlse.ptr, DType::f32, {h, T}, Device::cuda());
+  a.out = TensorView::make(dout.get(), DType::bf16, {T, h, 128}, Device::cuda());
+  a.lse = TensorView::make(dlse.get(), DType::f32, {h, T}, Device::cuda());
   size_t ws_bytes = 0;
-  MLA_OK(cuda::chunked_prefill_workspace_size(a, &ws_bytes));
-  DeviceBuffer ws(ws_bytes);
+  ASSERT_MLA_OK(cuda::chunked_prefill_workspace_size(a, &ws_bytes));
+  DeviceBuffer ws(ws_bytes, kAlloc);
   ws.poison();
-  MLA_OK(cuda::chunked_prefill(a, {ws.ptr, ws_bytes}, {}));
-  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_MLA_OK(cuda::chunked_prefill(a, {ws.get(), ws_bytes}, {}));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
 
   // Reference: decompress in fp64 from the cache's values, attend to all L at once.
   std::vector<double> k(size_t(L) * h * 192), v(size_t(L) * h * 128);
@@ -417,7 +395,7 @@ namespace {
 
 TensorView on_device(const HostTensor& host, const DeviceBuffer& dev) {
   TensorView t = host.view(Device::cuda());
-  t.data = dev.ptr;
+  t.data = dev.get();
   return t;
 }
 
@@ -435,8 +413,8 @@ TEST(PrefillGpu, PublicMhaPrefillMatchesLibraryReference) {
   for (int i = 0; i < 4; ++i) cq.set(i, cu_q[i]), ck.set(i, cu_k[i]);
   const float scale = float(deepseek_v32_softmax_scale());
   HostTensor ref_out(DType::f64, {T, h, 128}), ref_lse(DType::f64, {h, T});
-  MLA_OK(mha_prefill({q.view(), k.view(), v.view(), cq.view(), ck.view(), scale, true,
-                      ref_out.view(), ref_lse.view()}));
+  ASSERT_MLA_OK(mha_prefill({q.view(), k.view(), v.view(), cq.view(), ck.view(), scale, true,
+                             ref_out.view(), ref_lse.view()}));
   std::vector<double> mine_out, mine_lse;
   reference_mha(as_doubles(q), as_doubles(k), as_doubles(v), cu_q, cu_k, h, scale, true, mine_out,
                 mine_lse);
@@ -445,13 +423,14 @@ TEST(PrefillGpu, PublicMhaPrefillMatchesLibraryReference) {
   for (DType out_dtype : {DType::bf16, DType::f32}) {
     DeviceBuffer dq(q), dk(k), dv(v), dcq(cq), dck(ck);
     HostTensor out(out_dtype, {T, h, 128}), lse(DType::f32, {h, T});
-    DeviceBuffer dout(size_t(out.numel()) * dtype_size(out_dtype)), dlse(size_t(lse.numel()) * 4);
+    DeviceBuffer dout(size_t(out.numel()) * dtype_size(out_dtype), kAlloc),
+        dlse(size_t(lse.numel()) * 4, kAlloc);
     dout.poison();
     dlse.poison();
-    MLA_OK(
+    ASSERT_MLA_OK(
         mha_prefill({on_device(q, dq), on_device(k, dk), on_device(v, dv), on_device(cq, dcq),
                      on_device(ck, dck), scale, true, on_device(out, dout), on_device(lse, dlse)}));
-    CUDA_OK(cudaDeviceSynchronize());
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dout.to_host(out);
     dlse.to_host(lse);
     expect_close(out, as_doubles(ref_out), lse, as_doubles(ref_lse), "public mha_prefill");
@@ -492,15 +471,15 @@ TEST(PrefillGpu, PublicDecompressKvMatchesLibraryReference) {
   HostTensor wuk = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.05, 0.05);
   HostTensor wuv = random_tensor(rng, DType::bf16, {h, 128, 512}, -0.05, 0.05);
   HostTensor rk(DType::f64, {N, h, 128}), rv(DType::f64, {N, h, 128});
-  MLA_OK(decompress_kv({ckv.view(), wuk.view(), wuv.view(), rk.view(), rv.view()}));
+  ASSERT_MLA_OK(decompress_kv({ckv.view(), wuk.view(), wuv.view(), rk.view(), rv.view()}));
   DeviceBuffer dckv(ckv), dwuk(wuk), dwuv(wuv);
   HostTensor k(DType::bf16, {N, h, 128}), v(DType::bf16, {N, h, 128});
   DeviceBuffer dk(k), dv(v);
   dk.poison();
   dv.poison();
-  MLA_OK(decompress_kv({on_device(ckv, dckv), on_device(wuk, dwuk), on_device(wuv, dwuv),
-                        on_device(k, dk), on_device(v, dv)}));
-  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_MLA_OK(decompress_kv({on_device(ckv, dckv), on_device(wuk, dwuk), on_device(wuv, dwuv),
+                               on_device(k, dk), on_device(v, dv)}));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dk.to_host(k);
   dv.to_host(v);
   // bf16 output rounding (2^-9 relative) + f32 accumulation of 512 terms of
