@@ -111,7 +111,7 @@ struct DsaThresholdOptions {
   int topk = 2048;
 };
 
-// The context length (a multiple of 64 tokens above topk) from which the
+// The context length (above topk, found to within one 64-token page) from which the
 // planner's cost model predicts the DSA step (indexer + top-k + sparse
 // attention) to be cheaper than dense decode, for `gpu` ("h200", ...; see
 // `mla plan --help`). Without calibration it compares roofline floors

@@ -194,6 +194,17 @@ class MlaLaunchInfo(ctypes.Structure):
 # Python bytes object freed on return), or None for an unset variable.
 GETENV_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 
+class MlaDsaPolicy(ctypes.Structure):
+    """Mirror of ``mla_dsa_policy`` (mla::DsaPolicy)."""
+
+    _fields_ = [
+        ("topk", ctypes.c_int32),
+        ("path", ctypes.c_int32),
+        ("dense_below", ctypes.c_int64),
+        ("batch_invariant", ctypes.c_int32),
+    ]
+
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
 _BSP = ctypes.POINTER(MlaBlockSparseParams)
@@ -229,6 +240,14 @@ SIGNATURES: dict[str, list] = {
     "mla_rope_inv_freq": [_R, _T],
     "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
     "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
+    "mla_dsa_default_policy": [ctypes.POINTER(MlaDsaPolicy)],
+    "mla_dsa_decode_path": [ctypes.c_int64, ctypes.POINTER(MlaDsaPolicy), ctypes.POINTER(_i32)],
+    "mla_dsa_decode_workspace_size": [_T, _T, _i32, _T, _T, ctypes.c_int64, _T, _T, _T, _T, _f32,
+                                      _T, _T, ctypes.POINTER(MlaDsaPolicy), ctypes.POINTER(_sz)],
+    "mla_dsa_decode": [_T, _T, _i32, _T, _T, ctypes.c_int64, _T, _T, _T, _T, _f32, _T, _T,
+                       ctypes.POINTER(MlaDsaPolicy), _vp, _sz, _vp],
+    "mla_dsa_dense_threshold": [_cp, _cp, _cp, _cp, _i32, _i32, _i32,
+                                ctypes.POINTER(ctypes.c_int64)],
     "mla_block_sparse_default_params": [_BSP],
     "mla_layer_default_config": [ctypes.POINTER(MlaLayerConfig)],
     "mla_layer_small_test_config": [ctypes.POINTER(MlaLayerConfig)],
@@ -261,7 +280,8 @@ SIGNATURES: dict[str, list] = {
     "mla_exchange_bytes_file": [ctypes.POINTER(MlaLaunchInfo), _cp, _vp, _sz, _i32],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
-RESTYPES = {"mla_layer_default_config": None, "mla_layer_small_test_config": None,
+RESTYPES = {"mla_dsa_default_policy": None, "mla_layer_default_config": None,
+            "mla_layer_small_test_config": None,
             "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
             "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p}
 

@@ -1,0 +1,123 @@
+"""The whole DSA decode step as one call (mla/dsa.hpp): indexer logits -> top-k ->
+sparse attention, or dense decode when the batch is short (docs/dsa.md)."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from . import _arrays, errors
+from ._lib import MlaDsaPolicy, lib
+from .dsa import _sparse_decode_outputs
+from .ops import _Call, _kv_format
+
+_PATHS = {"automatic": 0, "dense": 1, "sparse": 2}
+_PATH_NAMES = {v: k for k, v in _PATHS.items()}
+
+
+@dataclass
+class DsaPolicy:
+    """Mirror of mla::DsaPolicy. Dense decode runs when
+    max_seqlen <= max(topk, dense_below) (path "automatic"); "dense" / "sparse" force one.
+    dense_below defaults to the planner's H200 crossover (dsa_dense_threshold("h200"))."""
+
+    topk: int = 2048
+    dense_below: int | None = None  # None: the library's default
+    path: str = "automatic"
+    batch_invariant: bool = False
+
+    def _c(self) -> MlaDsaPolicy:
+        p = MlaDsaPolicy()
+        lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
+        p.topk = int(self.topk)
+        if self.dense_below is not None:
+            p.dense_below = int(self.dense_below)
+        if self.path not in _PATHS:
+            raise errors.InvalidValueError(
+                f"policy.path = {self.path!r} is not 'automatic', 'dense' or 'sparse'")
+        p.path = _PATHS[self.path]
+        p.batch_invariant = int(bool(self.batch_invariant))
+        return p
+
+
+def dsa_default_policy() -> DsaPolicy:
+    """The library's default policy (top-2048, the H200 threshold)."""
+    p = MlaDsaPolicy()
+    lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
+    return DsaPolicy(topk=p.topk, dense_below=p.dense_below, path=_PATH_NAMES[p.path],
+                     batch_invariant=bool(p.batch_invariant))
+
+
+def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None) -> str:
+    """'dense' or 'sparse': the path dsa_decode takes for this max_seqlen."""
+    out = ctypes.c_int32(0)
+    lib().call("mla_dsa_decode_path", int(max_seqlen), ctypes.byref((policy or DsaPolicy())._c()),
+               ctypes.byref(out))
+    return _PATH_NAMES[out.value]
+
+
+def dsa_dense_threshold(gpu: str = "h200", calibration: str | None = None, *, model=None,
+                        kv: str = "bf16", heads: int = 128, new_tokens: int = 1,
+                        topk: int = 2048) -> int:
+    """The planner's predicted dense/DSA crossover in tokens (0: DSA never cheaper).
+    calibration: the TEXT of a calibration file (docs/planner.md) or None (roofline)."""
+    out = ctypes.c_int64(0)
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    lib().call("mla_dsa_dense_threshold", enc(gpu), enc(calibration), enc(model), enc(kv),
+               int(heads), int(new_tokens), int(topk), ctypes.byref(out))
+    return out.value
+
+
+def _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
+          index_cache, index_block_table, softmax_scale, out, lse):
+    return (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(block_table, "block_table"),
+            c.t(cache_seqlens, "cache_seqlens"), int(max_seqlen), c.t(index_q8, "index_q8"),
+            c.t(index_w_folded, "index_w_folded"), c.t(index_cache, "index_cache"),
+            c.t(index_block_table, "index_block_table"), ctypes.c_float(softmax_scale),
+            c.t(out, "out", True), c.t(lse, "lse", True))
+
+
+def dsa_decode_workspace_size(q, kv, block_table, cache_seqlens, max_seqlen, index_q8,
+                              index_w_folded, index_cache, softmax_scale, *,
+                              index_block_table=None, policy: DsaPolicy | None = None,
+                              kv_format=None, out=None, lse=None, out_dtype=None) -> int:
+    """Scratch bytes dsa_decode needs (on q's device; nonzero on the CPU sparse path)."""
+    fmt = _kv_format(kv, kv_format)
+    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
+    c = _Call(q)
+    n = ctypes.c_size_t(0)
+    pol = (policy or DsaPolicy())._c()
+    c.run("mla_dsa_decode_workspace_size",
+          *_args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
+                 index_cache, index_block_table, softmax_scale, out, lse),
+          ctypes.byref(pol), ctypes.byref(n))
+    return n.value
+
+
+def dsa_decode(q, kv, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
+               index_cache, softmax_scale, *, index_block_table=None,
+               policy: DsaPolicy | None = None, kv_format=None, out=None, lse=None,
+               out_dtype=None, workspace=None, stream=None):
+    """One DSA decode step: q [B, s_q, h_q, 576] over the paged latent cache kv, the
+    indexer's quantised queries index_q8 [B, s_q, 64, 128] e4m3 and index_w_folded
+    [B, s_q, 64] f32 (mla.quantize_indexer_query) over index_cache [pages, 8448].
+    max_seqlen: an upper bound of cache_seqlens known on the host. index_block_table:
+    pages of 64 tokens (None: block_table, whose pages must then be 64 tokens).
+    Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]). `workspace` (bytes on q's
+    device) is allocated with q's framework when not given."""
+    fmt = _kv_format(kv, kv_format)
+    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
+    pol = (policy or DsaPolicy())._c()
+    c = _Call(q, stream)
+    args = _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
+                 index_cache, index_block_table, softmax_scale, out, lse)
+    if workspace is None:
+        n = ctypes.c_size_t(0)
+        c.run("mla_dsa_decode_workspace_size", *args, ctypes.byref(pol), ctypes.byref(n))
+        if n.value:
+            workspace = _arrays.empty(q, (n.value,), "u8")
+    ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
+    ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
+    ws_bytes = _arrays.nbytes(workspace) if workspace is not None else 0
+    c.run("mla_dsa_decode", *args, ctypes.byref(pol), ws_ptr, ws_bytes, c.stream_arg)
+    return out, lse
