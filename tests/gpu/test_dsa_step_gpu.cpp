@@ -33,13 +33,6 @@ using testing::DsaStepShape;
 using testing::HostTensor;
 using testing::Rng;
 
-#define DSASTEP_OK(x)                       \
-  do {                                      \
-    Status s_ = (x);                        \
-    ASSERT_TRUE(s_.ok()) << s_.to_string(); \
-  } while (0)
-#define DSASTEP_CUDA(x) ASSERT_EQ((x), cudaSuccess) << #x
-
 size_t nbytes(const HostTensor& t) {
   return size_t(t.numel()) * dtype_size(t.dtype);
 }
@@ -49,7 +42,7 @@ struct Mirror {
   DeviceBuffer buf;
   TensorView view;
   explicit Mirror(const HostTensor& t)
-      : buf(t.storage.data(), std::max<size_t>(nbytes(t), 16)), view(t.view(Device::cuda(0))) {
+      : buf(t), view(t.view(Device::cuda(0))) {  // copies exactly the tensor's bytes
     view.data = buf.get();
   }
   void to_host(HostTensor& t) const {
@@ -181,10 +174,10 @@ TEST(DsaStepGpu, TopkAtLeastLengthMatchesCpuStep) {
         pol.topk = 256;
         const Cpu ref = cpu_step(p, 256, pol);
         DeviceStep d(p);
-        DSASTEP_OK(d.run(256, pol));  // dense path
+        ASSERT_MLA_OK(d.run(256, pol));  // dense path
         expect_rows_close(p, d.out, d.lse, ref.out, ref.lse, {}, "dense path");
         pol.path = DsaPath::sparse;
-        DSASTEP_OK(d.run(256, pol));
+        ASSERT_MLA_OK(d.run(256, pol));
         expect_rows_close(p, d.out, d.lse, ref.out, ref.lse, {}, "forced sparse path");
       }
 }
@@ -203,7 +196,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       pol.topk = 512;
       pol.dense_below = 0;
       DeviceStep d(p);
-      DSASTEP_OK(d.run(max_seqlen, pol));
+      ASSERT_MLA_OK(d.run(max_seqlen, pol));
 
       // The pipeline op by op on the GPU, buffers of its own.
       const DsaDecodeArgs a = d.args(max_seqlen);
@@ -211,7 +204,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       HostTensor out2 = p.dense.make_out(DType::bf16), lse2 = p.dense.make_lse(DType::f32);
       Mirror dlog(logits), didx(idx), dout2(out2), dlse2(lse2);
       dlog.buf.poison(), didx.buf.poison(), dout2.buf.poison(), dlse2.buf.poison();
-      DSASTEP_OK(indexer_logits_decode({a.index_q8, a.index_w_folded, a.index_cache,
+      ASSERT_MLA_OK(indexer_logits_decode({a.index_q8, a.index_w_folded, a.index_cache,
                                         shared ? a.block_table : a.index_block_table,
                                         a.cache_seqlens, dlog.view}));
       TopkArgs tk;
@@ -225,13 +218,13 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       tk.block_table = a.block_table;
       tk.page_size = static_cast<int32_t>(p.dense.shape.cache.page_size);
       tk.rows_per_request = static_cast<int32_t>(s_q);
-      DSASTEP_OK(topk_indices(tk));
+      ASSERT_MLA_OK(topk_indices(tk));
       SparseDecodeArgs sd{a.q, a.kv, didx.view, {}, a.softmax_scale, dout2.view, dlse2.view};
       size_t need = 0;
-      DSASTEP_OK(sparse_workspace_size(sd, &need));
+      ASSERT_MLA_OK(sparse_workspace_size(sd, &need));
       DeviceBuffer ws(std::max<size_t>(need, 1));
-      DSASTEP_OK(sparse_decode(sd, Workspace{ws.get(), need}));
-      DSASTEP_CUDA(cudaDeviceSynchronize());
+      ASSERT_MLA_OK(sparse_decode(sd, Workspace{ws.get(), need}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
       didx.to_host(idx), dout2.to_host(out2), dlse2.to_host(lse2);
       EXPECT_EQ(std::memcmp(out2.storage.data(), d.out.storage.data(), nbytes(out2)), 0)
           << "the step differs from its own ops run one by one (out)";
@@ -247,7 +240,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
                           p.dense.shape.softmax_scale,
                           ro.view(),
                           rl.view()};
-      DSASTEP_OK(sparse_decode(cs));
+      ASSERT_MLA_OK(sparse_decode(cs));
       expect_rows_close(p, d.out, d.lse, ro, rl, {}, "attention over the GPU's lists");
 
       // The CPU step: its lists (CPU ops by hand) against the GPU's, and the rows
@@ -256,7 +249,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       HostTensor clog(DType::f32, {B, s_q, max_seqlen}), cidx(DType::i32, {R, pol.topk});
       HostTensor lens(DType::i32, {R});
       for (int64_t r = 0; r < R; ++r) lens.set(r, p.dense.shape.lengths[r / s_q]);
-      DSASTEP_OK(indexer_logits_decode(
+      ASSERT_MLA_OK(indexer_logits_decode(
           {p.index_q8.view(), p.index_w_folded.view(), IndexerCacheView{p.index_cache.view()},
            shared ? p.dense.cache.block_table_view() : p.index_block_table.view(),
            p.dense.cache.seqlens_view(), clog.view()}));
@@ -265,7 +258,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       ct.lengths = lens.view();
       ct.indices = cidx.view();
       ct.block_table = p.dense.cache.block_table_view();
-      DSASTEP_OK(topk_indices(ct));
+      ASSERT_MLA_OK(topk_indices(ct));
       int64_t common = 0, total = 0;
       std::vector<bool> same(R);
       for (int64_t r = 0; r < R; ++r) {
@@ -295,7 +288,7 @@ TEST(DsaStepGpu, WorkspaceTooSmall) {
   pol.dense_below = 0;
   const DsaDecodeArgs a = d.args(900);
   size_t bytes = 0;
-  DSASTEP_OK(dsa_decode_workspace_size(a, pol, &bytes));
+  ASSERT_MLA_OK(dsa_decode_workspace_size(a, pol, &bytes));
   ASSERT_GT(bytes, size_t(900 * 4));  // at least the logits
   DeviceBuffer ws(bytes);
   const Status st = dsa_decode(a, pol, Workspace{ws.get(), bytes - 1});
