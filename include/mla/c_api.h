@@ -225,16 +225,23 @@ MLA_C_EXPORT int32_t mla_layer_weight_shape(const mla_layer_config* config, int3
  * 8..12, may be NULL unless the sparse path runs). Seeded synthetic values, CPU. */
 MLA_C_EXPORT int32_t mla_layer_init_weights(const mla_layer_config* config, uint64_t seed,
                                             const mla_tensor* const* weights);
-/* hidden, out [B, s_q, hidden] f32/f64; kv paged cache (kv_format); index_cache
- * [num_pages, 8448] u8 or NULL; block_table [B, max_pages] i32; cache_seqlens [B]
- * i32 (new tokens included); attention MLA_LAYER_*. */
+/* hidden, out [B, s_q, hidden] (CPU f32/f64/bf16; CUDA hidden bf16, out bf16/f32);
+ * kv paged cache (kv_format); index_cache [num_pages, 8448] u8 or NULL; block_table
+ * [B, max_pages] i32; cache_seqlens [B] i32 (new tokens included); attention
+ * MLA_LAYER_*. CUDA needs `workspace` of mla_layer_workspace_size bytes (0 on CPU). */
+MLA_C_EXPORT int32_t mla_layer_workspace_size(
+    const mla_layer_config* config, const mla_tensor* const* weights, const mla_tensor* hidden,
+    const mla_tensor* kv, int32_t kv_format, const mla_tensor* index_cache,
+    const mla_tensor* block_table, const mla_tensor* cache_seqlens, int32_t attention,
+    const mla_tensor* out, size_t* bytes);
 MLA_C_EXPORT int32_t mla_layer_forward(const mla_layer_config* config,
                                        const mla_tensor* const* weights, const mla_tensor* hidden,
                                        const mla_tensor* kv, int32_t kv_format,
                                        const mla_tensor* index_cache,
                                        const mla_tensor* block_table,
                                        const mla_tensor* cache_seqlens, int32_t attention,
-                                       const mla_tensor* out, void* stream);
+                                       const mla_tensor* out, void* workspace,
+                                       size_t workspace_bytes, void* stream);
 
 /* ---- token top-k (mla/topk.hpp) --------------------------------------------- */
 /* logits [R, N] f32, lengths [R] i32 (NULL: N) -> indices [R, k] i32 (-1 padded);

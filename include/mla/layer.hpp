@@ -28,6 +28,7 @@
 //   with weights w = W_iw x_t [64]; logits (indexer_logits_decode); topk_indices.
 // Positions: new token i of request b sits at position len_b - s_q + i.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "mla/indexer.hpp"
@@ -63,7 +64,7 @@ LayerConfig small_test_layer();
 // The softmax scale the layer uses (config.softmax_scale, or V3.2's rule when 0).
 double layer_softmax_scale(const LayerConfig& config);
 
-// Weights, Linear layout [out, in]; f32 or f64 (CPU), all on one device.
+// Weights, Linear layout [out, in], all on one device (dtypes: see layer_forward).
 struct LayerWeights {
   TensorView wq_a;     // [q_lora_rank, hidden]
   TensorView q_norm;   // [q_lora_rank]
@@ -109,14 +110,14 @@ enum class LayerAttention : int32_t {
 const char* layer_attention_name(LayerAttention a) noexcept;
 
 // One forward step for B requests with s_q new tokens each:
-//   hidden        [B, s_q, hidden] f32/f64
+//   hidden        [B, s_q, hidden]
 //   kv            paged latent cache (bf16 or fp8_ds_mla); the new tokens are
 //                 written at positions len - s_q .. len - 1
 //   index_cache   paged indexer cache (pages of 64 tokens); required for sparse,
 //                 and written whenever given (so later sparse steps find keys)
 //   block_table   [B, max_pages] i32; cache_seqlens [B] i32 (new tokens included,
 //                 each >= s_q)
-//   out           [B, s_q, hidden] f32/f64
+//   out           [B, s_q, hidden]
 // With sparse attention the latent cache's page size must be 64 (the indexer's
 // slots and the latent slots are the same numbers).
 struct LayerForwardArgs {
@@ -130,6 +131,12 @@ struct LayerForwardArgs {
   LayerAttention attention = LayerAttention::absorbed;
   TensorView out;
 };
-Status layer_forward(const LayerForwardArgs& args, const ExecContext& ctx = {});
+// CPU: hidden, out and weights f32/f64/bf16, computed by the fp64 reference.
+// CUDA: hidden bf16, out bf16/f32, matrix weights bf16 and norm weights (1-D)
+// f32, all contiguous; absorbed or sparse attention (non_absorbed answers
+// unsupported); h_q as the CUDA decode / sparse kernels take it. The GPU path
+// needs `ws` of layer_workspace_size bytes (0 on CPU).
+Status layer_workspace_size(const LayerForwardArgs& args, size_t* bytes);
+Status layer_forward(const LayerForwardArgs& args, Workspace ws = {}, const ExecContext& ctx = {});
 
 }  // namespace mla

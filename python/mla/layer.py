@@ -1,8 +1,8 @@
 """The whole DeepSeek-V3.2 attention layer forward (mla/layer.hpp): projections,
 norms, YaRN RoPE, the lightning indexer, cache append, attention (absorbed,
 non-absorbed or sparse), W_UV and the output projection, with seeded synthetic
-weights. CPU arrays run the fp64 reference; CUDA answers UnsupportedError until
-the GPU composition lands."""
+weights. CPU arrays run the fp64 reference; CUDA arrays the GPU composition
+(cuBLAS projections + our kernels; absorbed and sparse paths; not yet run on a GPU)."""
 
 from __future__ import annotations
 
@@ -118,13 +118,15 @@ def init_layer_weights(config: LayerConfig | None = None, seed: int = 0, dtype: 
 
 def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_table,
                   cache_seqlens, attention: str = "absorbed", *, index_cache=None,
-                  kv_format=None, out=None, stream=None):
+                  kv_format=None, out=None, workspace=None, stream=None):
     """One step of B requests with s_q new tokens each: hidden [B, s_q, hidden]
     (f32/f64) -> out [B, s_q, hidden]. The new tokens' latent (and, when
     index_cache is given, indexer) entries are written into the caches at
     positions cache_seqlens[b] - s_q ... cache_seqlens[b] - 1. attention:
     'absorbed' (decode), 'non_absorbed' (prefill) or 'sparse' (DSA: needs
-    index_cache and page size 64)."""
+    index_cache and page size 64). CPU: f32/f64 (bf16 too) arrays, exact reference.
+    CUDA: hidden bf16, matrix weights bf16, norm weights f32; `workspace` (bytes on
+    hidden's device) is allocated with hidden's framework when not given."""
     if attention not in ATTENTION:
         raise errors.InvalidValueError(
             f"attention = {attention!r} is not one of {sorted(ATTENTION)}")
@@ -135,8 +137,16 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
     c = _Call(hidden, stream)
     cfg = config._c()
     arr = _weight_array(c, config, weights)
-    c.run("mla_layer_forward", ctypes.byref(cfg), arr, c.t(hidden, "hidden"),
-          c.cache(kv_cache, "kv", fmt), fmt, c.t(index_cache, "index_cache", True),
-          c.t(block_table, "block_table"), c.t(cache_seqlens, "cache_seqlens"),
-          ATTENTION[attention], c.t(out, "out", True), c.stream_arg)
+    common = (ctypes.byref(cfg), arr, c.t(hidden, "hidden"), c.cache(kv_cache, "kv", fmt), fmt,
+              c.t(index_cache, "index_cache", True), c.t(block_table, "block_table"),
+              c.t(cache_seqlens, "cache_seqlens"), ATTENTION[attention], c.t(out, "out", True))
+    if workspace is None:
+        n = ctypes.c_size_t(0)
+        c.run("mla_layer_workspace_size", *common, ctypes.byref(n))
+        if n.value:
+            workspace = _arrays.empty(hidden, (n.value,), "u8")
+    ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
+    ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
+    ws_bytes = _arrays.nbytes(workspace) if workspace is not None else 0
+    c.run("mla_layer_forward", *common, ws_ptr, ws_bytes, c.stream_arg)
     return out

@@ -1,7 +1,6 @@
 // The attention layer's entry points (mla/layer.hpp): configs, weight shapes,
-// seeded synthetic weights, argument checks, then the CPU reference. CUDA
-// tensors answer unsupported until the GPU composition (cuBLAS projections +
-// our kernels) lands.
+// seeded synthetic weights, argument checks, then the CPU reference or the GPU
+// composition (src/cuda/layer: cuBLAS projections + our kernels).
 #include "mla/layer.hpp"
 
 #include <cmath>
@@ -13,6 +12,10 @@
 #include "mla/topk.hpp"
 #include "reference/layer_ref.hpp"
 #include "reference/tensor_read.hpp"
+
+#ifdef MLA_HAS_CUDA
+#include "cuda/layer/layer_cuda.hpp"
+#endif
 
 namespace mla {
 
@@ -149,7 +152,7 @@ Status check_weight(const LayerWeights& w, const LayerWeightShape& s, int i, boo
   if (!(t.device == dev))
     return error(Errc::invalid_device, "{} is on device ({}, {}) but hidden is on ({}, {})", n,
                  int(t.device.type), t.device.id, int(dev.type), dev.id);
-  return expect_dtype(t, n, {DType::f32, DType::f64});
+  return expect_dtype(t, n, {DType::f32, DType::f64, DType::bf16});
 }
 
 Status validate_forward(const LayerForwardArgs& a) {
@@ -170,9 +173,9 @@ Status validate_forward(const LayerForwardArgs& a) {
   const int64_t B = a.hidden.shape[0], s_q = a.hidden.shape[1];
   if (B < 1 || s_q < 1)
     return error(Errc::invalid_shape, "hidden: B = {} and s_q = {} must be >= 1", B, s_q);
-  MLA_TRY(expect_dtype(a.hidden, "hidden", {DType::f32, DType::f64}));
+  MLA_TRY(expect_dtype(a.hidden, "hidden", {DType::f32, DType::f64, DType::bf16}));
   MLA_TRY(expect_shape(a.out, "out", {B, s_q, c.hidden}, "[B, s_q, config.hidden] (hidden's)"));
-  MLA_TRY(expect_dtype(a.out, "out", {DType::f32, DType::f64}));
+  MLA_TRY(expect_dtype(a.out, "out", {DType::f32, DType::f64, DType::bf16}));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.out, "out"));
 
   LayerWeightShape shapes[kLayerWeightCount];
@@ -247,7 +250,7 @@ Status init_layer_weights(const LayerConfig& c, uint64_t seed, const LayerWeight
                            "(layer_weight_shapes)"));
     MLA_TRY(detail::expect_known_device(t, name.c_str()));
     if (detail::on_cuda(t.device)) return detail::no_cuda_backend("init_layer_weights");
-    MLA_TRY(expect_dtype(t, name.c_str(), {DType::f32, DType::f64}));
+    MLA_TRY(expect_dtype(t, name.c_str(), {DType::f32, DType::f64, DType::bf16}));
     // One stream per weight, so adding a weight never changes the others.
     SeededUniform rng{seed * 0x100000001B3ull + uint64_t(i) * 0x9E3779B97F4A7C15ull};
     if (s.ndim == 1) {
@@ -272,10 +275,27 @@ Status init_layer_weights(const LayerConfig& c, uint64_t seed, const LayerWeight
   return Status::Ok();
 }
 
-Status layer_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
-  (void)ctx;
+Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: null pointer");
   MLA_TRY(validate_forward(a));
-  if (detail::on_cuda(a.hidden.device)) return detail::no_cuda_backend("layer_forward");
+  *bytes = 0;
+  if (!detail::on_cuda(a.hidden.device)) return Status::Ok();  // the reference needs no scratch
+#ifdef MLA_HAS_CUDA
+  return cuda::layer_workspace_size(a, bytes);
+#else
+  return detail::no_cuda_backend("layer_workspace_size");
+#endif
+}
+
+Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext& ctx) {
+  MLA_TRY(validate_forward(a));
+  if (detail::on_cuda(a.hidden.device)) {
+#ifdef MLA_HAS_CUDA
+    return cuda::layer_forward(a, ws, ctx);
+#else
+    return detail::no_cuda_backend("layer_forward");
+#endif
+  }
   return reference::layer_forward(a);
 }
 

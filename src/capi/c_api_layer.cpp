@@ -113,23 +113,47 @@ int32_t mla_layer_init_weights(const mla_layer_config* config, uint64_t seed,
   });
 }
 
+static Status to_forward_args(const mla_layer_config* config, const mla_tensor* const* weights,
+                              const mla_tensor* hidden, const mla_tensor* kv, int32_t kv_format,
+                              const mla_tensor* index_cache, const mla_tensor* block_table,
+                              const mla_tensor* cache_seqlens, int32_t attention,
+                              const mla_tensor* out, LayerForwardArgs* a) {
+  MLA_TRY(to_config(config, &a->config));
+  MLA_TRY(to_weights(weights, &a->weights));
+  MLA_TRY(to_view(hidden, "hidden", &a->hidden));
+  MLA_TRY(to_cache(kv, kv_format, "kv", &a->kv));
+  MLA_TRY(to_view(index_cache, "index_cache", &a->index_cache.data));
+  MLA_TRY(to_view(block_table, "block_table", &a->block_table));
+  MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a->cache_seqlens));
+  MLA_TRY(to_view(out, "out", &a->out));
+  a->attention = LayerAttention(attention);  // range-checked by layer_forward
+  return Status::Ok();
+}
+
+int32_t mla_layer_workspace_size(const mla_layer_config* config, const mla_tensor* const* weights,
+                                 const mla_tensor* hidden, const mla_tensor* kv, int32_t kv_format,
+                                 const mla_tensor* index_cache, const mla_tensor* block_table,
+                                 const mla_tensor* cache_seqlens, int32_t attention,
+                                 const mla_tensor* out, size_t* bytes) {
+  return guarded([&] {
+    LayerForwardArgs a;
+    MLA_TRY(to_forward_args(config, weights, hidden, kv, kv_format, index_cache, block_table,
+                            cache_seqlens, attention, out, &a));
+    MLA_TRY(expect_pointer(bytes, "bytes"));
+    return layer_workspace_size(a, bytes);
+  });
+}
+
 int32_t mla_layer_forward(const mla_layer_config* config, const mla_tensor* const* weights,
                           const mla_tensor* hidden, const mla_tensor* kv, int32_t kv_format,
                           const mla_tensor* index_cache, const mla_tensor* block_table,
                           const mla_tensor* cache_seqlens, int32_t attention, const mla_tensor* out,
-                          void* stream) {
+                          void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     LayerForwardArgs a;
-    MLA_TRY(to_config(config, &a.config));
-    MLA_TRY(to_weights(weights, &a.weights));
-    MLA_TRY(to_view(hidden, "hidden", &a.hidden));
-    MLA_TRY(to_cache(kv, kv_format, "kv", &a.kv));
-    MLA_TRY(to_view(index_cache, "index_cache", &a.index_cache.data));
-    MLA_TRY(to_view(block_table, "block_table", &a.block_table));
-    MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a.cache_seqlens));
-    MLA_TRY(to_view(out, "out", &a.out));
-    a.attention = LayerAttention(attention);  // range-checked by layer_forward
-    return layer_forward(a, to_context(stream));
+    MLA_TRY(to_forward_args(config, weights, hidden, kv, kv_format, index_cache, block_table,
+                            cache_seqlens, attention, out, &a));
+    return layer_forward(a, Workspace{workspace, workspace_bytes}, to_context(stream));
   });
 }
 

@@ -433,7 +433,10 @@ TEST(Layer, ErrorsNameTheArgument) {
     expect_error(layer_forward(a), Errc::invalid_value, {"attention = 9"});
   }
   {
+    // CUDA tensors on the non-absorbed path: unsupported in every build (no
+    // CUDA backend at all, or no GPU composition of that path yet).
     LayerForwardArgs a = e.args();
+    a.attention = LayerAttention::non_absorbed;
     auto cuda = [](TensorView& t) { t.device = Device::cuda(0); };
     cuda(a.hidden);
     cuda(a.out);
