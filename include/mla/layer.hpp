@@ -74,7 +74,7 @@ struct LayerWeights {
   TensorView w_uk;     // [heads, d_nope, kv_lora_rank]  (wkv_b's key half)
   TensorView w_uv;     // [heads, d_v, kv_lora_rank]     (wkv_b's value half)
   TensorView wo;       // [hidden, heads * d_v]
-  // Lightning indexer (needed for the sparse path only).
+  // Lightning indexer (needed for the sparse path and whenever index_cache is given).
   TensorView idx_wq_b;      // [64 * 128, q_lora_rank]
   TensorView idx_wk;        // [128, hidden]
   TensorView idx_k_norm_w;  // [128]

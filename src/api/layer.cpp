@@ -180,8 +180,11 @@ Status validate_forward(const LayerForwardArgs& a) {
 
   LayerWeightShape shapes[kLayerWeightCount];
   MLA_TRY(layer_weight_shapes(c, shapes));
+  // The indexer's weights are needed whenever its keys are computed: for the
+  // sparse path, and whenever an indexer cache is given (its keys are written).
+  const bool need_indexer = sparse || a.index_cache.data.defined();
   for (int i = 0; i < kLayerWeightCount; ++i)
-    MLA_TRY(check_weight(a.weights, shapes[i], i, sparse, dev));
+    MLA_TRY(check_weight(a.weights, shapes[i], i, need_indexer, dev));
 
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.kv.data, "kv"));

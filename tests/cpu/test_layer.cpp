@@ -403,8 +403,10 @@ TEST(Layer, ErrorsNameTheArgument) {
     LayerForwardArgs a = e.args();
     a.weights.idx_wk = TensorView{};
     expect_error(layer_forward(a), Errc::invalid_shape, {"weights.idx_wk"});
-    a.attention = LayerAttention::absorbed;  // the indexer's weights are optional there...
-    a.index_cache = IndexerCacheView{};      // ...when no indexer keys are written
+    a.attention = LayerAttention::absorbed;  // still needed: the indexer cache is written
+    expect_error(layer_forward(a), Errc::invalid_shape, {"weights.idx_wk"});
+    // the indexer's weights are optional for dense attention...
+    a.index_cache = IndexerCacheView{};  // ...when no indexer keys are written
     EXPECT_TRUE(layer_forward(a).ok());
   }
   {
