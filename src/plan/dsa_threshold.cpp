@@ -74,15 +74,7 @@ Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_
     return plan::detail::step_cost(*m, f, true, s, c, cp).predicted_s <
            plan::detail::step_cost(*m, f, false, s, c, cp).predicted_s;
   };
-  // Dense minus DSA grows with L (dense pays a whole entry per key, DSA an indexer
-  // entry plus a logit), so the first cheaper page is found by bisection.
-  int64_t lo = o.topk, hi = int64_t{1} << 24;
-  if (!dsa_cheaper(hi)) return Status::Ok();
-  while (hi - lo > plan::detail::kPageTokens) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (dsa_cheaper(mid) ? hi : lo) = mid;
-  }
-  *tokens = hi;
+  *tokens = plan::detail::first_context_where_dsa_is_cheaper(o.topk, dsa_cheaper);
   return Status::Ok();
 }
 

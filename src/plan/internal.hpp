@@ -1,5 +1,6 @@
 // Pieces the planner's files share (not part of the public API).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -56,5 +57,20 @@ inline constexpr int kMaxChunkTokens = 16384;
 inline constexpr double kFp8SpeedupThreshold = 0.98;
 // The DSA crossover search walks context lengths in pages of this many tokens.
 inline constexpr int kPageTokens = 64;
+
+// Smallest context above top-k (to a 64-token page) where `dsa_cheaper(L)` holds,
+// or 0 when it never does up to 16M tokens. Dense minus DSA grows with L (dense
+// pays a whole entry per key, DSA an indexer entry plus a logit), so bisection
+// applies. Shared by the planner's recommendation and dsa_dense_threshold().
+template <class Cheaper>
+int64_t first_context_where_dsa_is_cheaper(int64_t topk, Cheaper&& dsa_cheaper) {
+  int64_t lo = topk, hi = int64_t{1} << 24;
+  if (!dsa_cheaper(hi)) return 0;
+  while (hi - lo > kPageTokens) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (dsa_cheaper(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
 
 }  // namespace mla::plan::detail

@@ -44,8 +44,7 @@ StepShape shape_of(const Plan& p, int64_t context) {
 }
 
 // Smallest context (in pages) above top-k where the DSA step's floor is below the dense
-// one; 0 when it never is up to the planner's 16M limit. Dense minus DSA grows with L
-// (dense's slope per key is larger), so bisection applies.
+// one; 0 when it never is up to the planner's 16M limit.
 int64_t dsa_crossover(const Plan& p, KvFormat f) {
   const ModelSpec& m = *p.model;
   auto cheaper = [&](int64_t L) {
@@ -53,13 +52,7 @@ int64_t dsa_crossover(const Plan& p, KvFormat f) {
     return step_cost(m, f, true, s, p.ceilings, nullptr).floor_s <
            step_cost(m, f, false, s, p.ceilings, nullptr).floor_s;
   };
-  int64_t lo = p.workload.topk, hi = int64_t{1} << 24;
-  if (!cheaper(hi)) return 0;
-  while (hi - lo > kPageTokens) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (cheaper(mid) ? hi : lo) = mid;
-  }
-  return hi;
+  return first_context_where_dsa_is_cheaper(p.workload.topk, cheaper);
 }
 
 struct ChunkChoice {
