@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.hpp"
 #include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/indexer_launch.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
@@ -25,23 +26,6 @@ namespace {
 
 constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                             \
-    }                                                                           \
-  } while (0)
-#define ST(x)                                                                   \
-  do {                                                                          \
-    mla::Status s_ = (x);                                                       \
-    if (!s_.ok()) {                                                             \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-      std::exit(3);                                                             \
-    }                                                                           \
-  } while (0)
-
 __device__ uint32_t hash32(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
@@ -52,7 +36,8 @@ __device__ uint32_t hash32(uint64_t x) {
 }
 enum Fill { kBytesE4m3 = 0, kBf16 = 1, kF32 = 2 };
 __global__ void fill_kernel(void* p, int64_t n, int kind, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const uint32_t h = hash32(seed * 0x9E3779B97F4A7C15ULL + i);
     if (kind == kBytesE4m3) {
       uint8_t c = uint8_t(h) & 0xf7;  // no NaN (0x7f/0xff), varied magnitudes
@@ -67,36 +52,44 @@ __global__ void fill_kernel(void* p, int64_t n, int kind, uint64_t seed) {
 }
 // Fix up fp8_ds_mla entries / indexer pages: scales must be powers of two.
 __global__ void fix_fp8_entries(uint8_t* p, int64_t n_entries) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_entries; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_entries;
+       i += int64_t(gridDim.x) * blockDim.x)
     for (int g = 0; g < 4; ++g) reinterpret_cast<float*>(p + i * 656 + 512)[g] = 0.0625f;
 }
 __global__ void fix_indexer_pages(uint8_t* p, int64_t pages) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pages * 64; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pages * 64;
+       i += int64_t(gridDim.x) * blockDim.x)
     reinterpret_cast<float*>(p + (i / 64) * 8448 + 8192)[i % 64] = 0.0078125f;
 }
 // Random distinct-ish slots of request b: b * L + uniform position (pages of
 // request b are contiguous in the pool, identity block table).
-__global__ void fill_indices(int32_t* idx, int64_t rows, int topk, int rows_per_req, int64_t L, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * topk; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void fill_indices(int32_t* idx, int64_t rows, int topk, int rows_per_req, int64_t L,
+                             uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * topk;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / topk, b = r / rows_per_req;
     idx[i] = int32_t(b * L + hash32(seed + i) % L);
   }
 }
 __global__ void iota_kernel(int32_t* p, int64_t n, int32_t mul) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = int32_t(i) * mul;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = int32_t(i) * mul;
 }
 __global__ void const_kernel(int32_t* p, int64_t n, int32_t v) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = v;
 }
 
 void* dalloc(size_t bytes) {
   void* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
   return p;
 }
 void fill(void* p, int64_t n, int kind, uint64_t seed) {
   fill_kernel<<<2048, 256>>>(p, n, kind, seed);
-  CK(cudaGetLastError());
+  BENCH_CUDA(cudaGetLastError());
 }
 
 struct Timer {
@@ -106,16 +99,16 @@ struct Timer {
   // median over reps of fn's time in microseconds; L2 flushed before each run
   double time(const std::function<void()>& fn, int reps = 15) {
     for (int i = 0; i < 3; ++i) fn();
-    CK(cudaDeviceSynchronize());
+    BENCH_CUDA(cudaDeviceSynchronize());
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
-      CK(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
-      CK(cudaEventRecord(a));
+      BENCH_CUDA(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
+      BENCH_CUDA(cudaEventRecord(a));
       fn();
-      CK(cudaEventRecord(b));
-      CK(cudaEventSynchronize(b));
+      BENCH_CUDA(cudaEventRecord(b));
+      BENCH_CUDA(cudaEventSynchronize(b));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
+      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms * 1000.f);
     }
     std::sort(t.begin(), t.end());
@@ -129,19 +122,22 @@ struct Row {
   std::string frac_of;
 };
 std::vector<Row> g_rows;
-void report(const std::string& suite, const std::string& shape, double us, double flops, double bytes,
-            bool compute_bound, double tf_ceiling) {
+void report(const std::string& suite, const std::string& shape, double us, double flops,
+            double bytes, bool compute_bound, double tf_ceiling) {
   Row r{suite, shape, us, flops / us * 1e-6, bytes / us * 1e-3, 0, ""};
-  if (compute_bound) r.frac = r.tflops / tf_ceiling, r.frac_of = tf_ceiling == kFp8TF ? "fp8 TF" : "bf16 TF";
-  else r.frac = r.gbs / kReadGBs, r.frac_of = "read BW";
-  std::printf("%-15s %-48s %10.1f us %8.1f TF/s %8.0f GB/s %5.1f%% of %s\n", suite.c_str(), shape.c_str(), us, r.tflops,
-              r.gbs, 100 * r.frac, r.frac_of.c_str());
+  if (compute_bound)
+    r.frac = r.tflops / tf_ceiling, r.frac_of = tf_ceiling == kFp8TF ? "fp8 TF" : "bf16 TF";
+  else
+    r.frac = r.gbs / kReadGBs, r.frac_of = "read BW";
+  std::printf("%-15s %-48s %10.1f us %8.1f TF/s %8.0f GB/s %5.1f%% of %s\n", suite.c_str(),
+              shape.c_str(), us, r.tflops, r.gbs, 100 * r.frac, r.frac_of.c_str());
   std::fflush(stdout);
   g_rows.push_back(r);
 }
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
-double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true, bool mma_sync = false) {
+double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
+                            bool mma_sync = false) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
   fill(cache, pages * 8448, kBytesE4m3, 1);
@@ -156,15 +152,18 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   const_kernel<<<1, 256>>>(lens, B, int32_t(L));
   auto* logits = static_cast<float*>(dalloc(int64_t(B) * s_q * L * 4));
   dsa::IndexerLogitsParams p;
-  p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L, p.num_tokens = int64_t(B) * s_q;
+  p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L,
+  p.num_tokens = int64_t(B) * s_q;
   p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
   p.cache = {cache, 8448, 64, pages};
   p.decode_mma_sync = mma_sync;
-  const double us = tm.time([&] { ST(dsa::launch_indexer_logits_decode(p, nullptr)); });
+  const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
   const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
   const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
-    report(mma_sync ? "indexer-dec-v1" : "indexer-decode", "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" + std::to_string(L / 1024) + "K",
+    report(mma_sync ? "indexer-dec-v1" : "indexer-decode",
+           "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
+               std::to_string(L / 1024) + "K",
            us, flops, bytes, false, kFp8TF);
   cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
   return us;
@@ -185,15 +184,17 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
   std::vector<int32_t> h(T);
   double visible = 0;
   for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1), visible += h[t];
-  CK(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
   auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
   dsa::IndexerLogitsParams p;
   p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
   p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
-  const double us = tm.time([&] { ST(dsa::launch_indexer_logits_prefill(p, nullptr)); }, 5);
-  report("indexer-prefill", std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
+  const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_prefill(p, nullptr)); }, 5);
+  report("indexer-prefill",
+         std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
          2.0 * 64 * 128 * visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
-  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken), cudaFree(logits);
+  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken),
+      cudaFree(logits);
 }
 
 double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0) {
@@ -201,21 +202,25 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
   dsa::TopkParams p;
-  p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out, p.out_stride = k;
+  p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
+  p.out_stride = k;
   p.timing_variant = variant;
-  const double us = tm.time([&] { ST(dsa::launch_topk(p, nullptr)); });
+  const double us = tm.time([&] { BENCH_OK(dsa::launch_topk(p, nullptr)); });
   if (print)
     report(variant ? "topk-stage" : "topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) +
-               (variant == 1 ? " pass1 only" : variant == 2 ? " pass1 no-conflict" : variant == 3 ? " pass1+2 only" : ""),
-           us, 0,
-           double(R) * N * 4, false, 0);
+               (variant == 1   ? " pass1 only"
+                : variant == 2 ? " pass1 no-conflict"
+                : variant == 3 ? " pass1+2 only"
+                               : ""),
+           us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
 }
 
 // sparse decode (paged) or prefill (flat kv = one page); returns microseconds
-double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t L, int topk, bool fp8, bool print = true) {
+double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t L, int topk,
+                    bool fp8, bool print = true) {
   const int64_t entry = fp8 ? 656 : 1152;
   const int64_t slots = int64_t(B) * L;
   auto* kv = static_cast<uint8_t*>(dalloc(slots * entry));
@@ -233,27 +238,34 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   auto* lse = static_cast<float*>(dalloc(int64_t(B) * s_q * h * 4));
   dsa::SparseAttnParams p;
   p.q = q, p.q_sb = int64_t(s_q) * h * 576, p.q_ss = int64_t(h) * 576, p.q_sh = 576;
-  p.batch = B, p.s_q = s_q, p.h_q = h, p.indices = idx, p.idx_sb = int64_t(s_q) * topk, p.idx_ss = topk, p.topk = topk;
-  p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64, p.num_slots = slots;
-  p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512, p.out_ss = int64_t(h) * 512, p.out_sh = 512;
+  p.batch = B, p.s_q = s_q, p.h_q = h, p.indices = idx, p.idx_sb = int64_t(s_q) * topk,
+  p.idx_ss = topk, p.topk = topk;
+  p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64,
+  p.num_slots = slots;
+  p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512,
+  p.out_ss = int64_t(h) * 512, p.out_sh = 512;
   p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
   // MLA_SPARSE_KERNEL=wgmma: decode rows on the wgmma decode kernel (sparse v2,
   // the API's default for h_q % 64 == 0); otherwise the mma.sync kernel.
   const char* kenv = std::getenv("MLA_SPARSE_KERNEL");
-  const bool wgmma = std::string(suite) != "sparse-prefill" && kenv && std::string(kenv) == "wgmma" &&
-                     mla::cuda::decode::sparse_wgmma_supports(p);
+  const bool wgmma = std::string(suite) != "sparse-prefill" && kenv &&
+                     std::string(kenv) == "wgmma" && mla::cuda::decode::sparse_wgmma_supports(p);
   size_t wsb = dsa::sparse_attn_workspace_size(p);
-  if (wgmma) ST(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
+  if (wgmma) BENCH_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time([&] {
-    ST(wgmma ? mla::cuda::decode::launch_sparse_wgmma(p, ws, wsb, nullptr) : dsa::launch_sparse_attn(p, ws, wsb, nullptr));
+    BENCH_OK(wgmma ? mla::cuda::decode::launch_sparse_wgmma(p, ws, wsb, nullptr)
+                   : dsa::launch_sparse_attn(p, ws, wsb, nullptr));
   });
   const double queries = double(B) * s_q;
   const double flops = 2.0 * h * topk * (576 + 512) * queries;
-  const double bytes = queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
+  const double bytes =
+      queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
   if (print)
-    report(suite, std::string(wgmma ? "wgmma " : "") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " h" +
-               std::to_string(h) + " s_kv" + std::to_string(L / 1024) + "K top" + std::to_string(topk),
+    report(suite,
+           std::string(wgmma ? "wgmma " : "") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) +
+               " s_q" + std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" +
+               std::to_string(L / 1024) + "K top" + std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
@@ -288,7 +300,8 @@ double bench_dense_decode(Timer& tm, int B, int h, int64_t L) {
   if (st.ok()) {
     void* ws = wsb ? dalloc(wsb) : nullptr;
     st = mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {});
-    if (st.ok()) us = tm.time([&] { ST(mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {})); }, 7);
+    if (st.ok())
+      us = tm.time([&] { BENCH_OK(mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {})); }, 7);
     cudaFree(ws);
   }
   if (!st.ok()) std::printf("dense decode unavailable: %s\n", st.to_string().c_str());
@@ -328,17 +341,22 @@ int main(int argc, char** argv) {
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
   if (want("sparse-prefill"))
-    for (int64_t skv : {8192L, 32768L, 131072L}) bench_sparse(tm, "sparse-prefill", 1, 4096, 128, skv, 2048, false);
+    for (int64_t skv : {8192L, 32768L, 131072L})
+      bench_sparse(tm, "sparse-prefill", 1, 4096, 128, skv, 2048, false);
   if (want("dsa-vs-dense")) {
     for (int64_t L : {32768L, 65536L, 131072L}) {
       const double ti = bench_indexer_decode(tm, 128, 1, L, false);
       const double tk = bench_topk(tm, 128, L, 2048, false);
-      const double ts = bench_sparse(tm, "dsa", 128, 1, 128, std::min<int64_t>(L, 32768), 2048, true, false);
+      const double ts =
+          bench_sparse(tm, "dsa", 128, 1, 128, std::min<int64_t>(L, 32768), 2048, true, false);
       const double td = bench_dense_decode(tm, 128, 128, L);
       const double dsa_us = ti + tk + ts;
-      std::printf("%-15s b128 h128 L%-4ldK  indexer %.1f + topk %.1f + sparse(fp8) %.1f = %.1f us; dense bf16 %.1f us; speedup %.2fx\n",
-                  "dsa-vs-dense", long(L / 1024), ti, tk, ts, dsa_us, td, td > 0 ? td / dsa_us : 0.0);
-      g_rows.push_back({"dsa-vs-dense", "b128 h128 L" + std::to_string(L / 1024) + "K", dsa_us, td, td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
+      std::printf(
+          "%-15s b128 h128 L%-4ldK  indexer %.1f + topk %.1f + sparse(fp8) %.1f = %.1f us; dense "
+          "bf16 %.1f us; speedup %.2fx\n",
+          "dsa-vs-dense", long(L / 1024), ti, tk, ts, dsa_us, td, td > 0 ? td / dsa_us : 0.0);
+      g_rows.push_back({"dsa-vs-dense", "b128 h128 L" + std::to_string(L / 1024) + "K", dsa_us, td,
+                        td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
     }
   }
   FILE* f = std::fopen(json.c_str(), "w");
@@ -346,8 +364,11 @@ int main(int argc, char** argv) {
     std::fprintf(f, "[\n");
     for (size_t i = 0; i < g_rows.size(); ++i) {
       const Row& r = g_rows[i];
-      std::fprintf(f, "  {\"suite\": \"%s\", \"shape\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"gbs\": %.3f, \"fraction\": %.4f, \"of\": \"%s\"}%s\n",
-                   r.suite.c_str(), r.shape.c_str(), r.us, r.tflops, r.gbs, r.frac, r.frac_of.c_str(), i + 1 < g_rows.size() ? "," : "");
+      std::fprintf(f,
+                   "  {\"suite\": \"%s\", \"shape\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, "
+                   "\"gbs\": %.3f, \"fraction\": %.4f, \"of\": \"%s\"}%s\n",
+                   r.suite.c_str(), r.shape.c_str(), r.us, r.tflops, r.gbs, r.frac,
+                   r.frac_of.c_str(), i + 1 < g_rows.size() ? "," : "");
     }
     std::fprintf(f, "]\n");
     std::fclose(f);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.hpp"
 #include "cuda/common/random_fill.hpp"
 #include "mla/indexer.hpp"
 #include "mla/layer.hpp"
@@ -29,28 +30,11 @@
 
 namespace {
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define OK(x)                                                                                 \
-  do {                                                                                        \
-    mla::Status s_ = (x);                                                                     \
-    if (!s_.ok()) {                                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_.to_string().c_str()); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-
 using namespace mla;
 
 struct DevBuf {
   void* p = nullptr;
-  explicit DevBuf(size_t bytes) { CK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  explicit DevBuf(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
@@ -70,7 +54,7 @@ struct GpuWeights {
   LayerWeights views;
   explicit GpuWeights(const LayerConfig& c) {
     LayerWeightShape s[kLayerWeightCount];
-    OK(layer_weight_shapes(c, s));
+    BENCH_OK(layer_weight_shapes(c, s));
     for (int i = 0; i < kLayerWeightCount; ++i) {
       int64_t n = 1;
       for (int d = 0; d < s[i].ndim; ++d) n *= s[i].shape[d];
@@ -88,10 +72,10 @@ struct GpuWeights {
       if (vec) {
         std::vector<float> h(n);
         for (int64_t j = 0; j < n; ++j) h[j] = (i == 11 ? 0.f : 1.f) + 0.05f * float((j % 7) - 3);
-        CK(cudaMemcpy(b->p, h.data(), n * 4, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMemcpy(b->p, h.data(), n * 4, cudaMemcpyHostToDevice));
       } else {
         const float a = std::sqrt(3.f / float(s[i].shape[s[i].ndim - 1]));
-        CK(cuda::fill_uniform_bf16(b->p, n, -a, a, 1000 + i, nullptr));
+        BENCH_CUDA(cuda::fill_uniform_bf16(b->p, n, -a, a, 1000 + i, nullptr));
       }
     }
   }
@@ -125,7 +109,7 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   w.kv = fp8 ? plan::KvPrecision::fp8 : plan::KvPrecision::bf16;
   w.batch = batch_override;
   plan::Plan p;
-  OK(plan::make_plan(w, nullptr, &p));
+  BENCH_OK(plan::make_plan(w, nullptr, &p));
   const plan::FormatPlan* fp = nullptr;
   for (const auto& f : p.formats)
     if (f.name == name) fp = &f;
@@ -147,9 +131,9 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   const int64_t entry = kv_entry_bytes(f);
   DevBuf kv(size_t(num_pages) * page * entry);
   if (fp8)
-    CK(cuda::fill_fp8_ds_mla(kv.p, num_pages * page, entry, 7, nullptr));
+    BENCH_CUDA(cuda::fill_fp8_ds_mla(kv.p, num_pages * page, entry, 7, nullptr));
   else
-    CK(cuda::fill_uniform_bf16(kv.p, num_pages * page * kDqk, -1.f, 1.f, 7, nullptr));
+    BENCH_CUDA(cuda::fill_uniform_bf16(kv.p, num_pages * page * kDqk, -1.f, 1.f, 7, nullptr));
   DevBuf index(size_t(num_pages) * IndexerCacheLayout::kPageBytes);
   {  // indexer keys through the library's quantiser, a chunk of pages at a time
     const int64_t chunk = 64 * 1024;
@@ -158,22 +142,22 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
     for (int64_t s0 = 0; s0 < num_pages * page; s0 += chunk) {
       const int64_t n = std::min(chunk, num_pages * page - s0);
       for (int64_t i = 0; i < n; ++i) h[i] = s0 + i;
-      CK(cudaMemcpy(slots.p, h.data(), n * 8, cudaMemcpyHostToDevice));
-      CK(cuda::fill_uniform_bf16(keys.p, n * kIndexerDim, -1.f, 1.f, 11 + s0, nullptr));
+      BENCH_CUDA(cudaMemcpy(slots.p, h.data(), n * 8, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cuda::fill_uniform_bf16(keys.p, n * kIndexerDim, -1.f, 1.f, 11 + s0, nullptr));
       AppendIndexerKeysArgs a;
       a.keys = TensorView::make(keys.p, DType::bf16, {n, kIndexerDim}, Device::cuda(0));
       a.slots = TensorView::make(slots.p, DType::i64, {n}, Device::cuda(0));
       a.cache.data = TensorView::make(index.p, DType::u8,
                                       {num_pages, IndexerCacheLayout::kPageBytes}, Device::cuda(0));
-      OK(append_indexer_keys(a));
+      BENCH_OK(append_indexer_keys(a));
     }
   }
   std::vector<int32_t> table(B * pages_per_req), lens(B, int32_t(L));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
   DevBuf table_d(table.size() * 4), lens_d(B * 4), hidden(B * c.hidden * 2), out(B * c.hidden * 2);
-  CK(cudaMemcpy(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(lens_d.p, lens.data(), B * 4, cudaMemcpyHostToDevice));
-  CK(cuda::fill_uniform_bf16(hidden.p, B * c.hidden, -1.7f, 1.7f, 5, nullptr));
+  BENCH_CUDA(cudaMemcpy(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(lens_d.p, lens.data(), B * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cuda::fill_uniform_bf16(hidden.p, B * c.hidden, -1.7f, 1.7f, 5, nullptr));
   GpuWeights weights(c);
 
   LayerForwardArgs a;
@@ -191,28 +175,28 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   a.attention = dsa ? LayerAttention::sparse : LayerAttention::absorbed;
   a.out = TensorView::make(out.p, DType::bf16, {B, 1, c.hidden}, Device::cuda(0));
   size_t ws_bytes = 0;
-  OK(layer_workspace_size(a, &ws_bytes));
+  BENCH_OK(layer_workspace_size(a, &ws_bytes));
   DevBuf ws(ws_bytes);
 
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) BENCH_OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
   std::vector<float> ms;
   for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(e0));
-    OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
+    BENCH_CUDA(cudaEventRecord(e0));
+    BENCH_OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
+    BENCH_CUDA(cudaEventRecord(e1));
+    BENCH_CUDA(cudaEventSynchronize(e1));
     float t = 0;
-    CK(cudaEventElapsedTime(&t, e0, e1));
+    BENCH_CUDA(cudaEventElapsedTime(&t, e0, e1));
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
   pt.median_us = ms[ms.size() / 2] * 1e3;
   pt.min_us = ms.front() * 1e3;
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
 
   // Bytes and FLOPs of one layer step: the weights once, the cache entries the
   // attention reads, the indexer cache (every key, DSA), activations ignored.

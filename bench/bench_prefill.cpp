@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.hpp"
 #include "cuda/prefill/chunked_prefill.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
@@ -27,23 +28,6 @@
 namespace {
 
 constexpr double kPaperCeiling = 792e12;  // PERF.md: bf16 GEMM 8192^3 on this H200
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define OK(x)                                                                                 \
-  do {                                                                                        \
-    mla::Status s_ = (x);                                                                     \
-    if (!s_.ok()) {                                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_.to_string().c_str()); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 // Random bf16 in [-1, 1) filled on the device from a host pattern (fast, never zeros).
 void* dev_random_bf16(size_t n, uint64_t seed) {
@@ -57,32 +41,33 @@ void* dev_random_bf16(size_t n, uint64_t seed) {
     x = uint16_t((b + 0x7fff + ((b >> 16) & 1)) >> 16);
   }
   void* d = nullptr;
-  CK(cudaMalloc(&d, n * 2));
+  BENCH_CUDA(cudaMalloc(&d, n * 2));
   for (size_t off = 0; off < n; off += host.size()) {
     const size_t m = std::min(host.size(), n - off);
-    CK(cudaMemcpy(static_cast<uint16_t*>(d) + off, host.data(), m * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(
+        cudaMemcpy(static_cast<uint16_t*>(d) + off, host.data(), m * 2, cudaMemcpyHostToDevice));
   }
   return d;
 }
 
 double median_ms(const std::function<void()>& fn, int reps, int warmup = 2) {
   for (int i = 0; i < warmup; ++i) fn();
-  CK(cudaDeviceSynchronize());
+  BENCH_CUDA(cudaDeviceSynchronize());
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
   std::vector<float> t(reps);
   for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
+    BENCH_CUDA(cudaEventRecord(a));
     fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t[i], a, b));
+    BENCH_CUDA(cudaEventRecord(b));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    BENCH_CUDA(cudaEventElapsedTime(&t[i], a, b));
   }
-  CK(cudaGetLastError());
+  BENCH_CUDA(cudaGetLastError());
   std::sort(t.begin(), t.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
   return t[reps / 2];
 }
 
@@ -111,7 +96,7 @@ int main(int argc, char** argv) {
       mma_sync_only = true;
   }
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
   const int h = 128;
@@ -125,7 +110,7 @@ int main(int argc, char** argv) {
     void* A = dev_random_bf16(size_t(n) * n, 1);
     void* B = dev_random_bf16(size_t(n) * n, 2);
     void* C = nullptr;
-    CK(cudaMalloc(&C, size_t(n) * n * 2));
+    BENCH_CUDA(cudaMalloc(&C, size_t(n) * n * 2));
     cublasHandle_t hd;
     cublasCreate(&hd);
     const float al = 1, be = 0;
@@ -139,9 +124,9 @@ int main(int argc, char** argv) {
     ceiling = 2.0 * n * n * double(n) / (ms * 1e-3);
     std::printf("ceiling: cuBLAS bf16 GEMM 8192^3 %.3f ms = %.1f TFLOP/s\n", ms, ceiling / 1e12);
     cublasDestroy(hd);
-    CK(cudaFree(A));
-    CK(cudaFree(B));
-    CK(cudaFree(C));
+    BENCH_CUDA(cudaFree(A));
+    BENCH_CUDA(cudaFree(B));
+    BENCH_CUDA(cudaFree(C));
   }
   auto add = [&](const char* suite, std::string shape, double ms, double flops) {
     const double tf = flops / (ms * 1e-3);
@@ -162,16 +147,16 @@ int main(int argc, char** argv) {
     // Weights scaled so that k_nope/v stay O(1): random in [-1,1) * 1/sqrt(512) is
     // not needed for timing (values are bounded and finite either way).
     void *kn, *v, *out;
-    CK(cudaMalloc(&kn, nkv * 2));
-    CK(cudaMalloc(&v, nkv * 2));
-    CK(cudaMalloc(&out, nkv * 2));
+    BENCH_CUDA(cudaMalloc(&kn, nkv * 2));
+    BENCH_CUDA(cudaMalloc(&v, nkv * 2));
+    BENCH_CUDA(cudaMalloc(&out, nkv * 2));
     float* lse;
-    CK(cudaMalloc(&lse, size_t(h) * L * 4));
+    BENCH_CUDA(cudaMalloc(&lse, size_t(h) * L * 4));
     auto decompress = [&] {
       for (auto [w, dst] : {std::pair{wuk, kn}, std::pair{wuv, v}}) {
         mla::cuda::prefill::DecompressGemm g{latent,           576, w,       dst,
                                              int64_t(h) * 128, L,   h * 128, 512};
-        OK(mla::cuda::prefill::decompress_gemm(g, nullptr));
+        BENCH_OK(mla::cuda::prefill::decompress_gemm(g, nullptr));
       }
     };
     decompress();  // real k_nope / v values for the attention timing
@@ -206,11 +191,12 @@ int main(int argc, char** argv) {
     if (mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
     if (!mma_sync_only)
       add("prefill-attention", shape,
-          median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
+          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
           attn_flops);
     p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
     add("prefill-attention-mmasync", shape,
-        median_ms([&] { OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps), attn_flops);
+        median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
+        attn_flops);
     if (!mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::wgmma;
     add("prefill-decompress", "L" + std::to_string(L / 1024) + "K h128 (2 GEMMs)",
         median_ms(decompress, 11), dec_flops);
@@ -218,12 +204,12 @@ int main(int argc, char** argv) {
         median_ms(
             [&] {
               decompress();
-              OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr));
+              BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr));
             },
             reps),
         attn_flops + dec_flops);
-    for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) CK(cudaFree(ptr));
-    CK(cudaFree(lse));
+    for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) BENCH_CUDA(cudaFree(ptr));
+    BENCH_CUDA(cudaFree(lse));
   }
 
   // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
@@ -243,15 +229,15 @@ int main(int argc, char** argv) {
         for (int i = 0; i < n_pages; ++i) bt[i] = n_pages - 1 - i;
     }
     int32_t* dbt;
-    CK(cudaMalloc(&dbt, n_pages * 4));
-    CK(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMalloc(&dbt, n_pages * 4));
+    BENCH_CUDA(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
     void* q = dev_random_bf16(size_t(T) * h * 192, 21);
     void* wuk = dev_random_bf16(size_t(h) * 128 * 512, 22);
     void* wuv = dev_random_bf16(size_t(h) * 128 * 512, 23);
     void* out;
     float* lse;
-    CK(cudaMalloc(&out, size_t(T) * h * 128 * 2));
-    CK(cudaMalloc(&lse, size_t(h) * T * 4));
+    BENCH_CUDA(cudaMalloc(&out, size_t(T) * h * 128 * 2));
+    BENCH_CUDA(cudaMalloc(&lse, size_t(h) * T * 4));
     mla::cuda::ChunkedPrefillArgs a;
     a.q = mla::TensorView::make(q, mla::DType::bf16, {T, h, 192}, mla::Device::cuda());
     a.cache.data = mla::TensorView::make(cache, mla::DType::bf16, {n_pages, page, 1, 576},
@@ -266,21 +252,21 @@ int main(int argc, char** argv) {
     a.out = mla::TensorView::make(out, mla::DType::bf16, {T, h, 128}, mla::Device::cuda());
     a.lse = mla::TensorView::make(lse, mla::DType::f32, {h, T}, mla::Device::cuda());
     size_t ws_bytes = 0;
-    OK(mla::cuda::chunked_prefill_workspace_size(a, &ws_bytes));
+    BENCH_OK(mla::cuda::chunked_prefill_workspace_size(a, &ws_bytes));
     void* ws;
-    CK(cudaMalloc(&ws, ws_bytes));
+    BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
     const double flops =
         2.0 * h * (192 + 128) * causal_pairs(T, L) + 2.0 * 2.0 * L * 512.0 * h * 128;
     add("prefill-chunked", "4K new + " + std::to_string(P / 1024) + "K prefix (chunk 16K)",
         median_ms(
             [&] {
-              OK(mla::cuda::chunked_prefill(a, {ws, ws_bytes}, {}));
+              BENCH_OK(mla::cuda::chunked_prefill(a, {ws, ws_bytes}, {}));
             },
             11),
         flops);
-    for (void* ptr : {cache, q, wuk, wuv, out, ws}) CK(cudaFree(ptr));
-    CK(cudaFree(dbt));
-    CK(cudaFree(lse));
+    for (void* ptr : {cache, q, wuk, wuv, out, ws}) BENCH_CUDA(cudaFree(ptr));
+    BENCH_CUDA(cudaFree(dbt));
+    BENCH_CUDA(cudaFree(lse));
   }
 
   if (!json_path.empty()) {
