@@ -4,24 +4,17 @@
 
 namespace mla::cuda::dsa {
 
-Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return detail::error(Errc::cuda_error, "{}: {} ({})", what, cudaGetErrorName(e),
-                       cudaGetErrorString(e));
-}
-
 Status value_error(Errc code, const char* what, long long value, const char* why) {
   return detail::error(code, "{} = {} {}", what, value, why);
 }
 
 int num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess) return v;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 132;
-    return v;
-  }();
-  return n;
+  // Only grid sizing depends on it: an H100/H200's 132 is a safe answer when the
+  // query fails (the launch itself then reports the real error).
+  int dev = 0;
+  DeviceFacts f;
+  if (cudaGetDevice(&dev) != cudaSuccess || !device_facts(dev, &f).ok()) return 132;
+  return f.sm_count;
 }
 
 }  // namespace mla::cuda::dsa

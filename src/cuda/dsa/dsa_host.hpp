@@ -6,17 +6,18 @@
 
 #include <string>
 
+#include "cuda/common/cuda_status.hpp"
 #include "mla/status.hpp"
 
 namespace mla::cuda::dsa {
 
-// A CUDA runtime error as a Status naming the failing call (Ok for cudaSuccess).
-Status cuda_status(cudaError_t e, const char* what);
+// CUDA errors as Status: the library's one conversion (cuda/common/cuda_status.hpp).
+using ::mla::cuda::cuda_status;
 // After a launch: configuration errors are reported now, not at the next sync.
-inline Status launch_status(const char* kernel) { return cuda_status(cudaGetLastError(), kernel); }
+inline Status launch_status(const char* kernel) { return check_launch(kernel); }
 // "<what> = <value> <why>", e.g. "s_q = 5 is not in [1, 4]".
 Status value_error(Errc code, const char* what, long long value, const char* why);
-// Multiprocessors of the current device (cached per process).
+// Multiprocessors of the current device (cached per device by device_facts).
 int num_sms();
 
 }  // namespace mla::cuda::dsa
