@@ -16,6 +16,7 @@ struct PlanOptions {
   plan::Workload w;
   std::string phase = "decode";
   std::string kv = "bf16";
+  std::string weights = "released";
   std::string calibrate;
   bool json = false;
   bool seed_check = false;
@@ -46,6 +47,7 @@ int run(const PlanOptions& o) {
   plan::Workload w = o.w;
   if (Status st = plan::parse_phase(o.phase, &w.phase); !st.ok()) fail(st);
   if (Status st = plan::parse_kv_precision(o.kv, &w.kv); !st.ok()) fail(st);
+  if (Status st = plan::parse_weight_precision(o.weights, &w.weights); !st.ok()) fail(st);
   plan::Calibration cal;
   const bool calibrated = !o.calibrate.empty();
   if (calibrated)
@@ -75,6 +77,9 @@ void register_plan_command(CLI::App& app) {
                   "new tokens per request per decode step (2-4: speculative decoding)")
       ->capture_default_str();
   sub->add_option("--kv", o->kv, "KV cache precision: bf16, fp8, fp4 (fp4 is on paper)")
+      ->capture_default_str();
+  sub->add_option("--weights", o->weights,
+                  "attention-layer projection weights: released (the model's own), bf16, fp8")
       ->capture_default_str();
   sub->add_option("--tp", o->w.tp, "attention tensor parallel size (heads per GPU = heads / tp)")
       ->capture_default_str();

@@ -86,6 +86,9 @@ struct ModelSpec {
   // MoE routing (0 = dense model): used for the chunk-size recommendation.
   int routed_experts, experts_per_token;
   const char* source;
+  // MLA query latent (q_lora_rank; 0 = no query compression: wq maps hidden to the heads
+  // directly, as in V2-Lite). Used by the layer view's projections stage.
+  int q_lora_rank;
 };
 
 std::span<const ModelSpec> known_models();
@@ -130,6 +133,12 @@ const char* kv_precision_name(KvPrecision p);
 Status parse_kv_precision(std::string_view name, KvPrecision* out);
 Status parse_phase(std::string_view name, Phase* out);
 const char* phase_name(Phase p);
+// Precision the attention layer's projection weights are read at (the "projections"
+// stage). `released` = the model's released weights (fp8 for the DeepSeek-V3 family,
+// bf16 otherwise); make_plan resolves it to bf16 or fp8.
+enum class WeightPrecision { released, bf16, fp8 };
+const char* weight_precision_name(WeightPrecision p);
+Status parse_weight_precision(std::string_view name, WeightPrecision* out);
 
 struct Workload {
   std::string model = "deepseek-v3.2";
@@ -149,7 +158,29 @@ struct Workload {
   int weight_shards = 8;
   int topk = 2048;        // DSA top-k (the model's trained value by default)
   double mem_util = 0.9;  // fraction of HBM the engine may use (vLLM's default)
+  // Precision of the attention layer's projection weights (the layer view's projections
+  // stage only: the capacity check keeps the model's released precision for the whole
+  // model's weights, as the layer study accounts them).
+  WeightPrecision weights = WeightPrecision::released;
 };
+
+// ---- the attention layer's projections ---------------------------------------------------
+// One attention layer's projection GEMMs on one GPU (heads_per_gpu = heads / tp): MLA
+// q down (wq_a) and up (wq_b, split over TP), kv down (wkv_a), W_UK absorption and W_UV per
+// head (wkv_b, split), o_proj (split); V3.2's indexer wk (always: its key cache is kept)
+// and wq_b + weights_proj (when the indexer runs). GQA rows: q, k, v, o. docs/planner.md.
+struct LayerProjections {
+  double params = 0;                      // matrix weights of one layer on this GPU
+  double weight_bytes = 0;                // read once per step (fp8: + 128x128 fp32 block scales)
+  double flops_per_token = 0;             // 2 x in x out summed over the GEMMs a token runs
+  double activation_bytes_per_token = 0;  // bf16 input + output of each GEMM
+  bool fp8 = false;                       // weights (and GEMMs) in fp8, else bf16
+};
+// `indexer_queries`: the indexer runs (DSA above top-k); `per_token_absorb`: W_UK/W_UV run
+// per new token (absorbed form, or MHA decode decompressing the new token); false for the
+// non-absorbed prefill, whose decompression stage prices them per key.
+LayerProjections layer_projections(const ModelSpec& m, KvFormat f, int heads_per_gpu, bool fp8,
+                                   bool indexer_queries, bool per_token_absorb);
 
 // One kernel of a step: FLOPs, bytes and its roofline floor.
 struct StageCost {
@@ -193,6 +224,10 @@ struct FormatPlan {
   int64_t max_batch = 0;            // requests that fit beside the weights
   bool batch_fits = false;
   StepCost step;  // decode: one step of `batch` requests; prefill: one request's prompt
+  // The layer view: the attention stages above plus one "projections" stage (all layers):
+  // the whole attention layer's step, x layers. Per layer = layer.floor_s / layers.
+  LayerProjections projections;  // one layer, this GPU
+  StepCost layer;
 };
 
 struct Recommendation {
@@ -204,6 +239,7 @@ struct Recommendation {
 struct Plan {
   Workload workload;  // with batch resolved when it was 0 (auto)
   bool batch_auto = false;
+  bool weights_auto = false;  // workload.weights was `released` (resolved to bf16 or fp8)
   const GpuSpec* gpu = nullptr;
   const ModelSpec* model = nullptr;
   Ceilings ceilings;

@@ -15,8 +15,9 @@ namespace mla::plan {
 namespace {
 
 // The kernels the cost model prices (StageCost::calib_kernel) and the formats they take.
-constexpr std::array<const char*, 7> kKernels = {"decode",  "sparse_decode",  "indexer",   "topk",
-                                                 "prefill", "sparse_prefill", "decompress"};
+constexpr std::array<const char*, 8> kKernels = {"decode",     "sparse_decode", "indexer",
+                                                 "topk",       "prefill",       "sparse_prefill",
+                                                 "decompress", "projections"};
 constexpr std::array<const char*, 6> kFormats = {"bf16", "fp8", "fp4", "mha", "gqa", "fp32"};
 
 template <size_t N>

@@ -33,6 +33,15 @@ int64_t local_cache_bytes_per_token_layer(const ModelSpec& m, KvFormat f, int tp
 StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s, const Ceilings& c,
                    const Calibration* cal);
 
+// The layer view (projections.cpp): true when the model's released weights are fp8.
+bool released_weights_fp8(const ModelSpec& m);
+// The projections stage of `tokens` new tokens through all `layers` (calibration key
+// {"kernel": "projections", "format": "bf16"|"fp8"}).
+StageCost projections_stage(const LayerProjections& lp, double tokens, int layers,
+                            const Ceilings& c, const Calibration* cal, int heads);
+// The attention step's stages followed by the projections stage.
+StepCost layer_step(const StepCost& attention, const StageCost& projections);
+
 // Calibration format tag of a KV format ("bf16", "fp8", "fp4", "mha", "gqa").
 const char* calib_format_tag(KvFormat f);
 

@@ -43,7 +43,8 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      0,
      256,
      8,
-     "DeepSeek-V3 technical report (arXiv 2412.19437); config.json"},
+     "DeepSeek-V3 technical report (arXiv 2412.19437); config.json",
+     1536},
     // DeepSeek-V3.2(-Exp) config.json and inference/model.py: V3's dims plus, in every layer, a
     // lightning indexer of 64 heads x 128 (index_n_heads, index_head_dim), index_topk 2048,
     // indexer key cache 128 e4m3 + one fp32 scale = 132 B per token.
@@ -70,7 +71,8 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      2048,
      256,
      8,
-     "DeepSeek-V3.2 config.json and inference/model.py (Indexer); DESIGN.md section 2"},
+     "DeepSeek-V3.2 config.json and inference/model.py (Indexer); DESIGN.md section 2",
+     1536},
     // DeepSeek-V2-Lite model card and config.json: 15.7B total, 2.4B activated, 27 layers,
     // hidden 2048, 16 heads, kv_lora_rank 512, rope 64, nope 128, v 128, 64 routed experts, 6
     // per token. Released in BF16.
@@ -97,7 +99,8 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      0,
      64,
      6,
-     "DeepSeek-V2 paper (arXiv 2405.04434) appendix; DeepSeek-V2-Lite config.json"},
+     "DeepSeek-V2 paper (arXiv 2405.04434) appendix; DeepSeek-V2-Lite config.json",
+     0},
     // Seed 004's example: 64 layers, hidden 7168, 128 heads, MLA with d_c 512 and d_R 64; its
     // MHA form caches K and V of 7168 each (head dim 56), its GQA form has 8 KV heads. The
     // seed gives no parameter count nor non-absorbed head dims: we assume a dense
@@ -125,7 +128,8 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      0,
      0,
      0,
-     "seeds/004 (dims); parameter count estimated as 12*layers*hidden^2"},
+     "seeds/004 (dims); parameter count estimated as 12*layers*hidden^2",
+     0},
     // Meta Llama 3.1 model card and config.json: 405B dense, 126 layers, hidden 16384, 128 query
     // heads, 8 KV heads (GQA-8), head dim 128. Released in BF16 (an FP8 variant exists).
     {"llama-3.1-405b",
@@ -151,7 +155,8 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      0,
      0,
      0,
-     "Meta Llama 3.1 model card; config.json"},
+     "Meta Llama 3.1 model card; config.json",
+     0},
 }};
 
 }  // namespace

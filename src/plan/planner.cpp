@@ -105,6 +105,11 @@ Status make_plan(const Workload& w, const Calibration* cal, Plan* out) {
   p.ridge_bf16 = p.ceilings.bf16_flops / p.ceilings.read_bw;
   p.ridge_fp8 = p.ceilings.fp8_flops / p.ceilings.read_bw;
   p.calibrated = cal != nullptr;
+  p.weights_auto = w.weights == WeightPrecision::released;
+  if (p.weights_auto)
+    p.workload.weights =
+        detail::released_weights_fp8(*m) ? WeightPrecision::fp8 : WeightPrecision::bf16;
+  const bool weights_fp8 = p.workload.weights == WeightPrecision::fp8;
   if (w.batch == 0) {
     // Auto: the largest batch the asked format fits (the MLA row the model runs; GQA: bf16).
     const KvFormat f = m->native == AttentionKind::gqa ? KvFormat::gqa_bf16 : mla_format(w.kv);
@@ -145,6 +150,18 @@ Status make_plan(const Workload& w, const Calibration* cal, Plan* out) {
                        : 0;
     fp.batch_fits = fp.max_batch >= shape.batch;
     fp.step = detail::step_cost(*m, f, dsa, shape, p.ceilings, cal);
+    // The layer view: the attention layer's projections beside the attention stages.
+    // The indexer scores (its query projections run) only where the step is sparse; the
+    // non-absorbed prefill prices W_UK/W_UV per key in its decompression stage instead.
+    const bool sparse = dsa && m->indexer_heads > 0 && w.context > w.topk;
+    const bool per_token_absorb = !(w.phase == Phase::prefill && mla_row && !sparse);
+    fp.projections =
+        layer_projections(*m, f, p.heads_per_gpu, weights_fp8, sparse, per_token_absorb);
+    const double tokens = double(shape.batch) * shape.new_tokens *
+                          (w.phase == Phase::prefill ? double(w.context) : 1.0);
+    fp.layer =
+        detail::layer_step(fp.step, detail::projections_stage(fp.projections, tokens, m->layers,
+                                                              p.ceilings, cal, p.heads_per_gpu));
     p.formats.push_back(std::move(fp));
   };
 
@@ -192,8 +209,8 @@ Status make_plan(const Workload& w, const Calibration* cal, Plan* out) {
         "prefill: the step is one request's whole prompt (batch 1), causal; --batch only sizes "
         "the capacity check");
   p.notes.push_back(
-      "step costs are attention only (this library's part): the weights' GEMMs (projections, "
-      "MoE/MLP) are not included");
+      "step costs are attention only (this library's part); the layer view adds the attention "
+      "layer's projections; MoE/MLP GEMMs and communication are in neither");
   p.notes.push_back(fmt::format("ceilings: {}", p.ceilings.source));
 
   p.recommendations = detail::recommend(p, cal);

@@ -112,6 +112,36 @@ ChunkChoice chunk_size(const Plan& p, bool sparse_prefill) {
   return {chunk, reason};
 }
 
+// The layer view's line: the projections' share of the layer's floor and, when the row
+// is DSA's, the dense/DSA ratio of the whole layer beside attention's alone.
+Recommendation layer_recommendation(const Plan& p, const FormatPlan& r, const FormatPlan* dense) {
+  const double n = p.model->layers;
+  const StageCost& proj = r.layer.stages.back();
+  const double share = proj.floor_s / r.layer.floor_s;
+  const std::string prec = weight_precision_name(p.workload.weights);
+  std::string choice =
+      fmt::format("{}: {} per layer = attention {} + projections {} ({} weights, {:.0f}%)", r.name,
+                  fmt_time(r.layer.floor_s / n), fmt_time(r.step.floor_s / n),
+                  fmt_time(proj.floor_s / n), prec, 100 * share);
+  std::string reason =
+      share > 0.5 ? fmt::format(
+                        "projections dominate: each step reads the layer's {} of {} weights "
+                        "({}-bound) while attention needs {}",
+                        fmt_bytes(r.projections.weight_bytes), prec, proj.binds,
+                        fmt_time(r.step.floor_s / n))
+                  : fmt::format(
+                        "attention dominates; the projections read {} of {} weights per layer "
+                        "per step ({}-bound)",
+                        fmt_bytes(r.projections.weight_bytes), prec, proj.binds);
+  if (r.dsa && dense != nullptr && dense != &r && r.layer.floor_s > 0 && r.step.floor_s > 0)
+    reason += fmt::format(
+        "; dense/DSA: {:.1f}x on attention alone, {:.1f}x on the whole layer "
+        "({} vs {} per layer)",
+        dense->step.floor_s / r.step.floor_s, dense->layer.floor_s / r.layer.floor_s,
+        fmt_time(dense->layer.floor_s / n), fmt_time(r.layer.floor_s / n));
+  return {"layer", choice, reason};
+}
+
 }  // namespace
 
 std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
@@ -131,6 +161,8 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
     const ChunkChoice c = chunk_size(p, false);
     out.push_back({"chunk size", fmt::format("{}", c.tokens), c.reason});
     out.push_back({"KV precision", "bf16", "the planner prices GQA caches in bf16 only"});
+    if (const FormatPlan* r = find_row(p, KvFormat::gqa_bf16, false))
+      out.push_back(layer_recommendation(p, *r, nullptr));
     return out;
   }
 
@@ -243,6 +275,9 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
       reason += fmt::format("; fp4 (416 B, on paper) would fit {}", f4->max_batch);
     out.push_back({"KV precision", choice, reason});
   }
+  // 5. the whole layer: do the projections or attention set the step?
+  if (const FormatPlan* r = find_row(p, asked, has_indexer))
+    out.push_back(layer_recommendation(p, *r, find_row(p, asked, false)));
   // 5. batch.
   if (const FormatPlan* asked_row = find_row(p, asked, has_indexer)) {
     if (p.free_bytes <= 0)

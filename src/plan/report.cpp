@@ -104,6 +104,24 @@ std::string render_text(const Plan& p) {
                     : "  predicted = floor: no calibration given (--calibrate FILE from `mla "
                       "bench`)");
   line("");
+  line(fmt::format(
+      "Layer view: attention + the attention layer's projections ({} weights{}), "
+      "per layer and x {} layers",
+      weight_precision_name(w.weights), p.weights_auto ? ", as released" : "", m.layers));
+  line(fmt::format("  {:<16}{:>12}{:>12}{:>12}{:>12}{:>9}{:>12}{:>12}{:>11}", "format",
+                   "weights/lyr", "proj/layer", "attn/layer", "layer", "proj is", "x layers",
+                   "predicted", "proj share"));
+  for (const FormatPlan& f : p.formats) {
+    const StageCost& proj = f.layer.stages.back();
+    const double n = m.layers;
+    line(fmt::format("  {:<16}{:>12}{:>12}{:>12}{:>12}{:>9}{:>12}{:>12}{:>10.0f}%", f.name,
+                     fmt_bytes(f.projections.weight_bytes), fmt_time(proj.floor_s / n),
+                     fmt_time(f.step.floor_s / n), fmt_time(f.layer.floor_s / n), proj.binds,
+                     fmt_time(f.layer.floor_s), fmt_time(f.layer.predicted_s),
+                     100 * proj.floor_s / f.layer.floor_s));
+  }
+  line("  (proj = the projections stage's floor; MoE/MLP and communication not included)");
+  line("");
   line("Recommended configuration");
   for (const Recommendation& r : p.recommendations)
     line(fmt::format("  {:<15} {}\n  {:<15}   why: {}", r.item, r.choice, "", r.reason));
@@ -112,6 +130,26 @@ std::string render_text(const Plan& p) {
   for (const std::string& n : p.notes) line("  - " + n);
   return o;
 }
+
+namespace {
+
+nlohmann::json stage_json(const StageCost& s) {
+  return {{"name", s.name},
+          {"calib_kernel", s.calib_kernel},
+          {"calib_format", s.calib_format},
+          {"compute_ceiling", s.compute_ceiling},
+          {"flops", s.flops},
+          {"bytes", s.bytes},
+          {"compute_s", s.compute_s},
+          {"memory_s", s.memory_s},
+          {"floor_s", s.floor_s},
+          {"binds", s.binds},
+          {"predicted_s", s.predicted_s},
+          {"fraction_used", s.fraction_used},
+          {"predicted_from", s.predicted_from}};
+}
+
+}  // namespace
 
 std::string render_json(const Plan& p) {
   using nlohmann::json;
@@ -130,7 +168,9 @@ std::string render_json(const Plan& p) {
                    {"tp", w.tp},
                    {"weight_shards", w.weight_shards},
                    {"topk", w.topk},
-                   {"mem_util", w.mem_util}};
+                   {"mem_util", w.mem_util},
+                   {"weights", weight_precision_name(w.weights)},
+                   {"weights_auto", p.weights_auto}};
   j["gpu"] = {{"name", g.name},           {"full_name", g.full_name},
               {"arch", g.arch},           {"hbm_bytes", g.hbm_bytes},
               {"hbm_bw", g.hbm_bw},       {"bf16_flops", g.bf16_flops},
@@ -179,40 +219,45 @@ std::string render_json(const Plan& p) {
   j["formats"] = json::array();
   for (const FormatPlan& f : p.formats) {
     json stages = json::array();
-    for (const StageCost& s : f.step.stages)
-      stages.push_back({{"name", s.name},
-                        {"calib_kernel", s.calib_kernel},
-                        {"calib_format", s.calib_format},
-                        {"compute_ceiling", s.compute_ceiling},
-                        {"flops", s.flops},
-                        {"bytes", s.bytes},
-                        {"compute_s", s.compute_s},
-                        {"memory_s", s.memory_s},
-                        {"floor_s", s.floor_s},
-                        {"binds", s.binds},
-                        {"predicted_s", s.predicted_s},
-                        {"fraction_used", s.fraction_used},
-                        {"predicted_from", s.predicted_from}});
-    j["formats"].push_back({{"name", f.name},
-                            {"format", kv_format_name(f.format)},
-                            {"dsa", f.dsa},
-                            {"native", f.native},
-                            {"on_paper", f.on_paper},
-                            {"note", f.note},
-                            {"cache_bytes_per_token_layer", f.cache_bytes_per_token_layer},
-                            {"indexer_bytes_per_token_layer", f.indexer_bytes_per_token_layer},
-                            {"kv_bytes_per_token", f.kv_bytes_per_token},
-                            {"kv_bytes_per_request", f.kv_bytes_per_request},
-                            {"max_batch", f.max_batch},
-                            {"batch_fits", f.batch_fits},
-                            {"step",
-                             {{"flops", f.step.flops},
-                              {"bytes", f.step.bytes},
-                              {"intensity", f.step.intensity},
-                              {"floor_s", f.step.floor_s},
-                              {"predicted_s", f.step.predicted_s},
-                              {"binds", f.step.binds},
-                              {"stages", stages}}}});
+    for (const StageCost& s : f.step.stages) stages.push_back(stage_json(s));
+    j["formats"].push_back(
+        {{"name", f.name},
+         {"format", kv_format_name(f.format)},
+         {"dsa", f.dsa},
+         {"native", f.native},
+         {"on_paper", f.on_paper},
+         {"note", f.note},
+         {"cache_bytes_per_token_layer", f.cache_bytes_per_token_layer},
+         {"indexer_bytes_per_token_layer", f.indexer_bytes_per_token_layer},
+         {"kv_bytes_per_token", f.kv_bytes_per_token},
+         {"kv_bytes_per_request", f.kv_bytes_per_request},
+         {"max_batch", f.max_batch},
+         {"batch_fits", f.batch_fits},
+         {"step",
+          {{"flops", f.step.flops},
+           {"bytes", f.step.bytes},
+           {"intensity", f.step.intensity},
+           {"floor_s", f.step.floor_s},
+           {"predicted_s", f.step.predicted_s},
+           {"binds", f.step.binds},
+           {"stages", stages}}},
+         {"projections",
+          {{"params_per_layer", f.projections.params},
+           {"weight_bytes_per_layer", f.projections.weight_bytes},
+           {"flops_per_token_per_layer", f.projections.flops_per_token},
+           {"activation_bytes_per_token_per_layer", f.projections.activation_bytes_per_token},
+           {"precision", f.projections.fp8 ? "fp8" : "bf16"},
+           {"stage", stage_json(f.layer.stages.back())}}},
+         {"layer_step",
+          {{"flops", f.layer.flops},
+           {"bytes", f.layer.bytes},
+           {"intensity", f.layer.intensity},
+           {"floor_s", f.layer.floor_s},
+           {"predicted_s", f.layer.predicted_s},
+           {"binds", f.layer.binds},
+           {"per_layer_floor_s", f.layer.floor_s / m.layers},
+           {"per_layer_predicted_s", f.layer.predicted_s / m.layers},
+           {"projections_share_of_floor", f.layer.stages.back().floor_s / f.layer.floor_s}}}});
   }
   j["recommendations"] = json::array();
   for (const Recommendation& r : p.recommendations)
