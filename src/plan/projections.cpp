@@ -43,6 +43,7 @@ namespace {
 struct Gemm {
   double out, in;
   bool per_token;
+  double groups = 1;  // per-head matrices: one [out, in] per head
 };
 
 // fp8 weights carry one fp32 scale per 128 x 128 block (DeepSeek's released format).
@@ -67,11 +68,10 @@ std::vector<Gemm> mla_gemms(const ModelSpec& m, double h, bool indexer_queries,
   }
   g.push_back({double(m.d_c + m.d_r), H, true});  // wkv_a, replicated
   // wkv_b's halves, per head: W_UK folds q_nope into the latent (d_nope -> d_c), W_UV
-  // expands the latent output (d_c -> d_v). As h GEMMs of one token each they cost
-  // the same as one [h*d, d_c] matrix; kept apart for their activations.
-  g.push_back({h * m.d_c, double(m.d_nope), per_token_absorb});  // W_UK: h x [d_c, d_nope]
-  g.push_back({h * m.d_v, double(m.d_c), per_token_absorb});     // W_UV: h x [d_v, d_c]
-  g.push_back({H, h * m.d_v, true});                             // o_proj, split (row)
+  // expands the latent output (d_c -> d_v): h matrices each.
+  g.push_back({double(m.d_c), double(m.d_nope), per_token_absorb, h});  // W_UK: h x [d_c, d_nope]
+  g.push_back({double(m.d_v), double(m.d_c), per_token_absorb, h});     // W_UV: h x [d_v, d_c]
+  g.push_back({H, h * m.d_v, true});                                    // o_proj, split (row)
   if (m.indexer_heads > 0) {
     // V3.2's indexer, replicated (all 64 heads on every GPU). wk runs every step (its key
     // cache is appended even by dense steps); wq_b and weights_proj only when it scores.
@@ -108,12 +108,12 @@ LayerProjections layer_projections(const ModelSpec& m, KvFormat f, int heads_per
   LayerProjections p;
   p.fp8 = fp8;
   for (const Gemm& g : gemms) {
-    const double n = g.out * g.in;
+    const double n = g.groups * g.out * g.in;
     p.params += n;
-    p.weight_bytes += fp8 ? n + blocks(g.out) * blocks(g.in) * kFp8ScaleBytes : 2 * n;
+    p.weight_bytes += fp8 ? n + g.groups * blocks(g.out) * blocks(g.in) * kFp8ScaleBytes : 2 * n;
     if (g.per_token) {
       p.flops_per_token += 2 * n;
-      p.activation_bytes_per_token += kActivationBytes * (g.in + g.out);
+      p.activation_bytes_per_token += kActivationBytes * g.groups * (g.in + g.out);
     }
   }
   return p;
