@@ -3,6 +3,9 @@
 as Markdown tables: DeepSeek-V3.2 on the H200 at 8K/32K/64K/128K for MLA bf16,
 MLA fp8, MLA+DSA (bf16 and fp8 caches), and the seed-004 model's GQA-8 row.
 
+Also the whole attention layer (attention + the layer's projections: the planner's
+layer view, bf16 weights as the study's layer runs them, and fp8 weights beside).
+
 Usage: scripts/layer_study_plan.py [path/to/mla] [--calibrate FILE]
 Nothing here is measured: these are `mla plan` roofline floors (or, with
 --calibrate, predictions from measured kernel efficiencies)."""
@@ -14,9 +17,11 @@ import sys
 CONTEXTS = [8192, 32768, 65536, 131072]
 
 
-def plan(mla, model, context, kv, batch=0, calibrate=None):
+def plan(mla, model, context, kv, batch=0, calibrate=None, weights="bf16"):
+    # The study's layer runs its projections in bf16 (cuBLAS, bf16 in / f32 accumulate), so
+    # the layer view is priced with bf16 weights unless asked otherwise.
     cmd = [mla, "plan", "--gpu", "h200", "--model", model, "--context", str(context), "--kv", kv,
-           "--batch", str(batch), "--json"]
+           "--batch", str(batch), "--weights", weights, "--json"]
     if calibrate:
         cmd += ["--calibrate", calibrate]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -71,17 +76,57 @@ def main():
         print(f"| {ctx // 1024}K | " + " | ".join(fmt_time(v) for v in t.values()) +
               f" | {t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x |")
     print()
+    print("Whole attention layer (attention + projections), DeepSeek-V3.2, each configuration "
+          "at its own largest batch; projections with bf16 weights (the study's layer) and, "
+          "last columns, fp8 weights (the released precision):")
+    print()
+    print("| point | context | batch | weights read/layer (bf16) | projections/layer | attention/layer "
+          "| layer (bf16 w) | 61 layers (bf16 w) | projections share | layer (fp8 w) | 61 layers (fp8 w) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, kv in [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
+                     ("mla-fp8+dsa", "fp8")]:
+        for ctx in CONTEXTS:
+            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
+            d8 = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate, weights="fp8")
+            n = d["model"]["layers"]
+            f, f8 = row(d, name), row(d8, name)
+            ls, ls8 = f["layer_step"], f8["layer_step"]
+            proj = f["projections"]["stage"]
+            print(f"| {name} | {ctx // 1024}K | {d['workload']['batch']} "
+                  f"| {fmt_bytes(f['projections']['weight_bytes_per_layer'])} "
+                  f"| {fmt_time(proj['floor_s'] / n)} | {fmt_time(f['step']['floor_s'] / n)} "
+                  f"| {fmt_time(ls['per_layer_predicted_s'])} | {fmt_time(ls['predicted_s'])} "
+                  f"| {100 * ls['projections_share_of_floor']:.0f}% "
+                  f"| {fmt_time(ls8['per_layer_predicted_s'])} | {fmt_time(ls8['predicted_s'])} |")
+    print()
+    print("Fixed batch 4, whole layer (attention + bf16-weight projections), per step of all 61 "
+          "layers, and the dense/DSA ratio of the layer beside attention's alone:")
+    print()
+    print("| context | mla-bf16 | mla-fp8 | mla-bf16+dsa | mla-fp8+dsa | dense/DSA layer (bf16) "
+          "| dense/DSA attention only (bf16) |")
+    print("|---|---|---|---|---|---|---|")
+    for ctx in CONTEXTS:
+        d = plan(mla, "deepseek-v3.2", ctx, "bf16", batch=4, calibrate=calibrate)
+        t = {n: row(d, n)["layer_step"]["predicted_s"] for n in
+             ("mla-bf16", "mla-fp8", "mla-bf16+dsa", "mla-fp8+dsa")}
+        a = {n: row(d, n)["step"]["predicted_s"] for n in ("mla-bf16", "mla-bf16+dsa")}
+        print(f"| {ctx // 1024}K | " + " | ".join(fmt_time(v) for v in t.values()) +
+              f" | {t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x "
+              f"| {a['mla-bf16'] / a['mla-bf16+dsa']:.1f}x |")
+    print()
     print("GQA-8 (seed 004's 64-layer model: 128 heads x 56 dims, 8 KV heads), H200:")
     print()
-    print("| context | KV/request (64 layers) | largest batch | bytes/step at batch 4 | floor/step, batch 4 | per layer |")
-    print("|---|---|---|---|---|---|")
+    print("| context | KV/request (64 layers) | largest batch | bytes/step at batch 4 | floor/step, batch 4 "
+          "| per layer | layer with projections (bf16 w), per layer |")
+    print("|---|---|---|---|---|---|---|")
     for ctx in CONTEXTS:
         d = plan(mla, "seed004-64l", ctx, "bf16", batch=4, calibrate=calibrate)
         f = row(d, "gqa-8-bf16")
         st = f["step"]
         n = d["model"]["layers"]
         print(f"| {ctx // 1024}K | {fmt_bytes(f['kv_bytes_per_request'])} | {f['max_batch']} "
-              f"| {fmt_bytes(st['bytes'])} | {fmt_time(st['floor_s'])} | {fmt_time(st['floor_s'] / n)} |")
+              f"| {fmt_bytes(st['bytes'])} | {fmt_time(st['floor_s'])} | {fmt_time(st['floor_s'] / n)} "
+              f"| {fmt_time(f['layer_step']['per_layer_floor_s'])} |")
 
 
 if __name__ == "__main__":
