@@ -30,6 +30,7 @@
 
 #include "cuda/common/random_fill.hpp"
 #include "cuda/prefill/chunked_prefill.hpp"
+#include "examples/common/launch_flags.hpp"
 #include "mla/decode.hpp"
 #include "mla/indexer.hpp"
 #include "mla/kv_cache.hpp"
@@ -596,20 +597,10 @@ int main(int argc, char** argv) {
   app.add_option("--bw-mib", o.bw_mib, "message size of the bandwidth measurement");
   app.add_option("--id-file", o.id_file, "exchange NCCL's id through this file instead of TCP");
   app.add_option("--json", o.json, "write the results here (rank 1)");
-  int rank = -1, world = -1, local = -1, port = 0;
-  std::string addr;
-  app.add_option("--rank", rank, "instead of RANK");
-  app.add_option("--world-size", world, "instead of WORLD_SIZE");
-  app.add_option("--local-rank", local, "instead of LOCAL_RANK");
-  app.add_option("--master-addr", addr, "instead of MASTER_ADDR");
-  app.add_option("--master-port", port, "instead of MASTER_PORT");
+  examples::LaunchFlags launch;
+  examples::add_launch_flags(app, launch);
   CLI11_PARSE(app, argc, argv);
-  if (rank >= 0) {  // explicit flags
-    o.who = {rank, world < 0 ? 2 : world, local < 0 ? rank : local,
-             addr.empty() ? "127.0.0.1" : addr, port ? port : 29511};
-  } else {
-    check(launch_info_from_env(&o.who), "launch environment");
-  }
+  check(examples::resolve_launch(launch, 29511, &o.who), "launch flags / environment");
   Disagg d(o);
   return d.run();
 }
