@@ -7,31 +7,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/plan_lookup.hpp"
 #include "mla/plan.hpp"
 
 namespace mla::plan {
 namespace {
 
-Plan make(Workload w, const Calibration* cal = nullptr) {
-  Plan p;
-  Status st = make_plan(w, cal, &p);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return p;
-}
-
-const FormatPlan& row(const Plan& p, const std::string& name) {
-  for (const FormatPlan& f : p.formats)
-    if (f.name == name) return f;
-  ADD_FAILURE() << "no format row " << name;
-  return p.formats.front();
-}
-
-const Recommendation& rec(const Plan& p, const std::string& item) {
-  for (const Recommendation& r : p.recommendations)
-    if (r.item == item) return r;
-  ADD_FAILURE() << "no recommendation " << item;
-  return p.recommendations.front();
-}
+using testing::make;
+using testing::rec;
+using testing::row;
 
 // One V3.2 attention layer's matrices, all 128 heads, [out x in] each.
 constexpr double kWqA = 1536.0 * 7168;         // 11,010,048
