@@ -1,5 +1,6 @@
 // C ABI of the whole attention layer (mla/layer.hpp).
 #include "capi/capi_common.hpp"
+#include "capi/capi_rope.hpp"
 #include "mla/layer.hpp"
 
 using namespace mla;
@@ -15,20 +16,9 @@ static_assert(MLA_LAYER_WEIGHT_COUNT == kLayerWeightCount,
 namespace {
 
 mla_layer_config to_c(const LayerConfig& c) {
-  const RopeConfig& r = c.rope;
-  return mla_layer_config{c.hidden,
-                          c.q_lora_rank,
-                          c.kv_lora_rank,
-                          c.heads,
-                          c.d_nope,
-                          c.d_rope,
-                          c.d_v,
-                          c.index_topk,
-                          0,
-                          c.norm_eps,
-                          c.softmax_scale,
-                          mla_rope_config{r.dim, 0, r.theta, r.factor, r.original_max_position,
-                                          r.beta_fast, r.beta_slow, r.mscale, r.mscale_all_dim}};
+  return mla_layer_config{c.hidden, c.q_lora_rank, c.kv_lora_rank,  c.heads,
+                          c.d_nope, c.d_rope,      c.d_v,           c.index_topk,
+                          0,        c.norm_eps,    c.softmax_scale, rope_to_c(c.rope)};
 }
 
 Status to_config(const mla_layer_config* c, LayerConfig* out) {
@@ -43,9 +33,7 @@ Status to_config(const mla_layer_config* c, LayerConfig* out) {
   out->index_topk = c->index_topk;
   out->norm_eps = c->norm_eps;
   out->softmax_scale = c->softmax_scale;
-  const mla_rope_config& r = c->rope;
-  out->rope = RopeConfig{r.dim,       r.theta,     r.factor, r.original_max_position,
-                         r.beta_fast, r.beta_slow, r.mscale, r.mscale_all_dim};
+  out->rope = rope_from_c(c->rope);
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
 // C ABI of the rotary position embedding (mla/rope.hpp).
 #include "capi/capi_common.hpp"
+#include "capi/capi_rope.hpp"
 #include "mla/rope.hpp"
 
 using namespace mla;
@@ -16,14 +17,7 @@ Status to_rope_config(const mla_rope_config* c, RopeConfig* out) {
     *out = deepseek_v3_rope();
     return Status::Ok();
   }
-  out->dim = c->dim;
-  out->theta = c->theta;
-  out->factor = c->factor;
-  out->original_max_position = c->original_max_position;
-  out->beta_fast = c->beta_fast;
-  out->beta_slow = c->beta_slow;
-  out->mscale = c->mscale;
-  out->mscale_all_dim = c->mscale_all_dim;
+  *out = rope_from_c(*c);
   return Status::Ok();
 }
 
@@ -33,9 +27,7 @@ extern "C" {
 
 void mla_rope_default_config(mla_rope_config* c) {
   if (c == nullptr) return;
-  const RopeConfig d = deepseek_v3_rope();
-  *c = mla_rope_config{d.dim,       0,           d.theta,  d.factor,        d.original_max_position,
-                       d.beta_fast, d.beta_slow, d.mscale, d.mscale_all_dim};
+  *c = rope_to_c(deepseek_v3_rope());
 }
 
 int32_t mla_rope_inv_freq(const mla_rope_config* config, const mla_tensor* inv_freq) {
