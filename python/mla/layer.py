@@ -38,10 +38,7 @@ class LayerConfig:
     @classmethod
     def _from_c(cls, c: MlaLayerConfig) -> "LayerConfig":
         names = [f.name for f in dataclasses.fields(cls) if f.name != "rope"]
-        r = c.rope
-        rope = RopeConfig(r.dim, r.theta, r.factor, r.original_max_position, r.beta_fast,
-                          r.beta_slow, r.mscale, r.mscale_all_dim)
-        return cls(**{n: getattr(c, n) for n in names}, rope=rope)
+        return cls(**{n: getattr(c, n) for n in names}, rope=RopeConfig._from_c(c.rope))
 
     @classmethod
     def deepseek_v32(cls) -> "LayerConfig":

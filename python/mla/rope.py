@@ -27,10 +27,14 @@ class RopeConfig:
     mscale_all_dim: float = 1.0
 
     @classmethod
+    def _from_c(cls, c: MlaRopeConfig) -> "RopeConfig":
+        return cls(**{f.name: getattr(c, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
     def deepseek_v3(cls) -> "RopeConfig":
         c = MlaRopeConfig()
         lib()._dll.mla_rope_default_config(ctypes.byref(c))
-        return cls(**{f.name: getattr(c, f.name) for f in dataclasses.fields(cls)})
+        return cls._from_c(c)
 
     def _c(self) -> MlaRopeConfig:
         return MlaRopeConfig(self.dim, 0, self.theta, self.factor, self.original_max_position,
