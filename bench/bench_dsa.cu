@@ -19,6 +19,7 @@
 #include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_launch.hpp"
 #include "mla/decode.hpp"
+#include "mla/dsa.hpp"
 
 namespace dsa = mla::cuda::dsa;
 
@@ -309,6 +310,72 @@ double bench_dense_decode(Timer& tm, int B, int h, int64_t L) {
   return us;
 }
 
+// The whole public DSA step (mla::dsa_decode, path forced) against dense
+// mla_decode on the same cache, B requests x 1 token x h heads at context L:
+// the measured crossover the dispatch threshold should come from (issue 4.7).
+// Returns {sparse step us, dense us}.
+std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, bool fp8) {
+  const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
+  const int64_t entry = fp8 ? 656 : 1152;
+  const mla::Device dev = mla::Device::cuda(0);
+  auto* kv = static_cast<uint8_t*>(dalloc(pages * 64 * entry));
+  if (fp8) {
+    fill(kv, pages * 64 * entry, kBytesE4m3, 21);
+    fix_fp8_entries<<<1024, 256>>>(kv, pages * 64);
+  } else {
+    fill(kv, pages * 64 * 576, kBf16, 21);
+  }
+  auto* icache = static_cast<uint8_t*>(dalloc(pages * 8448));
+  fill(icache, pages * 8448, kBytesE4m3, 22);
+  fix_indexer_pages<<<1024, 256>>>(icache, pages);
+  auto* q = dalloc(int64_t(B) * h * 576 * 2);
+  fill(q, int64_t(B) * h * 576, kBf16, 23);
+  auto* q8 = dalloc(int64_t(B) * 64 * 128);
+  fill(q8, int64_t(B) * 64 * 128, kBytesE4m3, 24);
+  auto* wf = dalloc(int64_t(B) * 64 * 4);
+  fill(wf, int64_t(B) * 64, kF32, 25);
+  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
+  iota_kernel<<<256, 256>>>(bt, pages, 1);
+  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
+  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
+  auto* out = dalloc(int64_t(B) * h * 512 * 2);
+  auto* lse = dalloc(int64_t(B) * h * 4);
+  mla::DsaDecodeArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {B, 1, h, 576}, dev);
+  a.kv.format = fp8 ? mla::KvFormat::fp8_ds_mla : mla::KvFormat::bf16;
+  a.kv.data = fp8 ? mla::TensorView::make(kv, mla::DType::u8, {pages, 64, 1, 656}, dev)
+                  : mla::TensorView::make(kv, mla::DType::bf16, {pages, 64, 1, 576}, dev);
+  a.block_table = mla::TensorView::make(bt, mla::DType::i32, {B, pages_per}, dev);
+  a.cache_seqlens = mla::TensorView::make(lens, mla::DType::i32, {B}, dev);
+  a.max_seqlen = L;
+  a.index_q8 = mla::TensorView::make(q8, mla::DType::e4m3, {B, 1, 64, 128}, dev);
+  a.index_w_folded = mla::TensorView::make(wf, mla::DType::f32, {B, 1, 64}, dev);
+  a.index_cache.data = mla::TensorView::make(icache, mla::DType::u8, {pages, 8448}, dev);
+  a.softmax_scale = 0.1352f;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {B, 1, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, 1}, dev);
+  double us[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    mla::DsaPolicy pol;
+    pol.path = i == 0 ? mla::DsaPath::sparse : mla::DsaPath::dense;
+    size_t wsb = 0;
+    BENCH_OK(mla::dsa_decode_workspace_size(a, pol, &wsb));
+    void* ws = dalloc(wsb);
+    us[i] = tm.time([&] { BENCH_OK(mla::dsa_decode(a, pol, mla::Workspace{ws, wsb}, {})); }, 9);
+    cudaFree(ws);
+  }
+  const std::string shape = std::string(fp8 ? "fp8" : "bf16") + " b" + std::to_string(B) + " h" +
+                            std::to_string(h) + " L" + std::to_string(L);
+  std::printf("%-15s %-32s sparse step %9.1f us  dense %9.1f us  dense/sparse %.2fx\n", "dsa-step",
+              shape.c_str(), us[0], us[1], us[1] / us[0]);
+  std::fflush(stdout);
+  g_rows.push_back({"dsa-step", shape, us[0], us[1], us[1] / us[0], 0,
+                    "sparse us; dense us in tflops; dense/sparse in gbs"});
+  cudaFree(kv), cudaFree(icache), cudaFree(q), cudaFree(q8), cudaFree(wf), cudaFree(bt),
+      cudaFree(lens), cudaFree(out), cudaFree(lse);
+  return {us[0], us[1]};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -359,6 +426,10 @@ int main(int argc, char** argv) {
                         td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
     }
   }
+  if (want("dsa-step"))
+    for (bool fp8 : {false, true})
+      for (int64_t L : {2048L, 3072L, 4096L, 6144L, 8192L, 16384L, 32768L, 65536L, 131072L})
+        bench_dsa_step(tm, 64, 128, L, fp8);
   FILE* f = std::fopen(json.c_str(), "w");
   if (f) {
     std::fprintf(f, "[\n");

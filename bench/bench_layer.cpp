@@ -24,6 +24,7 @@
 
 #include "bench_check.hpp"
 #include "cuda/common/random_fill.hpp"
+#include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
 #include "mla/layer.hpp"
 #include "mla/plan.hpp"
@@ -93,10 +94,35 @@ struct Point {
   std::string config;
   int64_t context = 0, batch = 0;
   double median_us = 0, min_us = 0;
+  double attention_us = 0;                // the layer's attention op alone, same caches and shapes
   double kv_bytes_per_request = 0;        // 61 layers + indexer (the planner's)
   double bytes = 0, flops = 0;            // one layer, one step
   double planner_attention_floor_us = 0;  // one layer (planner's 61-layer step / 61)
 };
+
+// Median and minimum of `reps` timed calls (CUDA events, 3 warm-ups). The
+// caches are far larger than the L2, so no flush is needed between calls.
+template <class Fn>
+std::pair<double, double> median_min_us(int reps, Fn&& fn) {
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0));
+    fn();
+    BENCH_CUDA(cudaEventRecord(e1));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2] * 1e3, ms.front() * 1e3};
+}
 
 Point run_point(const std::string& name, int64_t L, int64_t batch_override, int reps) {
   const bool dsa = name.find("+dsa") != std::string::npos;
@@ -178,25 +204,46 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   BENCH_OK(layer_workspace_size(a, &ws_bytes));
   DevBuf ws(ws_bytes);
 
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) BENCH_OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0));
+  const std::pair<double, double> step = median_min_us(reps, [&] {
     BENCH_OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
-    BENCH_CUDA(cudaEventRecord(e1));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+  });
+  pt.median_us = step.first;
+  pt.min_us = step.second;
+
+  // The attention op alone on the same caches (random queries): what the rest
+  // of the layer (projections, norms, RoPE, absorption, cache append) costs is
+  // the difference. The sparse path is the layer's: indexer -> top-k -> sparse.
+  {
+    DevBuf q(B * c.heads * kDqk * 2), o(B * c.heads * kDv * 2), lse(B * c.heads * 4),
+        q8(B * kIndexerHeads * kIndexerDim), wf(B * kIndexerHeads * 4);
+    BENCH_CUDA(cuda::fill_uniform_bf16(q.p, B * c.heads * kDqk, -1.f, 1.f, 17, nullptr));
+    BENCH_CUDA(cudaMemset(q8.p, 0x38, B * kIndexerHeads * kIndexerDim));  // e4m3 1.0
+    std::vector<float> wh(B * kIndexerHeads);
+    for (size_t i = 0; i < wh.size(); ++i) wh[i] = 0.01f * float(int(i % 13) - 6);
+    BENCH_CUDA(cudaMemcpy(wf.p, wh.data(), wh.size() * 4, cudaMemcpyHostToDevice));
+    const Device dev = Device::cuda(0);
+    DsaDecodeArgs d;
+    d.q = TensorView::make(q.p, DType::bf16, {B, 1, c.heads, kDqk}, dev);
+    d.kv = a.kv;
+    d.block_table = a.block_table;
+    d.cache_seqlens = a.cache_seqlens;
+    d.max_seqlen = L;
+    d.index_q8 = TensorView::make(q8.p, DType::e4m3, {B, 1, kIndexerHeads, kIndexerDim}, dev);
+    d.index_w_folded = TensorView::make(wf.p, DType::f32, {B, 1, kIndexerHeads}, dev);
+    d.index_cache = a.index_cache;
+    d.softmax_scale = float(layer_softmax_scale(c));
+    d.out = TensorView::make(o.p, DType::bf16, {B, 1, c.heads, kDv}, dev);
+    d.lse = TensorView::make(lse.p, DType::f32, {B, c.heads, 1}, dev);
+    DsaPolicy pol;
+    pol.topk = int32_t(c.index_topk);
+    pol.path = dsa ? DsaPath::sparse : DsaPath::dense;
+    size_t attn_bytes = 0;
+    BENCH_OK(dsa_decode_workspace_size(d, pol, &attn_bytes));
+    DevBuf attn_ws(attn_bytes);
+    pt.attention_us = median_min_us(reps, [&] {
+                        BENCH_OK(dsa_decode(d, pol, Workspace{attn_ws.p, attn_bytes}));
+                      }).first;
   }
-  std::sort(ms.begin(), ms.end());
-  pt.median_us = ms[ms.size() / 2] * 1e3;
-  pt.min_us = ms.front() * 1e3;
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
 
   // Bytes and FLOPs of one layer step: the weights once, the cache entries the
   // attention reads, the indexer cache (every key, DSA), activations ignored.
@@ -235,16 +282,18 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<Point> pts;
-  std::printf("%-14s %8s %6s %12s %14s %12s %10s %10s %14s\n", "config", "context", "batch",
-              "step us", "KV/request", "bytes", "GB/s", "TFLOP/s", "plan attn us");
+  std::printf("%-14s %8s %6s %12s %10s %10s %14s %12s %10s %10s %14s\n", "config", "context",
+              "batch", "step us", "attn us", "rest us", "KV/request", "bytes", "GB/s", "TFLOP/s",
+              "plan attn us");
   for (const std::string& cfg : split(configs))
     for (const std::string& ctx : split(contexts)) {
       const Point p = run_point(cfg, std::atoll(ctx.c_str()), batch, reps);
       pts.push_back(p);
-      std::printf("%-14s %8lld %6lld %12.1f %11.2f GB %9.2f GB %10.0f %10.1f %14.1f\n",
-                  p.config.c_str(), (long long)p.context, (long long)p.batch, p.median_us,
-                  p.kv_bytes_per_request / 1e9, p.bytes / 1e9, p.bytes / p.median_us / 1e3,
-                  p.flops / p.median_us / 1e6, p.planner_attention_floor_us);
+      std::printf(
+          "%-14s %8lld %6lld %12.1f %10.1f %10.1f %11.2f GB %9.2f GB %10.0f %10.1f %14.1f\n",
+          p.config.c_str(), (long long)p.context, (long long)p.batch, p.median_us, p.attention_us,
+          p.median_us - p.attention_us, p.kv_bytes_per_request / 1e9, p.bytes / 1e9,
+          p.bytes / p.median_us / 1e3, p.flops / p.median_us / 1e6, p.planner_attention_floor_us);
       std::fflush(stdout);
     }
   if (!json.empty()) {
@@ -255,8 +304,9 @@ int main(int argc, char** argv) {
       const Point& p = pts[i];
       o << "    {\"config\": \"" << p.config << "\", \"context\": " << p.context
         << ", \"batch\": " << p.batch << ", \"median_us\": " << p.median_us
-        << ", \"min_us\": " << p.min_us << ", \"kv_bytes_per_request\": " << p.kv_bytes_per_request
-        << ", \"bytes\": " << p.bytes << ", \"flops\": " << p.flops
+        << ", \"min_us\": " << p.min_us << ", \"attention_us\": " << p.attention_us
+        << ", \"kv_bytes_per_request\": " << p.kv_bytes_per_request << ", \"bytes\": " << p.bytes
+        << ", \"flops\": " << p.flops
         << ", \"planner_attention_floor_us\": " << p.planner_attention_floor_us << "}"
         << (i + 1 < pts.size() ? "," : "") << "\n";
     }

@@ -33,7 +33,7 @@ extern "C" {
 #define MLA_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define MLA_C_ABI_VERSION 1
+#define MLA_C_ABI_VERSION 2
 
 /* ---- status codes (values of mla::Errc, plus MLA_ERR_INTERNAL) ------------ */
 enum {
@@ -229,16 +229,17 @@ MLA_C_EXPORT int32_t mla_layer_init_weights(const mla_layer_config* config, uint
  * kv paged cache (kv_format); index_cache [num_pages, 8448] u8 or NULL; block_table
  * [B, max_pages] i32; cache_seqlens [B] i32 (new tokens included); attention
  * MLA_LAYER_*. CUDA needs `workspace` of mla_layer_workspace_size bytes (0 on CPU). */
-MLA_C_EXPORT int32_t mla_layer_workspace_size(
-    const mla_layer_config* config, const mla_tensor* const* weights, const mla_tensor* hidden,
-    const mla_tensor* kv, int32_t kv_format, const mla_tensor* index_cache,
-    const mla_tensor* block_table, const mla_tensor* cache_seqlens, int32_t attention,
-    const mla_tensor* out, size_t* bytes);
+MLA_C_EXPORT int32_t mla_layer_workspace_size(const mla_layer_config* config,
+                                              const mla_tensor* const* weights,
+                                              const mla_tensor* hidden, const mla_tensor* kv,
+                                              int32_t kv_format, const mla_tensor* index_cache,
+                                              const mla_tensor* block_table,
+                                              const mla_tensor* cache_seqlens, int32_t attention,
+                                              const mla_tensor* out, size_t* bytes);
 MLA_C_EXPORT int32_t mla_layer_forward(const mla_layer_config* config,
                                        const mla_tensor* const* weights, const mla_tensor* hidden,
                                        const mla_tensor* kv, int32_t kv_format,
-                                       const mla_tensor* index_cache,
-                                       const mla_tensor* block_table,
+                                       const mla_tensor* index_cache, const mla_tensor* block_table,
                                        const mla_tensor* cache_seqlens, int32_t attention,
                                        const mla_tensor* out, void* workspace,
                                        size_t workspace_bytes, void* stream);
@@ -300,22 +301,24 @@ typedef struct mla_dsa_policy {
   int32_t batch_invariant;
 } mla_dsa_policy;
 MLA_C_EXPORT void mla_dsa_default_policy(mla_dsa_policy* policy);
-/* The path a step with this max_seqlen takes (MLA_DSA_PATH_DENSE or _SPARSE). */
-MLA_C_EXPORT int32_t mla_dsa_decode_path(int64_t max_seqlen, const mla_dsa_policy* policy,
-                                         int32_t* path);
+/* The path a step with this max_seqlen and cache format (MLA_KV_*: the default
+ * policy's measured crossover depends on it) takes (MLA_DSA_PATH_DENSE or _SPARSE). */
+MLA_C_EXPORT int32_t mla_dsa_decode_path(int64_t max_seqlen, int32_t kv_format,
+                                         const mla_dsa_policy* policy, int32_t* path);
 MLA_C_EXPORT int32_t mla_dsa_decode_workspace_size(
     const mla_tensor* q, const mla_tensor* kv, int32_t kv_format, const mla_tensor* block_table,
     const mla_tensor* cache_seqlens, int64_t max_seqlen, const mla_tensor* index_q8,
     const mla_tensor* index_w_folded, const mla_tensor* index_cache,
     const mla_tensor* index_block_table, float softmax_scale, const mla_tensor* out,
     const mla_tensor* lse, const mla_dsa_policy* policy, size_t* bytes);
-MLA_C_EXPORT int32_t mla_dsa_decode(
-    const mla_tensor* q, const mla_tensor* kv, int32_t kv_format, const mla_tensor* block_table,
-    const mla_tensor* cache_seqlens, int64_t max_seqlen, const mla_tensor* index_q8,
-    const mla_tensor* index_w_folded, const mla_tensor* index_cache,
-    const mla_tensor* index_block_table, float softmax_scale, const mla_tensor* out,
-    const mla_tensor* lse, const mla_dsa_policy* policy, void* workspace, size_t workspace_bytes,
-    void* stream);
+MLA_C_EXPORT int32_t mla_dsa_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                                    const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                                    int64_t max_seqlen, const mla_tensor* index_q8,
+                                    const mla_tensor* index_w_folded, const mla_tensor* index_cache,
+                                    const mla_tensor* index_block_table, float softmax_scale,
+                                    const mla_tensor* out, const mla_tensor* lse,
+                                    const mla_dsa_policy* policy, void* workspace,
+                                    size_t workspace_bytes, void* stream);
 /* The planner's dense/DSA crossover in tokens (0: DSA never cheaper). model NULL:
  * "deepseek-v3.2"; kv "bf16"/"fp8" (NULL: bf16); calibration_json: file text or NULL. */
 MLA_C_EXPORT int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json,

@@ -69,16 +69,24 @@ enum class DsaPath : int32_t {
 //   max_seqlen <= max(topk, dense_below),
 // else the sparse pipeline. At or below topk every visible key is selected, so
 // dense attention is exact and skips the indexer; between topk and dense_below
-// DSA selects but is predicted slower than reading everything.
+// DSA selects but measured slower than reading everything.
+// The context lengths from which the DSA step measured faster than dense decode
+// on the H200 (2026-11-29, mla_bench_dsa dsa-step: B 64, 128 heads, one new
+// token, top-2048, the whole step against mla_decode on the same cache;
+// docs/perf-log.md "DSA step vs dense"): bf16 cache 0.87x at 3072, 1.04x at
+// 4096 -> 3840; fp8 cache 0.99x at 3072, 1.20x at 4096 -> 3072.
+inline constexpr int64_t kDsaDenseBelowH200Bf16 = 3840;
+inline constexpr int64_t kDsaDenseBelowH200Fp8 = 3072;
+inline constexpr int64_t kDsaDenseBelowMeasured = -1;
+
 struct DsaPolicy {
   int32_t topk = 2048;  // a multiple of 64 in [64, 8192] (mla/topk.hpp)
-  // Context length up to which dense decode is used even above topk. The
-  // default is the planner's roofline crossover for the H200 with the bf16
-  // cache, 128 heads, one new token, top-2048: dsa_dense_threshold("h200",
-  // nullptr) = 2303 (a test keeps them equal). Per GPU, cache format or with a
-  // calibration, set it from dsa_dense_threshold(). It is the cost model's
-  // prediction, not yet a direct measurement (docs/dsa.md).
-  int64_t dense_below = 2303;
+  // Context length up to which dense decode is used even above topk.
+  // kDsaDenseBelowMeasured (the default): the H200 crossover measured for the
+  // cache's format (above). Other GPUs, batch shapes or a calibration: set it,
+  // e.g. from dsa_dense_threshold() (the planner's prediction). 0 keeps the
+  // model's exact semantics (dense only where every key is selected anyway).
+  int64_t dense_below = kDsaDenseBelowMeasured;
   DsaPath path = DsaPath::automatic;
   DecodeOptions dense_options{};  // passed to mla_decode on the dense path
 };

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import errors
 
-ABI_VERSION = 1  # MLA_C_ABI_VERSION this package was written against
+ABI_VERSION = 2  # MLA_C_ABI_VERSION this package was written against
 MAX_DIMS = 6
 
 # Status, dtype, device and cache-format codes (c_api.h enums).
@@ -241,7 +241,8 @@ SIGNATURES: dict[str, list] = {
     "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
     "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
     "mla_dsa_default_policy": [ctypes.POINTER(MlaDsaPolicy)],
-    "mla_dsa_decode_path": [ctypes.c_int64, ctypes.POINTER(MlaDsaPolicy), ctypes.POINTER(_i32)],
+    "mla_dsa_decode_path": [ctypes.c_int64, _i32, ctypes.POINTER(MlaDsaPolicy),
+                            ctypes.POINTER(_i32)],
     "mla_dsa_decode_workspace_size": [_T, _T, _i32, _T, _T, ctypes.c_int64, _T, _T, _T, _T, _f32,
                                       _T, _T, ctypes.POINTER(MlaDsaPolicy), ctypes.POINTER(_sz)],
     "mla_dsa_decode": [_T, _T, _i32, _T, _T, ctypes.c_int64, _T, _T, _T, _T, _f32, _T, _T,

@@ -19,7 +19,8 @@ _PATH_NAMES = {v: k for k, v in _PATHS.items()}
 class DsaPolicy:
     """Mirror of mla::DsaPolicy. Dense decode runs when
     max_seqlen <= max(topk, dense_below) (path "automatic"); "dense" / "sparse" force one.
-    dense_below defaults to the planner's H200 crossover (dsa_dense_threshold("h200"))."""
+    dense_below defaults to -1: the crossover measured on the H200 for the cache's format
+    (mla/dsa.hpp kDsaDenseBelowH200*); dsa_dense_threshold() gives the planner's for others."""
 
     topk: int = 2048
     dense_below: int | None = None  # None: the library's default
@@ -41,18 +42,18 @@ class DsaPolicy:
 
 
 def dsa_default_policy() -> DsaPolicy:
-    """The library's default policy (top-2048, the H200 threshold)."""
+    """The library's default policy (top-2048, the H200's measured crossover)."""
     p = MlaDsaPolicy()
     lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
     return DsaPolicy(topk=p.topk, dense_below=p.dense_below, path=_PATH_NAMES[p.path],
                      batch_invariant=bool(p.batch_invariant))
 
 
-def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None) -> str:
-    """'dense' or 'sparse': the path dsa_decode takes for this max_seqlen."""
+def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None, kv: str = "bf16") -> str:
+    """'dense' or 'sparse': the path dsa_decode takes for this max_seqlen and cache format."""
     out = ctypes.c_int32(0)
-    lib().call("mla_dsa_decode_path", int(max_seqlen), ctypes.byref((policy or DsaPolicy())._c()),
-               ctypes.byref(out))
+    lib().call("mla_dsa_decode_path", int(max_seqlen), _kv_format(None, kv),
+               ctypes.byref((policy or DsaPolicy())._c()), ctypes.byref(out))
     return _PATH_NAMES[out.value]
 
 

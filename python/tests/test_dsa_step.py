@@ -70,9 +70,15 @@ def test_k_at_least_length_is_dense(rng):
 def test_threshold_and_default_policy():
     t = mla.dsa_dense_threshold("h200")
     assert t > 2048
-    assert mla.dsa_default_policy().dense_below == t
+    # The default is the crossover measured on the H200 (-1: per cache format, mla/dsa.hpp):
+    # later than the roofline's.
+    assert mla.dsa_default_policy().dense_below == -1
     assert mla.dsa_default_policy().topk == 2048
-    assert mla.dsa_decode_path(t) == "dense" and mla.dsa_decode_path(t + 1) == "sparse"
+    assert mla.dsa_decode_path(3840) == "dense" and mla.dsa_decode_path(3841) == "sparse"
+    assert mla.dsa_decode_path(3072, kv="fp8_ds_mla") == "dense"
+    assert mla.dsa_decode_path(3073, kv="fp8_ds_mla") == "sparse"
+    forced = mla.DsaPolicy(dense_below=t)
+    assert mla.dsa_decode_path(t, forced) == "dense" and mla.dsa_decode_path(t + 1, forced) == "sparse"
     cal = Path(__file__).resolve().parents[2] / "bench/results/2026-11-29-h200-calibration.json"
     if cal.exists():  # measured fractions: sparse decode at 14% of its floor moves it up
         assert mla.dsa_dense_threshold("h200", cal.read_text()) > t

@@ -14,9 +14,9 @@
 
 namespace mla::detail {
 
-// Head counts the CUDA decode kernels are built for, and the new-token range.
+// Head counts the CUDA decode kernels are built for (the new-token range is
+// mla::kCudaDecodeMaxSq, public).
 inline constexpr int kCudaDecodeHeads[] = {16, 32, 64, 128};
-inline constexpr int kCudaDecodeMaxSq = 4;
 
 Status validate_decode_args(const DecodeArgs& a);
 // Same rules, for the workspace query: data pointers are not read there, so

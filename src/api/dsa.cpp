@@ -46,8 +46,11 @@ Status validate_policy(const DsaPolicy& p) {
     return error(Errc::invalid_value,
                  "policy.topk = {} is not allowed: it must be a multiple of {} in [{}, {}]", p.topk,
                  kTopkGranule, kTopkGranule, kTopkMax);
-  if (p.dense_below < 0)
-    return error(Errc::invalid_value, "policy.dense_below = {} is negative", p.dense_below);
+  if (p.dense_below < kDsaDenseBelowMeasured)
+    return error(
+        Errc::invalid_value,
+        "policy.dense_below = {} is negative (only {}, the measured crossover, is allowed)",
+        p.dense_below, kDsaDenseBelowMeasured);
   if (p.path != DsaPath::automatic && p.path != DsaPath::dense && p.path != DsaPath::sparse)
     return error(Errc::invalid_value,
                  "policy.path = {} is not automatic (0), dense (1) or sparse (2)",
@@ -110,8 +113,10 @@ Status check_host_lengths(const DsaDecodeArgs& a) {
 
 DsaPath choose_path(const DsaDecodeArgs& a, const DsaPolicy& p) {
   if (p.path != DsaPath::automatic) return p.path;
-  return a.max_seqlen <= std::max<int64_t>(p.topk, p.dense_below) ? DsaPath::dense
-                                                                  : DsaPath::sparse;
+  int64_t below = p.dense_below;
+  if (below == kDsaDenseBelowMeasured)
+    below = a.kv.format == KvFormat::fp8_ds_mla ? kDsaDenseBelowH200Fp8 : kDsaDenseBelowH200Bf16;
+  return a.max_seqlen <= std::max<int64_t>(p.topk, below) ? DsaPath::dense : DsaPath::sparse;
 }
 
 DecodeArgs dense_args(const DsaDecodeArgs& a) {
@@ -257,8 +262,14 @@ Status dsa_decode_path(const DsaDecodeArgs& a, const DsaPolicy& p, DsaPath* path
 Status dsa_decode_workspace_size(const DsaDecodeArgs& a, const DsaPolicy& p, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
   *bytes = 0;
-  MLA_TRY(validate_common(a, p));
-  return workspace_for(a, p, choose_path(a, p), bytes);
+  // Sizing reads shapes only: the caller may size before it owns the buffers.
+  DsaDecodeArgs s = a;
+  for (TensorView* t :
+       {&s.q, &s.kv.data, &s.block_table, &s.cache_seqlens, &s.index_q8, &s.index_w_folded,
+        &s.index_cache.data, &s.index_block_table, &s.out, &s.lse})
+    *t = detail::shape_only(*t);
+  MLA_TRY(validate_common(s, p));
+  return workspace_for(s, p, choose_path(s, p), bytes);
 }
 
 Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,

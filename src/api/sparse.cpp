@@ -135,10 +135,14 @@ Status validate_prefill_values(const SparsePrefillArgs& a) {
 Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
   *bytes = 0;
-  MLA_TRY(validate_decode_shapes(a));
-  if (!detail::on_cuda(a.q.device)) return Status::Ok();  // the reference needs no scratch
+  // Sizing reads shapes only: the buffers may not exist yet.
+  SparseDecodeArgs s = a;
+  for (TensorView* t : {&s.q, &s.kv.data, &s.indices, &s.topk_length, &s.out, &s.lse})
+    *t = detail::shape_only(*t);
+  MLA_TRY(validate_decode_shapes(s));
+  if (!detail::on_cuda(s.q.device)) return Status::Ok();  // the reference needs no scratch
 #ifdef MLA_HAS_CUDA
-  return cuda::sparse_decode_workspace_size(a, bytes);
+  return cuda::sparse_decode_workspace_size(s, bytes);
 #else
   return detail::no_cuda_backend("sparse_workspace_size");
 #endif
@@ -147,10 +151,12 @@ Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
 Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
   *bytes = 0;
-  MLA_TRY(validate_prefill_shapes(a));
-  if (!detail::on_cuda(a.q.device)) return Status::Ok();
+  SparsePrefillArgs s = a;
+  for (TensorView* t : {&s.q, &s.kv, &s.indices, &s.out, &s.lse}) *t = detail::shape_only(*t);
+  MLA_TRY(validate_prefill_shapes(s));
+  if (!detail::on_cuda(s.q.device)) return Status::Ok();
 #ifdef MLA_HAS_CUDA
-  return cuda::sparse_prefill_workspace_size(a, bytes);
+  return cuda::sparse_prefill_workspace_size(s, bytes);
 #else
   return detail::no_cuda_backend("sparse_workspace_size");
 #endif

@@ -55,12 +55,14 @@ void mla_dsa_default_policy(mla_dsa_policy* policy) {
   policy->batch_invariant = d.dense_options.batch_invariant ? 1 : 0;
 }
 
-int32_t mla_dsa_decode_path(int64_t max_seqlen, const mla_dsa_policy* policy, int32_t* path) {
+int32_t mla_dsa_decode_path(int64_t max_seqlen, int32_t kv_format, const mla_dsa_policy* policy,
+                            int32_t* path) {
   return guarded([&] {
     DsaPolicy p;
     MLA_TRY(to_policy(policy, &p));
     MLA_TRY(expect_pointer(path, "path"));
     DsaDecodeArgs a;
+    MLA_TRY(to_kv_format(kv_format, "kv_format", &a.kv.format));
     a.max_seqlen = max_seqlen;
     DsaPath out = DsaPath::automatic;
     MLA_TRY(dsa_decode_path(a, p, &out));

@@ -23,6 +23,11 @@ Status error(Errc c, fmt::format_string<Args...> f, Args&&... args) {
 }
 
 Status expect_defined(const TensorView& t, const char* name);
+// A copy of t whose null data pointer is replaced by a static, 256-byte aligned
+// placeholder: the workspace-size queries validate shapes, dtypes and strides
+// with the same checks as the calls, but callers may size before they own the
+// buffers (the data is never read).
+TensorView shape_only(TensorView t);
 // dims: expected sizes, kAny for free. names: symbolic names for the message.
 Status expect_shape(const TensorView& t, const char* name, std::initializer_list<int64_t> dims,
                     const char* symbolic);

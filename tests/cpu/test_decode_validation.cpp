@@ -190,10 +190,11 @@ TEST(DecodeValidation, CudaConstraints) {
   Fixture g;
   HostTensor qg = testing::convert(g.p.q, DType::bf16);
   a = g.p.args(qg, g.out, g.lse, Device::cuda(0));
-  a.q.shape[1] = 5;
-  a.out.shape[1] = 5;
-  a.lse.shape[2] = 5;
-  expect_error(mla_decode(a), Errc::unsupported, {"s_q = 5"});
+  a.q.shape[1] = kCudaDecodeMaxSq + 1;
+  a.out.shape[1] = kCudaDecodeMaxSq + 1;
+  a.lse.shape[2] = kCudaDecodeMaxSq + 1;
+  const std::string too_many = "s_q = " + std::to_string(kCudaDecodeMaxSq + 1);
+  expect_error(mla_decode(a), Errc::unsupported, {too_many.c_str()});
   a = g.p.args(g.p.q, g.out, g.lse, Device::cuda(0));  // f64 q: CPU only
   expect_error(mla_decode(a), Errc::invalid_dtype, {"q", "f64"});
   a = g.p.args(qg, g.out, g.lse, Device::cuda(0));

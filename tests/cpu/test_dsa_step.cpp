@@ -168,6 +168,19 @@ TEST(DsaStep, DispatchRule) {
   EXPECT_EQ(path_at(0), DsaPath::sparse);
   pol.path = DsaPath::dense;
   EXPECT_EQ(path_at(1 << 20), DsaPath::dense);
+
+  // The default: the crossover measured on the H200 for the cache's format.
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
+    const DsaStepProblem q = make_dsa_step_problem(rng, shape_of({10}, 1, 64, f, true));
+    const Outputs qo = fresh_outputs(q);
+    const int64_t t = f == KvFormat::bf16 ? kDsaDenseBelowH200Bf16 : kDsaDenseBelowH200Fp8;
+    for (int64_t len : {t, t + 1}) {
+      DsaPath path = DsaPath::automatic;
+      MLA_OK(dsa_decode_path(q.args(q.dense.q, qo.out, qo.lse, len), DsaPolicy{}, &path));
+      EXPECT_EQ(path, len == t ? DsaPath::dense : DsaPath::sparse)
+          << kv_format_name(f) << " " << len;
+    }
+  }
 }
 
 // (a) k >= L: the dispatch takes the dense path and equals mla_decode exactly;
@@ -293,6 +306,9 @@ TEST(DsaStep, ValidationErrors) {
   DsaPolicy bad = pol;
   bad.dense_below = -5;
   expect_error(dsa_decode(good, bad, w), Errc::invalid_value, {"policy.dense_below = -5"});
+  bad.dense_below = kDsaDenseBelowMeasured;  // -1 is the measured default, not an error
+  DsaPath path = DsaPath::automatic;
+  MLA_OK(dsa_decode_path(good, bad, &path));
   bad = pol;
   bad.path = static_cast<DsaPath>(7);
   expect_error(dsa_decode(good, bad, w), Errc::invalid_value, {"policy.path = 7"});
@@ -335,8 +351,10 @@ TEST(DsaThreshold, IsThePlannersCrossover) {
   MLA_OK(dsa_dense_threshold("h200", nullptr, &t));
   EXPECT_GT(t, 2048);
   EXPECT_LE(t, 2048 + 64 * 64) << "on the H200's roofline DSA wins soon after top-k";
-  // DsaPolicy's documented default is this value.
-  EXPECT_EQ(DsaPolicy{}.dense_below, t);
+  // The roofline is optimistic about DSA's small kernels: the measured
+  // crossovers (DsaPolicy's default) come later.
+  EXPECT_EQ(DsaPolicy{}.dense_below, kDsaDenseBelowMeasured);
+  EXPECT_LT(t, kDsaDenseBelowH200Fp8);
   // make_plan's DSA recommendation quotes the same crossover (same cost model; batch cancels).
   plan::Workload w;
   w.gpu = "h200";

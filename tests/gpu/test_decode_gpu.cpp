@@ -240,6 +240,28 @@ TEST(DecodeGpu, GridOfEdges) {
       }
 }
 
+// More new tokens than the decode suite's 1-4 (speculative drafts, small
+// chunks of prefill through the absorbed form, the layer's CUDA path): query
+// rows span many 64-row blocks and the causal limit differs per block; lengths
+// below s_q leave the first tokens without keys.
+TEST(DecodeGpu, ManyNewTokensUpToTheLimit) {
+  const std::pair<int, int> heads_sq[] = {
+      {16, 5}, {16, 17}, {64, 9}, {128, 40}, {32, kCudaDecodeMaxSq}};
+  uint64_t seed = 300;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (auto [h, sq] : heads_sq) {
+      Case c;
+      c.lengths = {0, 3, 40, 65, 777};
+      c.h_q = h;
+      c.s_q = sq;
+      c.page_size = seed % 2 ? 64 : 16;
+      c.format = f;
+      c.seed = seed++;
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+}
+
 TEST(DecodeGpu, LongRequestsSplitAcrossWorkers) {
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
     for (bool inv : {false, true}) {
@@ -432,10 +454,11 @@ TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
   EXPECT_NE(st.message().find("h_q = 8"), std::string::npos) << st.to_string();
   DecodeArgs a5 = P.dev_args;
-  a5.q.shape[1] = 5;
+  a5.q.shape[1] = kCudaDecodeMaxSq + 1;
   st = decode_workspace_size(a5, {}, &ws);
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
-  EXPECT_NE(st.message().find("s_q = 5"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("s_q = " + std::to_string(kCudaDecodeMaxSq + 1)), std::string::npos)
+      << st.to_string();
 }
 
 }  // namespace

@@ -67,8 +67,9 @@ Status check_args(const DecodeArgs& a, bool need_data) {
   if (h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
     return error(Errc::unsupported, "q: h_q = {} is not one of the CUDA decode's 16, 32, 64, 128",
                  h_q);
-  if (s_q < 1 || s_q > 4)
-    return error(Errc::unsupported, "q: s_q = {} is outside the CUDA decode's 1..4", s_q);
+  if (s_q < 1 || s_q > kCudaDecodeMaxSq)
+    return error(Errc::unsupported, "q: s_q = {} is outside the CUDA decode's 1..{}", s_q,
+                 kCudaDecodeMaxSq);
   MLA_TRY(detail::expect_dtype(a.q, "q", {DType::bf16}));
   MLA_TRY(detail::expect_dtype(a.out, "out", {DType::bf16, DType::f32}));
   MLA_TRY(detail::expect_dtype(a.lse, "lse", {DType::f32}));

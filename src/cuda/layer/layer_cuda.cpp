@@ -11,9 +11,8 @@
 #include "cuda/layer/layer_kernels.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
+#include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
-#include "mla/sparse.hpp"
-#include "mla/topk.hpp"
 #include "reference/rope_ref.hpp"
 
 namespace mla::cuda {
@@ -62,13 +61,13 @@ Status linear(cublasHandle_t h, const void* w, int64_t out, int64_t in, const vo
 // Where every intermediate lives inside the caller's workspace (256-byte aligned).
 struct Layout {
   size_t positions = 0, slots = 0, q_lat = 0, q_lat16 = 0, q = 0, q16 = 0, kv = 0, q_abs = 0,
-         o_lat = 0, lse = 0, o = 0, qi = 0, wts = 0, q8 = 0, w_folded = 0, ki = 0, logits = 0,
-         indices = 0, attn_ws = 0, total = 0;
+         o_lat = 0, lse = 0, o = 0, qi = 0, wts = 0, q8 = 0, w_folded = 0, ki = 0, attn_ws = 0,
+         total = 0;
   size_t attn_ws_bytes = 0;
 };
 
 struct Dims {
-  int64_t B, s_q, N, D, qr, H, dn, dr, dv, K, Lmax;
+  int64_t B, s_q, N, D, qr, H, dn, dr, dv, Lmax;
 };
 
 Dims dims_of(const LayerForwardArgs& a) {
@@ -83,7 +82,6 @@ Dims dims_of(const LayerForwardArgs& a) {
   d.dn = c.d_nope;
   d.dr = c.d_rope;
   d.dv = c.d_v;
-  d.K = c.index_topk;
   d.Lmax = a.block_table.shape[1] * a.kv.page_size();
   return d;
 }
@@ -109,17 +107,30 @@ DecodeArgs decode_args(const LayerForwardArgs& a, const Dims& d, const Layout& L
   return r;
 }
 
-SparseDecodeArgs sparse_args(const LayerForwardArgs& a, const Dims& d, const Layout& L,
-                             char* base) {
+// The DSA step over the layer's workspace: indexer -> top-k -> sparse
+// attention, forced sparse (the layer's caller chose DSA), top-k of the config.
+DsaDecodeArgs dsa_args(const LayerForwardArgs& a, const Dims& d, const Layout& L, char* base) {
   const Device dev = a.hidden.device;
-  SparseDecodeArgs r;
+  DsaDecodeArgs r;
   r.q = dev_view(base, L.q_abs, DType::bf16, {d.B, d.s_q, d.H, kDqk}, dev);
   r.kv = a.kv;
-  r.indices = dev_view(base, L.indices, DType::i32, {d.B, d.s_q, d.K}, dev);
+  r.block_table = a.block_table;
+  r.cache_seqlens = a.cache_seqlens;
+  r.max_seqlen = d.Lmax;
+  r.index_q8 = dev_view(base, L.q8, DType::e4m3, {d.B, d.s_q, kIndexerHeads, kIndexerDim}, dev);
+  r.index_w_folded = dev_view(base, L.w_folded, DType::f32, {d.B, d.s_q, kIndexerHeads}, dev);
+  r.index_cache = a.index_cache;
   r.softmax_scale = float(layer_softmax_scale(a.config));
   r.out = dev_view(base, L.o_lat, DType::bf16, {d.B, d.s_q, d.H, kDv}, dev);
   r.lse = dev_view(base, L.lse, DType::f32, {d.B, d.H, d.s_q}, dev);
   return r;
+}
+
+DsaPolicy dsa_policy(const LayerConfig& c) {
+  DsaPolicy p;
+  p.topk = int32_t(c.index_topk);
+  p.path = DsaPath::sparse;
+  return p;
 }
 
 Status layout_of(const LayerForwardArgs& a, Layout* out) {
@@ -153,9 +164,8 @@ Status layout_of(const LayerForwardArgs& a, Layout* out) {
     L.wts = take(N * kIndexerHeads * 4);
     L.q8 = take(N * kIndexerHeads * kIndexerDim);
     L.w_folded = take(N * kIndexerHeads * 4);
-    L.logits = take(N * size_t(d.Lmax) * 4);
-    L.indices = take(N * size_t(d.K) * 4);
-    MLA_TRY(sparse_workspace_size(sparse_args(a, d, L, nullptr), &L.attn_ws_bytes));
+    MLA_TRY(dsa_decode_workspace_size(dsa_args(a, d, L, nullptr), dsa_policy(a.config),
+                                      &L.attn_ws_bytes));
   } else {
     MLA_TRY(
         decode_workspace_size(decode_args(a, d, L, nullptr), DecodeOptions{}, &L.attn_ws_bytes));
@@ -305,23 +315,7 @@ Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext&
     qa.q8 = dev_view(base, L.q8, DType::e4m3, {d.B, d.s_q, kIndexerHeads, kIndexerDim}, dev);
     qa.w_folded = dev_view(base, L.w_folded, DType::f32, {d.B, d.s_q, kIndexerHeads}, dev);
     MLA_TRY(quantize_indexer_query(qa, ctx));
-    IndexerLogitsDecodeArgs la;
-    la.q8 = qa.q8;
-    la.w_folded = qa.w_folded;
-    la.cache = a.index_cache;
-    la.block_table = a.block_table;
-    la.cache_seqlens = a.cache_seqlens;
-    la.logits = dev_view(base, L.logits, DType::f32, {d.B, d.s_q, d.Lmax}, dev);
-    MLA_TRY(indexer_logits_decode(la, ctx));
-    TopkArgs ta;
-    ta.logits = dev_view(base, L.logits, DType::f32, {d.N, d.Lmax}, dev);
-    ta.k = int32_t(d.K);
-    ta.indices = dev_view(base, L.indices, DType::i32, {d.N, d.K}, dev);
-    ta.block_table = a.block_table;
-    ta.page_size = int32_t(a.kv.page_size());
-    ta.rows_per_request = int32_t(d.s_q);
-    MLA_TRY(topk_indices(ta, ctx));
-    MLA_TRY(sparse_decode(sparse_args(a, d, L, base), attn_ws, ctx));
+    MLA_TRY(dsa_decode(dsa_args(a, d, L, base), dsa_policy(c), attn_ws, ctx));
   } else {
     MLA_TRY(mla_decode(decode_args(a, d, L, base), DecodeOptions{}, attn_ws, ctx));
   }
