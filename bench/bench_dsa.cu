@@ -246,11 +246,10 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512,
   p.out_ss = int64_t(h) * 512, p.out_sh = 512;
   p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
-  // MLA_SPARSE_KERNEL=wgmma: decode rows on the wgmma decode kernel (sparse v2,
-  // the API's default for h_q % 64 == 0); otherwise the mma.sync kernel.
-  const char* kenv = std::getenv("MLA_SPARSE_KERNEL");
-  const bool wgmma = std::string(suite) != "sparse-prefill" && kenv &&
-                     std::string(kenv) == "wgmma" && mla::cuda::decode::sparse_wgmma_supports(p);
+  // Decode rows run the kernel the API picks (sparse_wgmma_chosen: the wgmma
+  // decode kernel unless MLA_SPARSE_KERNEL=mma); prefill the mma.sync kernel.
+  const bool wgmma =
+      std::string(suite) != "sparse-prefill" && mla::cuda::decode::sparse_wgmma_chosen(p);
   size_t wsb = dsa::sparse_attn_workspace_size(p);
   if (wgmma) BENCH_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;

@@ -97,7 +97,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c1 = min64(p.width, pg1 * kPageKeys);
   const int64_t len_pages = len > 0 ? (len + kPageKeys - 1) / kPageKeys : 0;
   const int nload = int(max64(0, min64(len_pages, pg1) - pg0));  // pages holding keys
-  const int64_t tok0 = int64_t(b) * kQ;
+  // Row of this launch's first token of request b, and how many of the
+  // request's new tokens come after this launch's last one (causal limits).
+  const int tpr = p.tokens_per_request > 0 ? p.tokens_per_request : kQ;
+  const int64_t tok0 = int64_t(b) * tpr + p.token_begin;
+  const int64_t tail = tpr - p.token_begin - kQ;
 
   // Columns of pages that hold no key of this request: -inf, coalesced.
   for (int64_t col = (pg0 + nload) * kPageKeys + tid; col < c1; col += kThreads)
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
       const int q = idx / kPageKeys, col = idx % kPageKeys;
       const int64_t pos = key0 + col;
       if (pos < c1) {
-        const int64_t hi = len - (kQ - 1 - q);  // query q sees keys [0, hi)
+        const int64_t hi = len - tail - (kQ - 1 - q);  // query q sees keys [0, hi)
         float r = -INFINITY;
         if (pos < hi) {
           const float* rq = red + q * 4 * kPageKeys + col;
@@ -230,13 +234,24 @@ Status launch_q(const IndexerLogitsParams& p, cudaStream_t stream) {
 }  // namespace
 
 Status launch_indexer_logits_decode_wgmma(const IndexerLogitsParams& p, cudaStream_t stream) {
-  switch (p.s_q) {
-    case 1: return launch_q<1>(p, stream);
-    case 2: return launch_q<2>(p, stream);
-    case 3: return launch_q<3>(p, stream);
-    case 4: return launch_q<4>(p, stream);
+  if (p.s_q < 1)
+    return value_error(Errc::invalid_value, "indexer logits decode: s_q", p.s_q, "is below 1");
+  // More than 4 new tokens (a chunk of prefill through the decode form): chunks
+  // of 4 (the kernel keeps a request's queries in shared memory, 8 KB each),
+  // each still reading every key once; the launches are independent.
+  for (int i0 = 0; i0 < p.s_q; i0 += 4) {
+    IndexerLogitsParams c = p;
+    c.tokens_per_request = p.s_q;
+    c.token_begin = i0;
+    c.s_q = std::min(4, p.s_q - i0);
+    switch (c.s_q) {
+      case 1: MLA_TRY(launch_q<1>(c, stream)); break;
+      case 2: MLA_TRY(launch_q<2>(c, stream)); break;
+      case 3: MLA_TRY(launch_q<3>(c, stream)); break;
+      case 4: MLA_TRY(launch_q<4>(c, stream)); break;
+    }
   }
-  return value_error(Errc::invalid_value, "indexer logits decode: s_q", p.s_q, "is not in [1, 4]");
+  return Status::Ok();
 }
 
 }  // namespace mla::cuda::dsa

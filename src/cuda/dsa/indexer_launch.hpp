@@ -57,7 +57,8 @@ Status launch_indexer_query(const IndexerQueryParams& p, cudaStream_t stream);
 //   w      [num_tokens, 64] f32 (query scale and 64^-0.5 * 128^-0.5 folded in)
 //   logits [num_tokens, width] f32, row stride logits_stride elements
 // Decode (paged):  tokens are [B, s_q] flattened, token (b, i) sees keys
-//   [0, seqlens[b] - (s_q - 1 - i)) of request b through block_table.
+//   [0, seqlens[b] - (s_q - 1 - i)) of request b through block_table. Any s_q
+//   >= 1 on the wgmma kernel (chunks of 4); 1 to 4 on the mma.sync one.
 // Prefill (flat):  keys [num_keys, 128] e4m3 + scales [num_keys] f32; token t
 //   sees [ks[t], ke[t]).
 struct IndexerLogitsParams {
@@ -72,6 +73,13 @@ struct IndexerLogitsParams {
   // decode
   int batch = 0;
   int s_q = 1;
+  // Token chunks (set by the wgmma launcher, which runs s_q > 4 as chunks of at
+  // most 4 new tokens): request b's tokens are rows b * tokens_per_request + i,
+  // this launch covers i in [token_begin, token_begin + s_q), and token i's
+  // causal limit counts the tokens after it in the whole request.
+  // tokens_per_request 0 means s_q (one launch, token_begin 0).
+  int tokens_per_request = 0;
+  int token_begin = 0;
   const int32_t* seqlens = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
