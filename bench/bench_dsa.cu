@@ -425,6 +425,17 @@ int main(int argc, char** argv) {
                         td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
     }
   }
+  // Each DSA stage alone over a (batch, context) grid around the layer study's
+  // points (docs/layer-study.md): the planner's calibration fits a per-call
+  // overhead and a fraction of the floor per stage from these.
+  if (only == "stages")
+    for (int B : {4, 16, 64})
+      for (int64_t L : {8192L, 32768L, 131072L}) {
+        bench_indexer_decode(tm, B, 1, L);
+        bench_topk(tm, B, L, 2048);
+        for (bool fp8 : {false, true})
+          bench_sparse(tm, "sparse-decode", B, 1, 128, L, 2048, fp8);
+      }
   if (want("dsa-step"))
     for (bool fp8 : {false, true})
       for (int64_t L : {2048L, 3072L, 4096L, 6144L, 8192L, 16384L, 32768L, 65536L, 131072L})
