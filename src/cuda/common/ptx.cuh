@@ -91,6 +91,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The SM's 64-bit cycle counter (diagnostic phase stamps); volatile, so
+// stamps keep their place among the other volatile asm.
+__device__ __forceinline__ unsigned long long clock64_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t));
+  return t;
+}
+
 // cp.async without the "memory" clobber, for the kernels (prefill, DSA) that
 // order their copies against ordinary shared accesses only through the
 // __syncthreads after cp_async_wait. The clobbered versions above would let

@@ -26,17 +26,18 @@ size_t align_up(size_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
 
-// The main kernels (same schedule, params, workspace and combine).
-enum class MainKernel {
-  mma,     // "v1": mma.sync (decode_kernel.cuh); also every shape the wgmma kernels do not take
-  wgmma,   // "v4": wgmma + warp specialisation (decode_wgmma_kernel.cuh)
-  wgmma6,  // "v6": v4 whose fp8 producer keeps the next tile's loads in flight (bf16: = v4)
+// The main kernels (same schedule, params, workspace and combine): v1, the
+// mma.sync kernel (decode_kernel.cuh), also every shape the wgmma kernels do
+// not take; or a version of the wgmma kernel (decode_wgmma.hpp).
+struct MainKernel {
+  bool mma = true;
+  WgmmaVersion wgmma = WgmmaVersion::v6;
 };
 
 struct Geometry {
   int B = 0, s_q = 0, h_q = 0, rows = 0;
   int row_tiles = 0, row_blocks = 0, num_workers = 0;
-  MainKernel kernel = MainKernel::mma;
+  MainKernel kernel;
   WorkspaceLayout layout;
 };
 
@@ -112,16 +113,26 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // and measured 1.12x (h16 L32K) and 1.10x (h128 L32K) of v4 on fp8 caches
 // (docs/perf-log.md v6): it is the default.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
-// build): mma (v1), wgmma or v4 (v4's fp8 producer), v6. (v5, P.V(j) and
-// S(j+1) back to back, passed every GPU test but measured 0.96-1.02x of v4
-// (docs/perf-log.md v5): removed, the experiment stays in the log and in git history.)
+// build): mma (v1), wgmma or v4 (v4's fp8 producer), v6, v7 (bf16: S split
+// over the dims, docs/perf-log.md v7; fp8: v6); in builds with
+// MLA_DECODE_STAMPS also v4stamps / v7stamps (bf16 phase cycles printed).
+// (v5, P.V(j) and S(j+1) back to back, passed every GPU test but measured
+// 0.96-1.02x of v4 (docs/perf-log.md v5): removed, the experiment stays in
+// the log and in git history.)
 MainKernel wgmma_kernel_choice() {
+  MainKernel k{.mma = false, .wgmma = WgmmaVersion::v6};
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
-    if (std::strcmp(env, "mma") == 0) return MainKernel::mma;
-    if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) return MainKernel::wgmma;
-    if (std::strcmp(env, "v6") == 0) return MainKernel::wgmma6;
+    if (std::strcmp(env, "mma") == 0) k.mma = true;
+    if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) k.wgmma = WgmmaVersion::v4;
+    if (std::strcmp(env, "v7") == 0) k.wgmma = WgmmaVersion::v7;
+    if (std::strcmp(env, "v7b") == 0) k.wgmma = WgmmaVersion::v7b;
+#ifdef MLA_DECODE_STAMPS
+    if (std::strcmp(env, "v4stamps") == 0) k.wgmma = WgmmaVersion::v4_stamps;
+    if (std::strcmp(env, "v7stamps") == 0) k.wgmma = WgmmaVersion::v7_stamps;
+    if (std::strcmp(env, "v7bstamps") == 0) k.wgmma = WgmmaVersion::v7b_stamps;
+#endif
   }
-  return MainKernel::wgmma6;
+  return k;
 }
 
 Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
@@ -141,9 +152,9 @@ Status geometry(const DecodeArgs& a, const DecodeOptions& opts, Geometry* g) {
   const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
   // The wgmma kernels take 64-row blocks: only where that is the v1 grid too.
   const bool wgmma_rows = (g->rows + kWgmmaRows - 1) / kWgmmaRows == g->row_blocks;
-  g->kernel = wgmma_rows ? wgmma_kernel_choice() : MainKernel::mma;
-  const size_t smem = g->kernel != MainKernel::mma ? wgmma_kernel_smem_bytes()
-                                                   : main_kernel_smem_bytes(g->row_tiles, fp8);
+  g->kernel = wgmma_rows ? wgmma_kernel_choice() : MainKernel{};
+  const size_t smem =
+      !g->kernel.mma ? wgmma_kernel_smem_bytes() : main_kernel_smem_bytes(g->row_tiles, fp8);
   if (smem > size_t(f.max_smem_per_block_optin))
     return error(Errc::unsupported,
                  "cuda:{}: the decode kernel needs {} B of shared memory, the "
@@ -270,18 +281,12 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   MLA_CUDA_TRY(launch_decode_schedule(p, stream), "decode_schedule_kernel launch");
-  switch (g.kernel) {
-    case MainKernel::wgmma:
-    case MainKernel::wgmma6:
-      MLA_CUDA_TRY(
-          launch_decode_main_wgmma(p, fp8, g.row_blocks, stream, g.kernel == MainKernel::wgmma6),
-          "decode_wgmma_kernel launch");
-      break;
-    case MainKernel::mma:
-      MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
-                   "decode_main_kernel launch");
-      break;
-  }
+  if (g.kernel.mma)
+    MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
+                 "decode_main_kernel launch");
+  else
+    MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream, g.kernel.wgmma),
+                 "decode_wgmma_kernel launch");
   MLA_CUDA_TRY(launch_decode_combine(p, stream), "decode_combine_kernel launch");
   return Status::Ok();
 }

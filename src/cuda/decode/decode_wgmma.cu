@@ -12,11 +12,48 @@ size_t wgmma_kernel_smem_bytes() {
 }
 
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream, bool fp8_prefetch) {
+                                     cudaStream_t stream, WgmmaVersion version) {
   using v4::launch_wgmma;
-  if (!fp8) return launch_wgmma<false, false, PagedKeys>(p, row_blocks, stream);
-  return fp8_prefetch ? launch_wgmma<true, true, PagedKeys>(p, row_blocks, stream)
-                      : launch_wgmma<true, false, PagedKeys>(p, row_blocks, stream);
+  switch (version) {
+#ifdef MLA_DECODE_STAMPS
+    // Diagnostics builds only: bf16 with stamps; fp8 runs the unstamped kernel.
+    case WgmmaVersion::v4_stamps:
+      if (!fp8) {
+        return launch_wgmma<false, v4::kV4 | v4::kStamps, PagedKeys>(p, row_blocks, stream);
+      }
+      return launch_wgmma<true, v4::kV4, PagedKeys>(p, row_blocks, stream);
+    case WgmmaVersion::v7_stamps:
+      if (!fp8) {
+        return launch_wgmma<false, v4::kV7 | v4::kStamps, PagedKeys>(p, row_blocks, stream);
+      }
+      return launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream);
+    case WgmmaVersion::v7b_stamps:
+      if (!fp8) {
+        return launch_wgmma<false, v4::kV7 | v4::kLazyRescale | v4::kStamps, PagedKeys>(
+            p, row_blocks, stream);
+      }
+      return launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream);
+#else
+    case WgmmaVersion::v4_stamps:
+    case WgmmaVersion::v7_stamps:
+    case WgmmaVersion::v7b_stamps:
+      return cudaErrorNotSupported;  // decode_cuda.cpp offers them only with MLA_DECODE_STAMPS
+#endif
+    case WgmmaVersion::v4:
+      return fp8 ? launch_wgmma<true, v4::kV4, PagedKeys>(p, row_blocks, stream)
+                 : launch_wgmma<false, v4::kV4, PagedKeys>(p, row_blocks, stream);
+    case WgmmaVersion::v6:  // bf16: v4's kernel
+      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
+                 : launch_wgmma<false, v4::kV4, PagedKeys>(p, row_blocks, stream);
+    case WgmmaVersion::v7:  // fp8: v6's kernel
+      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
+                 : launch_wgmma<false, v4::kV7, PagedKeys>(p, row_blocks, stream);
+    case WgmmaVersion::v7b:  // fp8: v6's kernel
+      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
+                 : launch_wgmma<false, v4::kV7 | v4::kLazyRescale, PagedKeys>(p, row_blocks,
+                                                                              stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace mla::cuda::decode

@@ -1,6 +1,7 @@
-// Launcher of the wgmma main decode kernel (decode_wgmma_kernel.cuh, "v4").
-// It runs on the same schedule, params and workspace as the mma.sync kernel
-// (grid (p.num_workers, row_blocks) with row_blocks = ceil(rows / 64)).
+// Launcher of the wgmma main decode kernel (decode_wgmma_kernel.cuh, "v4" and
+// its versions). It runs on the same schedule, params and workspace as the
+// mma.sync kernel (grid (p.num_workers, row_blocks) with row_blocks =
+// ceil(rows / 64)).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,12 +13,18 @@ namespace mla::cuda::decode {
 
 inline constexpr int kWgmmaRows = 64;  // query rows per CTA of the wgmma kernel
 size_t wgmma_kernel_smem_bytes();
-// fp8_prefetch (fp8 caches only): the producer keeps the next tile's loads
-// in flight ("v6", produce_fp8_prefetch); false: v4's producer.
+
+// Versions of the wgmma kernel (docs/perf-log.md): v4; v6 = v4 whose fp8
+// producer keeps the next tile's loads in flight (bf16: v4); v7 = v6 whose
+// S splits the 576 dims between the math warpgroups (bf16; fp8: v6). The *_stamps
+// forms (bf16 only; builds with MLA_DECODE_STAMPS) print per-phase cycles.
+// v7b: v7 that skips the O rescale where no row max of a warp moved.
+enum class WgmmaVersion { v4, v6, v7, v7b, v4_stamps, v7_stamps, v7b_stamps };
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream, bool fp8_prefetch);
+                                     cudaStream_t stream, WgmmaVersion version);
 // The same kernel with the Indexed key source (sparse decode): p carries
 // tokens_per_batch > 0, indices, num_slots and token_len (decode_traits.hpp).
+// fp8_prefetch (fp8 caches only): v6's producer; false: v4's.
 cudaError_t launch_decode_main_wgmma_indexed(const DecodeParams& p, bool fp8, int row_blocks,
                                              cudaStream_t stream, bool fp8_prefetch);
 

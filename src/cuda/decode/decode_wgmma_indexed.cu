@@ -8,9 +8,9 @@ namespace mla::cuda::decode {
 cudaError_t launch_decode_main_wgmma_indexed(const DecodeParams& p, bool fp8, int row_blocks,
                                              cudaStream_t stream, bool fp8_prefetch) {
   using v4::launch_wgmma;
-  if (!fp8) return launch_wgmma<false, false, IndexedKeys>(p, row_blocks, stream);
-  return fp8_prefetch ? launch_wgmma<true, true, IndexedKeys>(p, row_blocks, stream)
-                      : launch_wgmma<true, false, IndexedKeys>(p, row_blocks, stream);
+  if (!fp8) return launch_wgmma<false, v4::kV4, IndexedKeys>(p, row_blocks, stream);
+  return fp8_prefetch ? launch_wgmma<true, v4::kV6, IndexedKeys>(p, row_blocks, stream)
+                      : launch_wgmma<true, v4::kV4, IndexedKeys>(p, row_blocks, stream);
 }
 
 }  // namespace mla::cuda::decode

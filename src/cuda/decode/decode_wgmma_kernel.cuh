@@ -23,11 +23,15 @@
 // Shared memory: Q 72 KB + 2 stages x 72 KB + P 8 KB = 224 KB of the 227 KB;
 // no room for a third stage or a raw fp8 staging tile, hence the register
 // dequantisation.
+// Variants (template argument Variant, docs/perf-log.md v4/v6/v7): the fp8
+// producer with the next tile in flight (v6), S with the 576 dims split
+// between the math warpgroups (v7), and phase stamps (diagnostics).
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/mbarrier.cuh"
@@ -37,6 +41,16 @@
 #include "cuda/decode/decode_traits.hpp"
 
 namespace mla::cuda::decode::v4 {
+
+// What differs between the kernel's versions: bits of a template argument
+// (each version is its own instantiation, no runtime switches in the loops;
+// a plain integer because nvcc's host stubs cannot spell class-type ones).
+using Variant = unsigned;
+inline constexpr Variant kFp8Prefetch = 1;  // fp8 producer keeps the next tile in flight ("v6")
+inline constexpr Variant kSplitK = 2;       // S: each warpgroup all 64 keys, half the dims ("v7")
+inline constexpr Variant kStamps = 4;  // clock64 phase stamps printed per CTA (MLA_DECODE_STAMPS)
+inline constexpr Variant kLazyRescale = 8;  // skip O *= alpha where no row max of the warp moved
+inline constexpr Variant kV4 = 0, kV6 = kFp8Prefetch, kV7 = kFp8Prefetch | kSplitK;
 
 inline constexpr int kM = 64;                             // query rows per CTA (wgmma M)
 inline constexpr int kMathThreads = 256;                  // 2 math warpgroups
@@ -79,8 +93,9 @@ inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 8;
 static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
-// Named barriers of the two math warpgroups (0 is __syncthreads).
-inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3;
+// Named barriers of the two math warpgroups (0 is __syncthreads); kBarX and
+// kBarY frame the split-K exchange of S (v7).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarX = 4, kBarY = 5;
 
 // Byte offset of 16-byte chunk q (0..71) of row r in a 64-row SW128 tile.
 __device__ __forceinline__ uint32_t tile_off(int r, int q) {
@@ -178,6 +193,84 @@ __device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* sta
   }
   return KeySrc::kIndexed ? valid : bad;
 }
+
+// ---- S with the 576 dims split between the warpgroups ("v7") ----
+// v4's S gives each warpgroup 32 keys over all 576 dims: 36 m64n32k16 each,
+// every one reading 2 KB of Q and 1 KB of K from shared memory for 16 cycles
+// of MMA (216 KB per tile); the stamps measured ~2700 cycles per tile for S
+// against 1152 of MMA. Here each warpgroup computes all 64 keys over half of
+// the dims (18 m64n64k16, 2 KB of Q + 2 KB of K per 32 cycles, 144 KB per
+// tile): blocks 4 wg .. 4 wg + 3 and k16 steps 2 wg, 2 wg + 1 of the rope
+// block 8, so each warpgroup's operand addresses are one base + constants
+// (a split at step 18 made them wg-dependent per step: 56 B spilled). Then
+// each sends the partial sums of the other's 32 keys and adds the ones it
+// receives. Both accumulators have the same layout, so thread t of one
+// warpgroup sends exactly what thread t of the other needs: 16 floats, as 4
+// float4 interleaved over the 128 threads (conflict-free). Buffers: WG 0 -> 1
+// in the stage's rope block (P.V never reads it), WG 1 -> 0 in sP; both are
+// free after kBarX (both S(j) and both P.V(j-1) done), and sP is rewritten
+// with P only after kBarMax, when WG 0 has read it.
+// s_half_dims: acc = S[64 x 64] over this warpgroup's dims (key 8i + 2c + (e & 1)).
+__device__ __forceinline__ void s_half_dims(float (&acc)[8][4], uint32_t aQ, uint32_t aTile,
+                                            int wg) {
+  const uint32_t q_lo = aQ + wg * 4 * kBlockBytes, k_lo = aTile + wg * 4 * kBlockBytes;
+  const uint32_t q_hi = aQ + wg * 64, k_hi = aTile + wg * 64;  // 2 k16 steps = 64 B
+  wgmma::fence();
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+    wgmma::m64n64k16_ss(acc, desc_kmajor(q_lo, 0, j / 4, j % 4), desc_kmajor(k_lo, 0, j / 4, j % 4),
+                        j > 0);
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    wgmma::m64n64k16_ss(acc, desc_kmajor(q_hi, 0, 8, j), desc_kmajor(k_hi, 0, 8, j), true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_regs(acc);
+}
+// s_exchange: s = the full S of this warpgroup's keys 32 wg .. + 32 (v4's sacc layout).
+__device__ __forceinline__ void s_exchange(float (&s)[4][4], const float (&acc)[8][4], float* x_to1,
+                                           float* x_to0, int wg, int wtid) {
+  ptx::named_barrier_sync(kBarX, kMathThreads);
+  float4* send = reinterpret_cast<float4*>(wg == 0 ? x_to1 : x_to0);
+  const float4* recv = reinterpret_cast<const float4*>(wg == 0 ? x_to0 : x_to1);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)  // the other warpgroup's keys: columns 32 (1 - wg) + 8i + ...
+    send[i * 128 + wtid] =
+        wg == 0 ? make_float4(acc[4 + i][0], acc[4 + i][1], acc[4 + i][2], acc[4 + i][3])
+                : make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  ptx::named_barrier_sync(kBarY, kMathThreads);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 r = recv[i * 128 + wtid];
+    s[i][0] = (wg == 0 ? acc[i][0] : acc[4 + i][0]) + r.x;
+    s[i][1] = (wg == 0 ? acc[i][1] : acc[4 + i][1]) + r.y;
+    s[i][2] = (wg == 0 ? acc[i][2] : acc[4 + i][2]) + r.z;
+    s[i][3] = (wg == 0 ? acc[i][3] : acc[4 + i][3]) + r.w;
+  }
+}
+
+// ---- phase stamps (diagnostics, Variant::stamps) ----
+// Cycles per phase summed over a thread's tiles; lap(i) charges the time
+// since the previous lap to phase i. Without stamps: no members, no code.
+template <bool kOn, int N>
+struct PhaseClock {
+  __device__ __forceinline__ void lap(int) {}
+};
+template <int N>
+struct PhaseClock<true, N> {
+  unsigned long long acc[N] = {}, last = ptx::clock64_now();
+  __device__ __forceinline__ void lap(int i) {
+    const unsigned long long t = ptx::clock64_now();
+    acc[i] += t - last;
+    last = t;
+  }
+};
+// Math phases: wait for the stage, S issue..done, the split-K exchange (v7),
+// row max, max barrier, exp + P store, P barrier, rescale + P.V issue..done +
+// release, the rest (Q load, epilogue). Producer: wait for a free stage,
+// issue, landed + arrive.
+enum MathPhase { kMFull, kMS, kMX, kMMax, kMBarMax, kMExp, kMBarP, kMPv, kMOther, kMPhases };
+enum ProdPhase { kPEmpty, kPIssue, kPLand, kPPhases };
 
 // ---- fp8 producer with the next tile's loads in flight ("v6") ----
 // produce_tile<true> issues one scale group's loads (10 x 16 B per thread,
@@ -304,11 +397,14 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   }
 }
 
-// kFp8Prefetch: the fp8 producer keeps the next tile's loads in flight
-// (produce_fp8_prefetch, "v6"); false: produce_tile, one scale group at a time ("v4").
-// KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode), decode_keys.cuh.
-template <bool kFp8, bool kFp8Prefetch = false, class KeySrc = PagedKeys>
+// kV: the version's producers and stamps (Variant). KeySrc: PagedKeys (dense
+// decode) or IndexedKeys (sparse decode), decode_keys.cuh.
+template <bool kFp8, Variant kV = kV4, class KeySrc = PagedKeys>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeParams p) {
+  constexpr bool kPrefetch = kFp8 && (kV & kFp8Prefetch) != 0;
+  constexpr bool kSplit = (kV & kSplitK) != 0;
+  constexpr bool kLazy = (kV & kLazyRescale) != 0;
+  constexpr bool kStamped = (kV & kStamps) != 0;
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sQ = smem + kQOff;
   uint8_t* sKv = smem + kKvOff;
@@ -337,24 +433,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
 
   if (tid >= kMathThreads) {
     // ================= producer warpgroup =================
-    wgmma::setmaxnreg_dec<Regs<kFp8, kFp8Prefetch>::kProducer>();
+    wgmma::setmaxnreg_dec<Regs<kFp8, kPrefetch>::kProducer>();
     const int ptid = tid - kMathThreads;
-    if constexpr (kFp8Prefetch) {
+    if constexpr (kPrefetch) {
       produce_fp8_prefetch<KeySrc>(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
       return;
     }
+    PhaseClock<kStamped, kPPhases> clk;
     uint32_t cnt = 0;  // tiles produced so far (stage = cnt % 2, pass = cnt / 2)
     for (int pi = piece_begin; pi < piece_end; ++pi) {
       const Piece pc = p.pieces[pi];
       const PieceInfo in = piece_info(p, pc);
       for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
         const int st = cnt % kStages;
+        clk.lap(kPLand);
         ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
+        clk.lap(kPEmpty);
         uint8_t* stage = sKv + st * kTileBytes;
-        const bool bit =
-            produce_tile<kFp8, KeySrc>(p, stage, in.b, pc.tile_begin + it, in.key_end, ptid);
+        const int tile = pc.tile_begin + it;
+        const bool bit = produce_tile<kFp8, KeySrc>(p, stage, in.b, tile, in.key_end, ptid);
         const int flag = KeySrc::stage_flag(bit);
         if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
+        clk.lap(kPIssue);
         if constexpr (!kFp8) {
           ptx::cp_async_commit();
           ptx::cp_async_wait<0>();
@@ -363,11 +463,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         ptx::mbar_arrive(&full[st]);
       }
     }
+    clk.lap(kPLand);
+    if constexpr (kStamped) {
+      if (ptid == 0 && blockIdx.x < 2 && cnt > 0)
+        printf("stamps cta %d.%d producer tiles %u per tile: empty %llu issue %llu land %llu\n",
+               blockIdx.x, blockIdx.y, cnt, clk.acc[kPEmpty] / cnt, clk.acc[kPIssue] / cnt,
+               clk.acc[kPLand] / cnt);
+    }
     return;
   }
 
   // ================= math warpgroups =================
-  wgmma::setmaxnreg_inc<Regs<kFp8, kFp8Prefetch>::kMath>();
+  wgmma::setmaxnreg_inc<Regs<kFp8, kPrefetch>::kMath>();
+  PhaseClock<kStamped, kMPhases> clk;
   const int wg = tid / 128;  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
@@ -421,7 +529,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
     for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
       const int st = cnt % kStages;
       const uint32_t aTile = aKv + st * kTileBytes;
+      clk.lap(kMOther);
       ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+      clk.lap(kMFull);
       // Indexed: valid-key ballots of the producer warps covering this
       // warpgroup's keys wg*32..+32 (warp 2wg: +0..15, 2wg+1: +16..31).
       uint32_t valid_bits[2] = {0u, 0u};
@@ -434,16 +544,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
 
       // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
       float sacc[4][4];
-      wgmma::fence();
+      if constexpr (kSplit) {
+        float acc[8][4];
+        s_half_dims(acc, aQ, aTile, wg);
+        clk.lap(kMS);
+        s_exchange(sacc, acc,
+                   reinterpret_cast<float*>(sKv + st * kTileBytes + (kBlocks - 1) * kBlockBytes),
+                   reinterpret_cast<float*>(sP), wg, wtid);
+        clk.lap(kMX);
+      } else {
+        wgmma::fence();
 #pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb)
+        for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4)
-          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4), desc_kmajor(aTile, wg * 32, kb, k4),
-                              kb + k4 > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_regs(sacc);
+          for (int k4 = 0; k4 < 4; ++k4)
+            wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4),
+                                desc_kmajor(aTile, wg * 32, kb, k4), kb + k4 > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_regs(sacc);
+        clk.lap(kMS);
+      }
 
       // ---- online softmax (log2 domain), row max shared by both warpgroups ----
       const int tile = pc.tile_begin + it;
@@ -470,7 +591,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       }
       // Both warpgroups' P.V of the previous tile completed (each waited
       // above), so after this barrier sP may be overwritten.
+      clk.lap(kMMax);
       ptx::named_barrier_sync(kBarMax, kMathThreads);
+      clk.lap(kMBarMax);
       float alpha[2], m_use[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -478,6 +601,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
         m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
         alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
+        // Lazy: exactly 1 where the max did not move (also -inf -> -inf: O and l are 0 there).
+        if (kLazy && m_new == m_run[h]) alpha[h] = 1.f;
         m_run[h] = m_new;
         l_part[h] *= alpha[h];
       }
@@ -498,15 +623,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         }
       }
       wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
+      clk.lap(kMExp);
       ptx::named_barrier_sync(kBarP, kMathThreads);
+      clk.lap(kMBarP);
 
       // ---- O[:, wg*256..+256] = O * alpha + P V ----
+      // The rescale is 128 FMULs per thread (~250 cycles of both warpgroups
+      // with the tensor pipe idle); past the first tiles of a long piece the
+      // row maxima rarely move, so kLazy skips it when every alpha of the
+      // warp is exactly 1 (warp-uniform: no divergence; bitwise the same).
+      if (!kLazy || !__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
+        for (int i = 0; i < 32; ++i) {
+          o[i][0] *= alpha[0];
+          o[i][1] *= alpha[0];
+          o[i][2] *= alpha[1];
+          o[i][3] *= alpha[1];
+        }
       }
       wgmma::fence();
 #pragma unroll
@@ -520,6 +653,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       wgmma::wait<0>();
       wgmma::fence_regs(o);
       ptx::mbar_arrive(&empty[st]);
+      clk.lap(kMPv);
     }
 
     // ---- epilogue: l over the quad and both warpgroups; O / l, lse ----
@@ -567,12 +701,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
       }
     }
   }
+  clk.lap(kMOther);
+  if constexpr (kStamped) {
+    if (wtid == 0 && blockIdx.x < 2 && cnt > 0)
+      printf(
+          "stamps cta %d.%d wg %d tiles %u per tile: full %llu S %llu S+X %llu max %llu "
+          "barmax %llu exp %llu barp %llu pv %llu other %llu\n",
+          blockIdx.x, blockIdx.y, wg, cnt, clk.acc[kMFull] / cnt, clk.acc[kMS] / cnt,
+          clk.acc[kMX] / cnt, clk.acc[kMMax] / cnt, clk.acc[kMBarMax] / cnt, clk.acc[kMExp] / cnt,
+          clk.acc[kMBarP] / cnt, clk.acc[kMPv] / cnt, clk.acc[kMOther] / cnt);
+  }
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <bool kFp8, bool kFp8Prefetch, class KeySrc>
+template <bool kFp8, Variant kV, class KeySrc>
 cudaError_t launch_wgmma(const DecodeParams& p, int row_blocks, cudaStream_t stream) {
-  auto* kernel = decode_wgmma_kernel<kFp8, kFp8Prefetch, KeySrc>;
+  auto* kernel = decode_wgmma_kernel<kFp8, kV, KeySrc>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
