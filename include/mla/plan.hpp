@@ -111,6 +111,11 @@ struct CalibrationEntry {
   std::string format;              // "bf16", "fp8", "fp4", "mha" ... (see docs/planner.md)
   int h_q = 0;                     // heads per GPU the measurement ran with
   double fraction_of_ceiling = 0;  // achieved / roofline floor, in (0, 1]
+  // Fixed time per call of the kernel (launch, fill, tail, a short row's latency)
+  // in microseconds, >= 0 (optional, 0 when absent): the prediction is
+  // calls * overhead_us + floor / fraction. Small batches need it: a top-k of 4
+  // rows or a sparse decode of 4 requests is latency, not roofline.
+  double overhead_us = 0;
 };
 struct Calibration {
   std::string gpu;     // must match the plan's GPU
@@ -190,11 +195,14 @@ struct StageCost {
   std::string compute_ceiling;  // "bf16" or "fp8": which tensor-core peak applies
   double flops = 0;
   double bytes = 0;
-  double compute_s = 0;        // flops / peak
-  double memory_s = 0;         // bytes / read bandwidth
-  double floor_s = 0;          // max of the two
-  std::string binds;           // "compute" or "memory"
-  double predicted_s = 0;      // floor / measured fraction (= floor without calibration)
+  double compute_s = 0;  // flops / peak
+  double memory_s = 0;   // bytes / read bandwidth
+  double floor_s = 0;    // max of the two
+  std::string binds;     // "compute" or "memory"
+  double predicted_s =
+      0;             // calls * overhead + floor / measured fraction (= floor without calibration)
+  double calls = 0;  // kernel calls the stage stands for (layers x launches)
+  double overhead_s = 0;       // calls * the entry's overhead_us (0 without calibration)
   double fraction_used = 1.0;  // the measured fraction applied (1 = none)
   std::string predicted_from;  // "roofline floor (no calibration)" or the entry used
 };

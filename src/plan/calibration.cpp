@@ -80,6 +80,15 @@ Status parse_calibration(std::string_view text, Calibration* out) {
     ce.format = e["format"].get<std::string>();
     ce.h_q = e["h_q"].get<int>();
     ce.fraction_of_ceiling = e["fraction_of_ceiling"].get<double>();
+    if (e.contains("overhead_us")) {
+      if (!e["overhead_us"].is_number())
+        return bad(fmt::format("calibration: entries[{}].overhead_us must be a number", i));
+      ce.overhead_us = e["overhead_us"].get<double>();
+      if (!(ce.overhead_us >= 0 && ce.overhead_us < 1e6))
+        return bad(fmt::format(
+            "calibration: entries[{}].overhead_us = {} must be in [0, 1e6) microseconds", i,
+            ce.overhead_us));
+    }
     std::string list;
     if (!one_of(ce.kernel, kKernels, &list))
       return bad(fmt::format("calibration: entries[{}].kernel = '{}' is not known; known: {}", i,

@@ -21,9 +21,11 @@ struct StepShape {
 
 // One stage priced on the roofline; the calibration entry (kernel, format, heads),
 // when present, turns the floor into a prediction.
+// `calls`: how many kernel calls the stage stands for (one per layer in a step);
+// the entry's per-call overhead is charged that many times.
 StageCost make_stage(std::string name, std::string calib_kernel, std::string calib_format,
                      bool fp8_compute, double flops, double bytes, const Ceilings& c,
-                     const Calibration* cal, int heads);
+                     const Calibration* cal, int heads, double calls);
 StepCost combine(std::vector<StageCost> stages);
 
 // Bytes per token per layer this GPU holds for the format (MLA: replicated over TP).

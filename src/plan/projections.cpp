@@ -133,7 +133,7 @@ StageCost projections_stage(const LayerProjections& lp, double tokens, int layer
   const double flops = layers * tokens * lp.flops_per_token;
   const double bytes = layers * (lp.weight_bytes + tokens * lp.activation_bytes_per_token);
   return make_stage("projections", "projections", lp.fp8 ? "fp8" : "bf16", lp.fp8, flops, bytes, c,
-                    cal, heads);
+                    cal, heads, layers);
 }
 
 StepCost layer_step(const StepCost& attention, const StageCost& projections) {

@@ -146,6 +146,8 @@ nlohmann::json stage_json(const StageCost& s) {
           {"binds", s.binds},
           {"predicted_s", s.predicted_s},
           {"fraction_used", s.fraction_used},
+          {"calls", s.calls},
+          {"overhead_s", s.overhead_s},
           {"predicted_from", s.predicted_from}};
 }
 

@@ -13,8 +13,9 @@ namespace mla::plan::detail {
 
 StageCost make_stage(std::string name, std::string calib_kernel, std::string calib_format,
                      bool fp8_compute, double flops, double bytes, const Ceilings& c,
-                     const Calibration* cal, int heads) {
+                     const Calibration* cal, int heads, double calls) {
   StageCost s;
+  s.calls = calls;
   s.name = std::move(name);
   s.calib_kernel = std::move(calib_kernel);
   s.calib_format = std::move(calib_format);
@@ -30,9 +31,12 @@ StageCost make_stage(std::string name, std::string calib_kernel, std::string cal
   if (cal != nullptr) {
     if (const CalibrationEntry* e = cal->find(s.calib_kernel, s.calib_format, heads)) {
       s.fraction_used = e->fraction_of_ceiling;
-      s.predicted_s = s.floor_s / e->fraction_of_ceiling;
-      s.predicted_from = fmt::format("measured {:.0f}% of the ceiling ({} {} h_q {})",
-                                     100 * e->fraction_of_ceiling, e->kernel, e->format, e->h_q);
+      s.overhead_s = calls * e->overhead_us * 1e-6;
+      s.predicted_s = s.overhead_s + s.floor_s / e->fraction_of_ceiling;
+      s.predicted_from = fmt::format(
+          "measured {:.0f}% of the ceiling{} ({} {} h_q {})", 100 * e->fraction_of_ceiling,
+          e->overhead_us > 0 ? fmt::format(" + {:.1f} us per call", e->overhead_us) : std::string(),
+          e->kernel, e->format, e->h_q);
     } else {
       s.predicted_from = fmt::format("roofline floor (calibration has no {} {} entry)",
                                      s.calib_kernel, s.calib_format);
@@ -114,7 +118,7 @@ StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s,
     // Decode reads each entry once; prefill writes the prompt's entries and reads them back.
     const double bytes = B * layers * L * entry * (s.causal_prefill ? 2 : 1);
     stages.push_back(make_stage("attention", s.causal_prefill ? "prefill" : "decode",
-                                calib_format_tag(f), false, flops, bytes, c, cal, s.heads));
+                                calib_format_tag(f), false, flops, bytes, c, cal, s.heads, layers));
     return combine(std::move(stages));
   }
 
@@ -127,11 +131,12 @@ StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s,
     const double idx_flops = B * layers * pairs_all * 2.0 * m.indexer_heads * m.indexer_dim;
     const double idx_bytes = B * layers * (L * m.indexer_bytes_per_token + pairs_all * 4);
     stages.push_back(make_stage("indexer", "indexer", "fp8", true, idx_flops, idx_bytes, c, cal,
-                                m.indexer_heads));
+                                m.indexer_heads, layers));
     // Top-k reads the logits back and writes k int32 indices per query.
     const double topk_pairs = attended_pairs(s, s.topk);
     const double sel_bytes = B * layers * (pairs_all * 4 + topk_pairs * 4);
-    stages.push_back(make_stage("top-k", "topk", "fp32", false, 0, sel_bytes, c, cal, s.heads));
+    stages.push_back(
+        make_stage("top-k", "topk", "fp32", false, 0, sel_bytes, c, cal, s.heads, layers));
     // Sparse absorbed attention over the chosen keys. Bytes: the union of the requests'
     // selections (at most min(L, queries*k) entries each) plus the indices.
     const double flops = B * layers * topk_pairs * absorbed_per_pair;
@@ -140,7 +145,7 @@ StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s,
     const double bytes = B * layers * (union_keys * entry + topk_pairs * 4);
     stages.push_back(make_stage("sparse attention",
                                 s.causal_prefill ? "sparse_prefill" : "sparse_decode",
-                                calib_format_tag(f), false, flops, bytes, c, cal, s.heads));
+                                calib_format_tag(f), false, flops, bytes, c, cal, s.heads, layers));
     return combine(std::move(stages));
   }
 
@@ -149,7 +154,7 @@ StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s,
     const double flops = B * layers * attended_pairs(s, inf) * absorbed_per_pair;
     const double bytes = B * layers * L * entry;
     stages.push_back(make_stage("attention", "decode", calib_format_tag(f), false, flops, bytes, c,
-                                cal, s.heads));
+                                cal, s.heads, layers));
     return combine(std::move(stages));
   }
   // Dense prefill, non-absorbed form: decompress K_nope and V for every key
@@ -159,11 +164,11 @@ StepCost step_cost(const ModelSpec& m, KvFormat f, bool dsa, const StepShape& s,
   const double dec_flops = B * layers * L * 2.0 * m.d_c * h * (m.d_nope + m.d_v);
   const double dec_bytes = B * layers * L * (entry + kv_mha);
   stages.push_back(make_stage("K/V decompression", "decompress", calib_format_tag(f), false,
-                              dec_flops, dec_bytes, c, cal, s.heads));
+                              dec_flops, dec_bytes, c, cal, s.heads, layers));
   const double att_flops = B * layers * attended_pairs(s, inf) * 2 * h * (m.d_nope + m.d_r + m.d_v);
   const double att_bytes = B * layers * L * kv_mha;
   stages.push_back(make_stage("attention (non-absorbed)", "prefill", "mha", false, att_flops,
-                              att_bytes, c, cal, s.heads));
+                              att_bytes, c, cal, s.heads, layers));
   return combine(std::move(stages));
 }
 

@@ -319,6 +319,39 @@ TEST(Plan, CalibrationPredictsFromMeasuredFractions) {
   EXPECT_FALSE(load_calibration(path, &from_file).ok());
 }
 
+TEST(Plan, CalibrationOverheadIsChargedPerCall) {
+  // One kernel call per layer: 61 x 40 us on top of floor / fraction.
+  Calibration cal;
+  ASSERT_TRUE(
+      parse_calibration(R"({"gpu":"h200","entries":[{"kernel":"decode","format":"bf16","h_q":128,)"
+                        R"("fraction_of_ceiling":0.5,"overhead_us":40}]})",
+                        &cal)
+          .ok());
+  EXPECT_DOUBLE_EQ(cal.entries[0].overhead_us, 40);
+  Workload w;
+  w.batch = 4;
+  const Plan p = make(w, &cal);
+  const StageCost& s = row(p, "mla-bf16").step.stages[0];
+  EXPECT_EQ(s.calls, 61);
+  EXPECT_NEAR(s.overhead_s, 61 * 40e-6, 1e-12);
+  EXPECT_NEAR(s.predicted_s, 61 * 40e-6 + s.floor_s / 0.5, 1e-12);
+  EXPECT_NE(s.predicted_from.find("+ 40.0 us per call"), std::string::npos) << s.predicted_from;
+  // Absent: no overhead (the schema's older files keep their meaning).
+  ASSERT_TRUE(parse_calibration(kCalibration, &cal).ok());
+  EXPECT_EQ(cal.entries[0].overhead_us, 0);
+  // Negative or non-numeric overheads are errors naming the field.
+  Status st =
+      parse_calibration(R"({"gpu":"h200","entries":[{"kernel":"decode","format":"bf16","h_q":128,)"
+                        R"("fraction_of_ceiling":0.5,"overhead_us":-3}]})",
+                        &cal);
+  EXPECT_NE(st.message().find("entries[0].overhead_us = -3"), std::string::npos) << st.message();
+  st = parse_calibration(R"({"gpu":"h200","entries":[{"kernel":"decode","format":"bf16","h_q":128,)"
+                         R"("fraction_of_ceiling":0.5,"overhead_us":"x"}]})",
+                         &cal);
+  EXPECT_NE(st.message().find("entries[0].overhead_us must be a number"), std::string::npos)
+      << st.message();
+}
+
 TEST(Plan, CalibrationErrorsNameTheField) {
   Calibration cal;
   EXPECT_NE(parse_calibration("{", &cal).message().find("not valid JSON"), std::string::npos);
