@@ -323,7 +323,8 @@ MLA_C_EXPORT int32_t mla_dsa_decode(const mla_tensor* q, const mla_tensor* kv, i
  * "deepseek-v3.2"; kv "bf16"/"fp8" (NULL: bf16); calibration_json: file text or NULL. */
 MLA_C_EXPORT int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json,
                                              const char* model, const char* kv, int32_t heads,
-                                             int32_t new_tokens, int32_t topk, int64_t* tokens);
+                                             int32_t new_tokens, int32_t topk, int32_t batch,
+                                             int64_t* tokens);
 
 /* ---- block-sparse selection (mla/block_sparse.hpp) -------------------------- */
 /* Mirror of mla::BlockSparseParams (NSA's selection parameters). */

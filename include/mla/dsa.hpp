@@ -117,6 +117,10 @@ struct DsaThresholdOptions {
   int heads = 128;
   int new_tokens = 1;
   int topk = 2048;
+  // Requests in the step. Without calibration batch cancels (both steps scale
+  // with it); a calibration's per-call overheads do not, so the crossover
+  // depends on it. 64: the batch of the measured sweep (kDsaDenseBelowH200*).
+  int batch = 64;
 };
 
 // The context length (above topk, found to within one 64-token page) from which the

@@ -247,7 +247,7 @@ SIGNATURES: dict[str, list] = {
                                       _T, _T, ctypes.POINTER(MlaDsaPolicy), ctypes.POINTER(_sz)],
     "mla_dsa_decode": [_T, _T, _i32, _T, _T, ctypes.c_int64, _T, _T, _T, _T, _f32, _T, _T,
                        ctypes.POINTER(MlaDsaPolicy), _vp, _sz, _vp],
-    "mla_dsa_dense_threshold": [_cp, _cp, _cp, _cp, _i32, _i32, _i32,
+    "mla_dsa_dense_threshold": [_cp, _cp, _cp, _cp, _i32, _i32, _i32, _i32,
                                 ctypes.POINTER(ctypes.c_int64)],
     "mla_block_sparse_default_params": [_BSP],
     "mla_layer_default_config": [ctypes.POINTER(MlaLayerConfig)],

@@ -59,13 +59,13 @@ def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None, kv: str = 
 
 def dsa_dense_threshold(gpu: str = "h200", calibration: str | None = None, *, model=None,
                         kv: str = "bf16", heads: int = 128, new_tokens: int = 1,
-                        topk: int = 2048) -> int:
+                        topk: int = 2048, batch: int = 64) -> int:
     """The planner's predicted dense/DSA crossover in tokens (0: DSA never cheaper).
     calibration: the TEXT of a calibration file (docs/planner.md) or None (roofline)."""
     out = ctypes.c_int64(0)
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
     lib().call("mla_dsa_dense_threshold", enc(gpu), enc(calibration), enc(model), enc(kv),
-               int(heads), int(new_tokens), int(topk), ctypes.byref(out))
+               int(heads), int(new_tokens), int(topk), int(batch), ctypes.byref(out))
     return out.value
 
 

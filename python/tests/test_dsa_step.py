@@ -82,6 +82,12 @@ def test_threshold_and_default_policy():
     cal = Path(__file__).resolve().parents[2] / "bench/results/2026-11-29-h200-calibration.json"
     if cal.exists():  # measured fractions: sparse decode at 14% of its floor moves it up
         assert mla.dsa_dense_threshold("h200", cal.read_text()) > t
+    fit = Path(__file__).resolve().parents[2] / "bench/results/2026-11-29-h200-calibration-v2.json"
+    if fit.exists():  # per-call overheads: smaller batches move the crossover out
+        assert (mla.dsa_dense_threshold("h200", fit.read_text(), batch=4)
+                > mla.dsa_dense_threshold("h200", fit.read_text(), batch=64) > 2048)
+    with pytest.raises(mla.InvalidValueError, match="opts.batch = 0"):
+        mla.dsa_dense_threshold("h200", batch=0)
     assert mla.dsa_dense_threshold("h200", kv="fp8") > 2048
     with pytest.raises(mla.InvalidValueError, match="h999"):
         mla.dsa_dense_threshold("h999")

@@ -110,7 +110,7 @@ int32_t mla_dsa_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_for
 
 int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json, const char* model,
                                 const char* kv, int32_t heads, int32_t new_tokens, int32_t topk,
-                                int64_t* tokens) {
+                                int32_t batch, int64_t* tokens) {
   return guarded([&] {
     DsaThresholdOptions o;
     if (model != nullptr) o.model = model;
@@ -118,6 +118,7 @@ int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json, c
     o.heads = heads;
     o.new_tokens = new_tokens;
     o.topk = topk;
+    o.batch = batch;
     return dsa_dense_threshold(gpu, calibration_json, tokens, o);
   });
 }

@@ -1,7 +1,8 @@
 // The dense/DSA decode threshold the DSA step's dispatch uses (mla/dsa.hpp):
-// the planner's cost model (roofline.cpp's step_cost) for one request, dense
-// absorbed decode against indexer + top-k + sparse attention, bisected over the
-// context in 64-token pages. Batch cancels: both steps scale linearly with it.
+// the planner's cost model (roofline.cpp's step_cost) for a batch of requests,
+// dense absorbed decode against indexer + top-k + sparse attention, bisected
+// over the context in 64-token pages. On floors alone batch cancels (both steps
+// scale linearly with it); a calibration's per-call overheads make it matter.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@ Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_
                            m->heads, m->name));
   if (o.new_tokens < 1 || o.new_tokens > 4)
     return bad(fmt::format("opts.new_tokens = {} is outside [1, 4]", o.new_tokens));
+  if (o.batch < 1) return bad(fmt::format("opts.batch = {} must be at least 1", o.batch));
   if (o.topk < 64 || o.topk > 8192 || o.topk % 64 != 0)
     return bad(fmt::format("opts.topk = {} is not a multiple of 64 in [64, 8192]", o.topk));
 
@@ -69,7 +71,7 @@ Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_
   }
   const plan::Ceilings c = plan::ceilings_for(*g);
   auto dsa_cheaper = [&](int64_t L) {
-    const plan::detail::StepShape s{1, L, o.new_tokens, o.heads, 1, o.topk, false};
+    const plan::detail::StepShape s{o.batch, L, o.new_tokens, o.heads, 1, o.topk, false};
     const plan::Calibration* cp = calibrated ? &cal : nullptr;
     return plan::detail::step_cost(*m, f, true, s, c, cp).predicted_s <
            plan::detail::step_cost(*m, f, false, s, c, cp).predicted_s;

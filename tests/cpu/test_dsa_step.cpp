@@ -386,6 +386,21 @@ TEST(DsaThreshold, CalibratedAndErrors) {
   MLA_OK(dsa_dense_threshold("h200", cal, &calib));
   // Sparse attention measured at 14% of its floor vs dense at 49%: DSA pays off later.
   EXPECT_GT(calib, roof);
+  // Per-call overheads (the fitted calibration's form): the crossover moves out as the
+  // batch shrinks, since the DSA step pays three kernels' overheads against dense's one.
+  const char* with_overhead = R"({"gpu": "h200", "entries": [
+    {"kernel": "decode", "format": "bf16", "h_q": 128, "fraction_of_ceiling": 0.53, "overhead_us": 40},
+    {"kernel": "sparse_decode", "format": "bf16", "h_q": 128, "fraction_of_ceiling": 0.34, "overhead_us": 33},
+    {"kernel": "indexer", "format": "fp8", "h_q": 64, "fraction_of_ceiling": 0.71, "overhead_us": 9},
+    {"kernel": "topk", "format": "fp32", "h_q": 128, "fraction_of_ceiling": 0.07, "overhead_us": 37}]})";
+  int64_t at4 = 0, at64 = 0;
+  DsaThresholdOptions ob;
+  ob.batch = 4;
+  MLA_OK(dsa_dense_threshold("h200", with_overhead, &at4, ob));
+  ob.batch = 64;
+  MLA_OK(dsa_dense_threshold("h200", with_overhead, &at64, ob));
+  EXPECT_GT(at4, at64);
+  EXPECT_GT(at64, 2048);
   int64_t fp8 = 0;
   DsaThresholdOptions o;
   o.kv = "fp8";
@@ -408,6 +423,10 @@ TEST(DsaThreshold, CalibratedAndErrors) {
   o.heads = 0;
   expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.heads = 0"});
+  o = {};
+  o.batch = 0;
+  expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
+               {"opts.batch = 0"});
   expect_error(dsa_dense_threshold("h200", "{not json", &t), Errc::invalid_value, {});
 }
 
