@@ -5,7 +5,9 @@
 // FLOPs: attention 2*h*(192+128) per visible (query, key) pair (causal: only the
 // visible pairs, ~half), decompression 2 * 2*L*512*(h*128). Timing: CUDA events,
 // warm-up, median of N runs; the bf16 GEMM ceiling is measured in the same run.
-// Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only]
+//   --crossover: only the absorbed (mla_decode, s_q = n) vs non-absorbed (chunked
+//   prefill) sweep over n new tokens at a 4K / 32K prefix
+// Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only] [--crossover]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 #include "cuda/prefill/chunked_prefill.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
+#include "mla/decode.hpp"
 #include "mla/dims.hpp"
 
 namespace {
@@ -81,12 +84,105 @@ struct Row {
   double ms, tflops, frac_paper, frac_measured;
 };
 
+// A request with T new tokens over a P-token prefix in a paged bf16 cache (page
+// 64, scattered pages): the non-absorbed chunked prefill (chunk 16K), median ms.
+double time_chunked_prefill(int P, int T, int h, float scale, int reps) {
+  const int L = P + T, page = 64, n_pages = (L + page - 1) / page;
+  void* cache = dev_random_bf16(size_t(n_pages) * page * 576, 20 + P);
+  std::vector<int32_t> bt(n_pages);
+  for (int i = 0; i < n_pages; ++i) bt[i] = (i * 7919) % n_pages;  // scattered pages
+  // (7919 is prime and > n_pages only sometimes: fall back to identity on collisions)
+  {
+    std::vector<char> seen(n_pages, 0);
+    bool ok = true;
+    for (int x : bt) ok &= !seen[x]++;
+    if (!ok)
+      for (int i = 0; i < n_pages; ++i) bt[i] = n_pages - 1 - i;
+  }
+  int32_t* dbt;
+  BENCH_CUDA(cudaMalloc(&dbt, n_pages * 4));
+  BENCH_CUDA(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
+  void* q = dev_random_bf16(size_t(T) * h * 192, 21);
+  void* wuk = dev_random_bf16(size_t(h) * 128 * 512, 22);
+  void* wuv = dev_random_bf16(size_t(h) * 128 * 512, 23);
+  void* out;
+  float* lse;
+  BENCH_CUDA(cudaMalloc(&out, size_t(T) * h * 128 * 2));
+  BENCH_CUDA(cudaMalloc(&lse, size_t(h) * T * 4));
+  mla::cuda::ChunkedPrefillArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {T, h, 192}, mla::Device::cuda());
+  a.cache.data =
+      mla::TensorView::make(cache, mla::DType::bf16, {n_pages, page, 1, 576}, mla::Device::cuda());
+  a.cache.format = mla::KvFormat::bf16;
+  a.block_table = mla::TensorView::make(dbt, mla::DType::i32, {n_pages}, mla::Device::cuda());
+  a.seqlen = L;
+  a.w_uk = mla::TensorView::make(wuk, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
+  a.w_uv = mla::TensorView::make(wuv, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
+  a.softmax_scale = scale;
+  a.chunk_size = 16384;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {T, h, 128}, mla::Device::cuda());
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {h, T}, mla::Device::cuda());
+  size_t ws_bytes = 0;
+  BENCH_OK(mla::cuda::chunked_prefill_workspace_size(a, &ws_bytes));
+  void* ws;
+  BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  const double ms = median_ms(
+      [&] {
+        BENCH_OK(mla::cuda::chunked_prefill(a, {ws, ws_bytes}, {}));
+      },
+      reps);
+  for (void* ptr : {cache, q, wuk, wuv, out, ws}) BENCH_CUDA(cudaFree(ptr));
+  BENCH_CUDA(cudaFree(dbt));
+  BENCH_CUDA(cudaFree(lse));
+  return ms;
+}
+
+// The same request through the absorbed form: mla_decode, s_q = T, identity pages.
+double time_absorbed(int P, int T, int h, float scale, int reps) {
+  const int L = P + T, page = 64, n_pages = (L + page - 1) / page;
+  const mla::Device dev = mla::Device::cuda();
+  void* cache = dev_random_bf16(size_t(n_pages) * page * 576, 30 + P);
+  std::vector<int32_t> bt(n_pages);
+  for (int i = 0; i < n_pages; ++i) bt[i] = i;
+  int32_t *dbt, *dlen;
+  BENCH_CUDA(cudaMalloc(&dbt, n_pages * 4));
+  BENCH_CUDA(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMalloc(&dlen, 4));
+  BENCH_CUDA(cudaMemcpy(dlen, &L, 4, cudaMemcpyHostToDevice));
+  void* q = dev_random_bf16(size_t(T) * h * 576, 31);
+  void *out, *lse;
+  BENCH_CUDA(cudaMalloc(&out, size_t(T) * h * 512 * 2));
+  BENCH_CUDA(cudaMalloc(&lse, size_t(T) * h * 4));
+  mla::DecodeArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {1, T, h, 576}, dev);
+  a.kv.data = mla::TensorView::make(cache, mla::DType::bf16, {n_pages, page, 1, 576}, dev);
+  a.block_table = mla::TensorView::make(dbt, mla::DType::i32, {1, n_pages}, dev);
+  a.cache_seqlens = mla::TensorView::make(dlen, mla::DType::i32, {1}, dev);
+  a.softmax_scale = scale;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {1, T, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {1, h, T}, dev);
+  size_t ws_bytes = 0;
+  BENCH_OK(mla::decode_workspace_size(a, {}, &ws_bytes));
+  void* ws;
+  BENCH_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 256)));
+  const double ms = median_ms(
+      [&] {
+        BENCH_OK(mla::mla_decode(a, {}, mla::Workspace{ws, ws_bytes}, {}));
+      },
+      reps);
+  for (void* ptr : {cache, q, out, lse, ws}) BENCH_CUDA(cudaFree(ptr));
+  BENCH_CUDA(cudaFree(dbt));
+  BENCH_CUDA(cudaFree(dlen));
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
   bool mma_sync_only = false;  // fallback run: the wgmma kernel is not used
+  bool crossover = false;      // only the absorbed vs non-absorbed sweep
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json_path = argv[++i];
@@ -94,6 +190,8 @@ int main(int argc, char** argv) {
       quick = true;
     else if (!std::strcmp(argv[i], "--mma-sync-only"))
       mma_sync_only = true;
+    else if (!std::strcmp(argv[i], "--crossover"))
+      crossover = true;
   }
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -137,7 +235,9 @@ int main(int argc, char** argv) {
   };
 
   // ---- attention alone, and decompression + attention ----
-  std::vector<int> lens = quick ? std::vector<int>{8192} : std::vector<int>{8192, 16384, 32768};
+  std::vector<int> lens = crossover ? std::vector<int>{}
+                          : quick   ? std::vector<int>{8192}
+                                    : std::vector<int>{8192, 16384, 32768};
   for (int L : lens) {
     const size_t nq = size_t(L) * h * 192, nkv = size_t(L) * h * 128;
     void* q = dev_random_bf16(nq, 10 + L);
@@ -213,61 +313,35 @@ int main(int argc, char** argv) {
   }
 
   // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
-  std::vector<int> prefixes = quick || mma_sync_only ? std::vector<int>{}  // chunked uses wgmma
-                                                     : std::vector<int>{0, 16384, 65536};
+  std::vector<int> prefixes = quick || mma_sync_only || crossover
+                                  ? std::vector<int>{}  // chunked uses wgmma
+                                  : std::vector<int>{0, 16384, 65536};
   for (int P : prefixes) {
-    const int T = 4096, L = P + T, page = 64, n_pages = (L + page - 1) / page;
-    void* cache = dev_random_bf16(size_t(n_pages) * page * 576, 20 + P);
-    std::vector<int32_t> bt(n_pages);
-    for (int i = 0; i < n_pages; ++i) bt[i] = (i * 7919) % n_pages;  // scattered pages
-    // (7919 is prime and > n_pages only sometimes: fall back to identity on collisions)
-    {
-      std::vector<char> seen(n_pages, 0);
-      bool ok = true;
-      for (int x : bt) ok &= !seen[x]++;
-      if (!ok)
-        for (int i = 0; i < n_pages; ++i) bt[i] = n_pages - 1 - i;
-    }
-    int32_t* dbt;
-    BENCH_CUDA(cudaMalloc(&dbt, n_pages * 4));
-    BENCH_CUDA(cudaMemcpy(dbt, bt.data(), n_pages * 4, cudaMemcpyHostToDevice));
-    void* q = dev_random_bf16(size_t(T) * h * 192, 21);
-    void* wuk = dev_random_bf16(size_t(h) * 128 * 512, 22);
-    void* wuv = dev_random_bf16(size_t(h) * 128 * 512, 23);
-    void* out;
-    float* lse;
-    BENCH_CUDA(cudaMalloc(&out, size_t(T) * h * 128 * 2));
-    BENCH_CUDA(cudaMalloc(&lse, size_t(h) * T * 4));
-    mla::cuda::ChunkedPrefillArgs a;
-    a.q = mla::TensorView::make(q, mla::DType::bf16, {T, h, 192}, mla::Device::cuda());
-    a.cache.data = mla::TensorView::make(cache, mla::DType::bf16, {n_pages, page, 1, 576},
-                                         mla::Device::cuda());
-    a.cache.format = mla::KvFormat::bf16;
-    a.block_table = mla::TensorView::make(dbt, mla::DType::i32, {n_pages}, mla::Device::cuda());
-    a.seqlen = L;
-    a.w_uk = mla::TensorView::make(wuk, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
-    a.w_uv = mla::TensorView::make(wuv, mla::DType::bf16, {h, 128, 512}, mla::Device::cuda());
-    a.softmax_scale = scale;
-    a.chunk_size = 16384;
-    a.out = mla::TensorView::make(out, mla::DType::bf16, {T, h, 128}, mla::Device::cuda());
-    a.lse = mla::TensorView::make(lse, mla::DType::f32, {h, T}, mla::Device::cuda());
-    size_t ws_bytes = 0;
-    BENCH_OK(mla::cuda::chunked_prefill_workspace_size(a, &ws_bytes));
-    void* ws;
-    BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+    const int T = 4096, L = P + T;
     const double flops =
         2.0 * h * (192 + 128) * causal_pairs(T, L) + 2.0 * 2.0 * L * 512.0 * h * 128;
     add("prefill-chunked", "4K new + " + std::to_string(P / 1024) + "K prefix (chunk 16K)",
-        median_ms(
-            [&] {
-              BENCH_OK(mla::cuda::chunked_prefill(a, {ws, ws_bytes}, {}));
-            },
-            11),
-        flops);
-    for (void* ptr : {cache, q, wuk, wuv, out, ws}) BENCH_CUDA(cudaFree(ptr));
-    BENCH_CUDA(cudaFree(dbt));
-    BENCH_CUDA(cudaFree(lse));
+        time_chunked_prefill(P, T, h, scale, 11), flops);
   }
+
+  // ---- absorbed vs non-absorbed: n new tokens of one request over a P-token prefix ----
+  // Non-absorbed: chunked_prefill (decompress the whole cache, causal MHA). Absorbed:
+  // mla_decode with s_q = n over the same paged cache (the W_UK / W_UV products of the
+  // n tokens, ~0.07 GFLOP each, are left out of both). The crossover is the n where
+  // the two times cross; the planner prices it (docs/planner.md, "attention form").
+  if (crossover)
+    for (int P : {4096, 32768})
+      for (int n : {8, 16, 32, 64, 128, 256}) {
+        const double non_abs = time_chunked_prefill(P, n, h, scale, 7);
+        const double abs = time_absorbed(P, n, h, scale, 7);
+        const std::string shape = std::to_string(n) + " new + " + std::to_string(P / 1024) + "K";
+        const double L = P + n;
+        add("crossover-nonabsorbed", shape, non_abs,
+            2.0 * h * (192 + 128) * causal_pairs(n, L) + 2.0 * 2.0 * L * 512.0 * h * 128);
+        add("crossover-absorbed", shape, abs, 2.0 * h * (576 + 512) * causal_pairs(n, L));
+        std::printf("%-25s %-28s absorbed/non-absorbed time %.2f -> %s\n", "crossover",
+                    shape.c_str(), abs / non_abs, abs < non_abs ? "absorbed" : "non-absorbed");
+      }
 
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");

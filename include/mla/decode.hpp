@@ -11,10 +11,11 @@ namespace mla {
 
 // What the CUDA kernels take: h_q in {16, 32, 64, 128} and 1 <= s_q <=
 // kCudaDecodeMaxSq. The s_q * h_q query rows of a request run in 64-row blocks
-// over the same keys, so any s_q works; past 64 new tokens (8192 rows at 128
-// heads) a request is prefill, where the non-absorbed path (mla/prefill.hpp)
-// or sparse prefill does far less work per token. The CPU reference takes any.
-inline constexpr int kCudaDecodeMaxSq = 64;
+// over the same keys, so any s_q works (speculative drafts, small prefill
+// chunks in the absorbed form); 256 bounds the scratch (partial outputs grow
+// with s_q * h_q) well past the absorbed/non-absorbed crossover, where many new
+// tokens are cheaper through mla/prefill.hpp. The CPU reference takes any.
+inline constexpr int kCudaDecodeMaxSq = 256;
 
 // Shapes (B requests, s_q new tokens each, h_q heads):
 //   q             [B, s_q, h_q, 576]  bf16 (CUDA); bf16 or f32 (CPU)
