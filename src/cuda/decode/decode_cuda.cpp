@@ -11,6 +11,7 @@
 
 #include "common/validate.hpp"
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/tma_map.hpp"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_wgmma.hpp"
 
@@ -31,7 +32,7 @@ size_t align_up(size_t x) {
 // not take; or a version of the wgmma kernel (decode_wgmma.hpp).
 struct MainKernel {
   bool mma = true;
-  WgmmaVersion wgmma = WgmmaVersion::v6;
+  WgmmaVersion wgmma = WgmmaVersion::v8;
 };
 
 struct Geometry {
@@ -111,25 +112,36 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // Its "v6" form (same kernel; the fp8 producer keeps the next tile's loads in
 // flight; bf16 identical) passed WgmmaGpu.* + DecodeGpu.* forced and racecheck,
 // and measured 1.12x (h16 L32K) and 1.10x (h128 L32K) of v4 on fp8 caches
-// (docs/perf-log.md v6): it is the default.
+// (docs/perf-log.md v6). Its "v8" form (bf16 whole tiles by TMA when
+// page_size % 64 == 0; otherwise, and for fp8, v6) passed WgmmaGpu.* +
+// DecodeGpu.* forced and racecheck, and measured 1.06-1.26x of v6 on every
+// bf16 shape of `mla bench decode --suite all` (fp8: the same kernel) (docs/
+// perf-log.md v7, step 4): it is the default.
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
 // build): mma (v1), wgmma or v4 (v4's fp8 producer), v6, v7 (bf16: S split
-// over the dims, docs/perf-log.md v7; fp8: v6); in builds with
-// MLA_DECODE_STAMPS also v4stamps / v7stamps (bf16 phase cycles printed).
+// over the dims; fp8: v6), v7b (v7 + lazy O rescale), v8 (v6 + TMA tiles),
+// v8b (v7b + TMA tiles), docs/perf-log.md v7; in builds with
+// MLA_DECODE_STAMPS also v4stamps, v7stamps, v7bstamps, v8stamps, v8bstamps
+// (bf16 phase cycles printed).
 // (v5, P.V(j) and S(j+1) back to back, passed every GPU test but measured
 // 0.96-1.02x of v4 (docs/perf-log.md v5): removed, the experiment stays in
 // the log and in git history.)
 MainKernel wgmma_kernel_choice() {
-  MainKernel k{.mma = false, .wgmma = WgmmaVersion::v6};
+  MainKernel k{.mma = false, .wgmma = WgmmaVersion::v8};
   if (const char* env = std::getenv("MLA_DECODE_KERNEL")) {
     if (std::strcmp(env, "mma") == 0) k.mma = true;
     if (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "v4") == 0) k.wgmma = WgmmaVersion::v4;
+    if (std::strcmp(env, "v6") == 0) k.wgmma = WgmmaVersion::v6;
     if (std::strcmp(env, "v7") == 0) k.wgmma = WgmmaVersion::v7;
     if (std::strcmp(env, "v7b") == 0) k.wgmma = WgmmaVersion::v7b;
+    if (std::strcmp(env, "v8") == 0) k.wgmma = WgmmaVersion::v8;
+    if (std::strcmp(env, "v8b") == 0) k.wgmma = WgmmaVersion::v8b;
 #ifdef MLA_DECODE_STAMPS
     if (std::strcmp(env, "v4stamps") == 0) k.wgmma = WgmmaVersion::v4_stamps;
     if (std::strcmp(env, "v7stamps") == 0) k.wgmma = WgmmaVersion::v7_stamps;
     if (std::strcmp(env, "v7bstamps") == 0) k.wgmma = WgmmaVersion::v7b_stamps;
+    if (std::strcmp(env, "v8stamps") == 0) k.wgmma = WgmmaVersion::v8_stamps;
+    if (std::strcmp(env, "v8bstamps") == 0) k.wgmma = WgmmaVersion::v8b_stamps;
 #endif
   }
   return k;
@@ -284,9 +296,20 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   if (g.kernel.mma)
     MLA_CUDA_TRY(launch_decode_main(p, g.row_tiles, fp8, g.row_blocks, stream),
                  "decode_main_kernel launch");
-  else
-    MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream, g.kernel.wgmma),
+  else {
+    // TMA tiles (v8): a 64-key tile must be one page, and the driver must
+    // accept the cache's layout; otherwise the version's cp.async twin runs.
+    const WgmmaVersion v = g.kernel.wgmma;
+    const bool wants_tma = v == WgmmaVersion::v8 || v == WgmmaVersion::v8b ||
+                           v == WgmmaVersion::v8_stamps || v == WgmmaVersion::v8b_stamps;
+    CUtensorMap kv_map;
+    const bool tma = wants_tma && !fp8 && p.page_size % 64 == 0 &&
+                     encode_kv_bf16_map(&kv_map, p.kv, p.num_pages, p.page_size,
+                                        p.token_stride_bytes, p.page_stride_bytes);
+    MLA_CUDA_TRY(launch_decode_main_wgmma(p, fp8, g.row_blocks, stream, g.kernel.wgmma,
+                                          tma ? &kv_map : nullptr),
                  "decode_wgmma_kernel launch");
+  }
   MLA_CUDA_TRY(launch_decode_combine(p, stream), "decode_combine_kernel launch");
   return Status::Ok();
 }

@@ -11,47 +11,56 @@ size_t wgmma_kernel_smem_bytes() {
   return v4::kSmemBytes;
 }
 
+namespace {
+// A version's bf16 kernel; fp8 caches run v6's kernel for every version from v6 on.
+template <v4::Variant kBf16, v4::Variant kFp8 = v4::kV6>
+cudaError_t launch_version(const DecodeParams& p, bool fp8, int row_blocks, cudaStream_t stream,
+                           const CUtensorMap& map) {
+  return fp8 ? v4::launch_wgmma<true, kFp8, PagedKeys>(p, row_blocks, stream, map)
+             : v4::launch_wgmma<false, kBf16, PagedKeys>(p, row_blocks, stream, map);
+}
+}  // namespace
+
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream, WgmmaVersion version) {
-  using v4::launch_wgmma;
+                                     cudaStream_t stream, WgmmaVersion version,
+                                     const CUtensorMap* kv_map) {
+  using namespace v4;
+  const CUtensorMap map = kv_map ? *kv_map : CUtensorMap{};
+  const bool tma = kv_map != nullptr;  // the TMA versions without a map run their cp.async twin
   switch (version) {
+    case WgmmaVersion::v4: return launch_version<kV4, kV4>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v6: return launch_version<kV4>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v7: return launch_version<kV7>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v7b:
+      return launch_version<kV7 | kLazyRescale>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v8:
+      return tma ? launch_version<kV4 | kTmaKv>(p, fp8, row_blocks, stream, map)
+                 : launch_version<kV4>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v8b:
+      return tma ? launch_version<kV7 | kLazyRescale | kTmaKv>(p, fp8, row_blocks, stream, map)
+                 : launch_version<kV7 | kLazyRescale>(p, fp8, row_blocks, stream, map);
 #ifdef MLA_DECODE_STAMPS
     // Diagnostics builds only: bf16 with stamps; fp8 runs the unstamped kernel.
     case WgmmaVersion::v4_stamps:
-      if (!fp8) {
-        return launch_wgmma<false, v4::kV4 | v4::kStamps, PagedKeys>(p, row_blocks, stream);
-      }
-      return launch_wgmma<true, v4::kV4, PagedKeys>(p, row_blocks, stream);
+      return launch_version<kV4 | kStamps, kV4>(p, fp8, row_blocks, stream, map);
     case WgmmaVersion::v7_stamps:
-      if (!fp8) {
-        return launch_wgmma<false, v4::kV7 | v4::kStamps, PagedKeys>(p, row_blocks, stream);
-      }
-      return launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream);
+      return launch_version<kV7 | kStamps>(p, fp8, row_blocks, stream, map);
     case WgmmaVersion::v7b_stamps:
-      if (!fp8) {
-        return launch_wgmma<false, v4::kV7 | v4::kLazyRescale | v4::kStamps, PagedKeys>(
-            p, row_blocks, stream);
-      }
-      return launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream);
+      return launch_version<kV7 | kLazyRescale | kStamps>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v8_stamps:
+      if (!tma) return cudaErrorNotSupported;
+      return launch_version<kV4 | kTmaKv | kStamps>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v8b_stamps:
+      if (!tma) return cudaErrorNotSupported;
+      return launch_version<kV7 | kLazyRescale | kTmaKv | kStamps>(p, fp8, row_blocks, stream, map);
 #else
     case WgmmaVersion::v4_stamps:
     case WgmmaVersion::v7_stamps:
     case WgmmaVersion::v7b_stamps:
+    case WgmmaVersion::v8_stamps:
+    case WgmmaVersion::v8b_stamps:
       return cudaErrorNotSupported;  // decode_cuda.cpp offers them only with MLA_DECODE_STAMPS
 #endif
-    case WgmmaVersion::v4:
-      return fp8 ? launch_wgmma<true, v4::kV4, PagedKeys>(p, row_blocks, stream)
-                 : launch_wgmma<false, v4::kV4, PagedKeys>(p, row_blocks, stream);
-    case WgmmaVersion::v6:  // bf16: v4's kernel
-      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
-                 : launch_wgmma<false, v4::kV4, PagedKeys>(p, row_blocks, stream);
-    case WgmmaVersion::v7:  // fp8: v6's kernel
-      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
-                 : launch_wgmma<false, v4::kV7, PagedKeys>(p, row_blocks, stream);
-    case WgmmaVersion::v7b:  // fp8: v6's kernel
-      return fp8 ? launch_wgmma<true, v4::kV6, PagedKeys>(p, row_blocks, stream)
-                 : launch_wgmma<false, v4::kV7 | v4::kLazyRescale, PagedKeys>(p, row_blocks,
-                                                                              stream);
   }
   return cudaErrorInvalidValue;
 }

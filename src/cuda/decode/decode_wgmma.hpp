@@ -3,6 +3,7 @@
 // mma.sync kernel (grid (p.num_workers, row_blocks) with row_blocks =
 // ceil(rows / 64)).
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -19,9 +20,24 @@ size_t wgmma_kernel_smem_bytes();
 // S splits the 576 dims between the math warpgroups (bf16; fp8: v6). The *_stamps
 // forms (bf16 only; builds with MLA_DECODE_STAMPS) print per-phase cycles.
 // v7b: v7 that skips the O rescale where no row max of a warp moved.
-enum class WgmmaVersion { v4, v6, v7, v7b, v4_stamps, v7_stamps, v7b_stamps };
+// v8 / v8b: v6 / v7b whose bf16 producer loads whole tiles by TMA through
+// kv_map (tma_map.hpp; nullptr, e.g. page_size % 64 != 0: their cp.async twins).
+enum class WgmmaVersion {
+  v4,
+  v6,
+  v7,
+  v7b,
+  v8,
+  v8b,
+  v4_stamps,
+  v7_stamps,
+  v7b_stamps,
+  v8_stamps,
+  v8b_stamps
+};
 cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_blocks,
-                                     cudaStream_t stream, WgmmaVersion version);
+                                     cudaStream_t stream, WgmmaVersion version,
+                                     const CUtensorMap* kv_map);
 // The same kernel with the Indexed key source (sparse decode): p carries
 // tokens_per_batch > 0, indices, num_slots and token_len (decode_traits.hpp).
 // fp8_prefetch (fp8 caches only): v6's producer; false: v4's.

@@ -8,9 +8,10 @@ namespace mla::cuda::decode {
 cudaError_t launch_decode_main_wgmma_indexed(const DecodeParams& p, bool fp8, int row_blocks,
                                              cudaStream_t stream, bool fp8_prefetch) {
   using v4::launch_wgmma;
-  if (!fp8) return launch_wgmma<false, v4::kV4, IndexedKeys>(p, row_blocks, stream);
-  return fp8_prefetch ? launch_wgmma<true, v4::kV6, IndexedKeys>(p, row_blocks, stream)
-                      : launch_wgmma<true, v4::kV4, IndexedKeys>(p, row_blocks, stream);
+  const CUtensorMap none{};  // no TMA on indexed keys
+  if (!fp8) return launch_wgmma<false, v4::kV4, IndexedKeys>(p, row_blocks, stream, none);
+  return fp8_prefetch ? launch_wgmma<true, v4::kV6, IndexedKeys>(p, row_blocks, stream, none)
+                      : launch_wgmma<true, v4::kV4, IndexedKeys>(p, row_blocks, stream, none);
 }
 
 }  // namespace mla::cuda::decode

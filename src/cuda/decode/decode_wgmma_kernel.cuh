@@ -25,7 +25,8 @@
 // dequantisation.
 // Variants (template argument Variant, docs/perf-log.md v4/v6/v7): the fp8
 // producer with the next tile in flight (v6), S with the 576 dims split
-// between the math warpgroups (v7), and phase stamps (diagnostics).
+// between the math warpgroups (v7), the lazy O rescale (v7b), bf16 tiles by
+// TMA (v8, the default), and phase stamps (diagnostics).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -36,6 +37,7 @@
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/decode/decode_keys.cuh"
 #include "cuda/decode/decode_traits.hpp"
@@ -50,6 +52,7 @@ inline constexpr Variant kFp8Prefetch = 1;  // fp8 producer keeps the next tile 
 inline constexpr Variant kSplitK = 2;       // S: each warpgroup all 64 keys, half the dims ("v7")
 inline constexpr Variant kStamps = 4;  // clock64 phase stamps printed per CTA (MLA_DECODE_STAMPS)
 inline constexpr Variant kLazyRescale = 8;  // skip O *= alpha where no row max of the warp moved
+inline constexpr Variant kTmaKv = 16;       // bf16 whole tiles by TMA, one producer thread ("v8")
 inline constexpr Variant kV4 = 0, kV6 = kFp8Prefetch, kV7 = kFp8Prefetch | kSplitK;
 
 inline constexpr int kM = 64;                             // query rows per CTA (wgmma M)
@@ -94,8 +97,9 @@ static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
 // Named barriers of the two math warpgroups (0 is __syncthreads); kBarX and
-// kBarY frame the split-K exchange of S (v7).
-inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarX = 4, kBarY = 5;
+// kBarY frame the split-K exchange of S (v7); kBarProd: the producer
+// warpgroup's threads before its one arrive on `full` (TMA kernels).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarX = 4, kBarY = 5, kBarProd = 6;
 
 // Byte offset of 16-byte chunk q (0..71) of row r in a 64-row SW128 tile.
 __device__ __forceinline__ uint32_t tile_off(int r, int q) {
@@ -249,6 +253,40 @@ __device__ __forceinline__ void s_exchange(float (&s)[4][4], const float (&acc)[
   }
 }
 
+// ---- bf16 tiles by TMA ("v8") ----
+// The stamps of v4-v7 show the math warpgroups' shared-memory and shuffle
+// phases (row max, P stores, the split-K exchange) far slower than their
+// instruction counts, beside a producer whose 36 cp.async per thread per tile
+// take ~3200 of a tile's ~5250 cycles to issue. Here one producer thread
+// loads a whole tile with 9 bulk tensor copies (64 tokens x 64 dims, 8 KB,
+// 128-byte swizzle = the SW128 block layout), completing on the stage's full
+// barrier by transaction bytes. Only tiles whose 64 keys are all valid go by
+// TMA (the host passes a map only when page_size % 64 == 0, so such a tile is
+// one page); partial tiles keep v4's cp.async path with its zero-fill.
+// A bad page id: flag set, no copy, the stage keeps stale bytes (the
+// request's rows are NaN anyway). The fence orders the math warpgroups' earlier
+// generic accesses to the stage (v7's exchange) before the async-proxy writes.
+__device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CUtensorMap* map,
+                                                 uint8_t* stage, int* flags, uint64_t* full, int b,
+                                                 int tile) {
+  const int key0 = tile * kTileKeys;
+  const int page_idx = key0 / p.page_size;
+  const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
+  const bool bad = page < 0 || page >= p.num_pages;
+  flags[0] = bad ? 1 : 0;
+  flags[1] = flags[2] = flags[3] = 0;
+  if (bad) {
+    ptx::mbar_arrive(full);
+    return;
+  }
+  wgmma::fence_proxy_async();
+  ptx::mbar_arrive_tx(full, kTileBytes);
+#pragma unroll
+  for (int kb = 0; kb < kBlocks; ++kb)
+    ptx::tma_load_3d(stage + kb * kBlockBytes, map, kb * 64, key0 - page_idx * p.page_size, page,
+                     full);
+}
+
 // ---- phase stamps (diagnostics, Variant::stamps) ----
 // Cycles per phase summed over a thread's tiles; lap(i) charges the time
 // since the previous lap to phase i. Without stamps: no members, no code.
@@ -399,11 +437,14 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
 
 // kV: the version's producers and stamps (Variant). KeySrc: PagedKeys (dense
 // decode) or IndexedKeys (sparse decode), decode_keys.cuh.
+// kv_map: the bf16 cache's tensor map (kTmaKv only; unread otherwise).
 template <bool kFp8, Variant kV = kV4, class KeySrc = PagedKeys>
-__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_wgmma_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kPrefetch = kFp8 && (kV & kFp8Prefetch) != 0;
   constexpr bool kSplit = (kV & kSplitK) != 0;
   constexpr bool kLazy = (kV & kLazyRescale) != 0;
+  constexpr bool kTma = !kFp8 && !KeySrc::kIndexed && (kV & kTmaKv) != 0;
   constexpr bool kStamped = (kV & kStamps) != 0;
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sQ = smem + kQOff;
@@ -420,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
   if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 128);            // every producer thread arrives
-      ptx::mbar_init(&empty[s], kMathThreads);  // every math thread arrives
+      ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
+      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
     }
     ptx::mbar_fence_init();
   }
@@ -451,6 +492,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
         clk.lap(kPEmpty);
         uint8_t* stage = sKv + st * kTileBytes;
         const int tile = pc.tile_begin + it;
+        if constexpr (kTma) {
+          if ((tile + 1) * kTileKeys <= in.key_end) {  // uniform over the warpgroup
+            if (ptid == 0)
+              produce_tile_tma(p, &kv_map, stage, sFlag + st * 4, &full[st], in.b, tile);
+            // Keeps the idle threads within one tile of thread 0: a parity
+            // wait on `empty` must not see its barrier two phases ahead.
+            ptx::named_barrier_sync(kBarProd, 128);
+            clk.lap(kPIssue);
+            continue;
+          }
+        }
         const bool bit = produce_tile<kFp8, KeySrc>(p, stage, in.b, tile, in.key_end, ptid);
         const int flag = KeySrc::stage_flag(bit);
         if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
@@ -460,7 +512,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
           ptx::cp_async_wait<0>();
         }
         wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
-        ptx::mbar_arrive(&full[st]);
+        if constexpr (kTma) {        // one arrive (the barrier's count): after all threads' writes
+          ptx::named_barrier_sync(kBarProd, 128);
+          if (ptid == 0) ptx::mbar_arrive(&full[st]);
+        } else {
+          ptx::mbar_arrive(&full[st]);
+        }
       }
     }
     clk.lap(kPLand);
@@ -715,13 +772,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(const DecodeP
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
 template <bool kFp8, Variant kV, class KeySrc>
-cudaError_t launch_wgmma(const DecodeParams& p, int row_blocks, cudaStream_t stream) {
+cudaError_t launch_wgmma(const DecodeParams& p, int row_blocks, cudaStream_t stream,
+                         const CUtensorMap& kv_map) {
   auto* kernel = decode_wgmma_kernel<kFp8, kV, KeySrc>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p);
+  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
   return cudaGetLastError();
 }
 
