@@ -93,6 +93,40 @@ void fill(void* p, int64_t n, int kind, uint64_t seed) {
   BENCH_CUDA(cudaGetLastError());
 }
 
+// The SM clock now: clock64 ticks of one thread over 20 us of globaltimer.
+__global__ void clock_probe_kernel(double* mhz) {
+  uint64_t g0, g1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+  const long long c0 = clock64();
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+  while (g1 - g0 < 20000);
+  *mhz = double(clock64() - c0) * 1e3 / double(g1 - g0);
+}
+double sm_clock_mhz() {
+  static double* d = static_cast<double*>(dalloc(sizeof(double)));
+  double h = 0;
+  clock_probe_kernel<<<1, 1>>>(d);
+  BENCH_CUDA(cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost));
+  return h;
+}
+// Every SM busy with FMAs for `ms` milliseconds: the clocks ramp up under load
+// (short suites otherwise run at whatever clock the idle GPU is at).
+__global__ void busy_kernel(float* sink, uint64_t ns) {
+  uint64_t g0, g;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+  float x = threadIdx.x;
+  do {
+    for (int i = 0; i < 256; ++i) x = fmaf(x, 0.999f, 0.5f);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+  } while (g - g0 < ns);
+  if (x == 1.2345f) *sink = x;
+}
+void warm_gpu(int ms) {
+  static float* sink = static_cast<float*>(dalloc(4));
+  busy_kernel<<<132 * 8, 256>>>(sink, uint64_t(ms) * 1000000);
+  BENCH_CUDA(cudaDeviceSynchronize());
+}
+
 struct Timer {
   void* flush = dalloc(size_t(256) << 20);
   cudaEvent_t a, b;
@@ -198,7 +232,10 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
       cudaFree(logits);
 }
 
-double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0) {
+// algo 2: the streaming kernel (default); 1: the three-pass kernel it
+// replaced. variant: TopkParams::timing_variant (stages of the algo).
+double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0,
+                  int algo = 2) {
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
@@ -206,14 +243,23 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int
   p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
   p.out_stride = k;
   p.timing_variant = variant;
+  p.algo = algo;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_topk(p, nullptr)); });
+  const char* stage = algo == 1 ? (variant == 1   ? " pass1 only"
+                                   : variant == 2 ? " pass1 no-conflict"
+                                   : variant == 3 ? " pass1+2 only"
+                                                  : "")
+                                : (variant == 1   ? " pass1 only"
+                                   : variant == 3 ? " to end of pass2 (no sort)"
+                                   : variant == 4 ? " pass2 forward order"
+                                   : variant == 5 ? " L2 hints"
+                                   : variant == 6 ? " pass1 copies only"
+                                   : variant == 7 ? " to digit exchange"
+                                   : variant == 8 ? " shared-memory sort of the pool"
+                                                  : "");
   if (print)
-    report(variant ? "topk-stage" : "topk",
-           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) +
-               (variant == 1   ? " pass1 only"
-                : variant == 2 ? " pass1 no-conflict"
-                : variant == 3 ? " pass1+2 only"
-                               : ""),
+    report(std::string(variant ? "topk-stage" : "topk") + (algo == 1 ? "-v1" : ""),
+           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + stage,
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -392,10 +438,21 @@ int main(int argc, char** argv) {
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
-    bench_topk(tm, 128, 131072, 2048);
-    for (int v : {1, 2, 3}) bench_topk(tm, 128, 131072, 2048, true, v);  // where the time goes
-    bench_topk(tm, 4096, 32768, 2048);
-    bench_topk(tm, 1, 262144, 2048);
+    // As run before (the GPU as the previous suite left it, often idle
+    // clocks), then after a warm-up; the SM clock read around both.
+    std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
+    for (int algo : {1, 2}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);  // same run
+    std::printf("sm clock after: %.0f MHz; warming up 400 ms\n", sm_clock_mhz());
+    warm_gpu(400);
+    std::printf("sm clock warm: %.0f MHz\n", sm_clock_mhz());
+    for (int algo : {1, 2}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
+    for (int v : {6, 1, 7, 3, 8, 4, 5})
+      bench_topk(tm, 128, 131072, 2048, true, v);  // where the time goes
+    for (int algo : {1, 2}) {
+      bench_topk(tm, 4096, 32768, 2048, true, 0, algo);
+      bench_topk(tm, 1, 262144, 2048, true, 0, algo);
+    }
+    std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }
   if (want("sparse-decode")) {
     for (bool fp8 : {true, false})
@@ -433,8 +490,7 @@ int main(int argc, char** argv) {
       for (int64_t L : {8192L, 32768L, 131072L}) {
         bench_indexer_decode(tm, B, 1, L);
         bench_topk(tm, B, L, 2048);
-        for (bool fp8 : {false, true})
-          bench_sparse(tm, "sparse-decode", B, 1, 128, L, 2048, fp8);
+        for (bool fp8 : {false, true}) bench_sparse(tm, "sparse-decode", B, 1, 128, L, 2048, fp8);
       }
   if (want("dsa-step"))
     for (bool fp8 : {false, true})

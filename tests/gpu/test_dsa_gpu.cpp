@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -66,8 +67,10 @@ TEST(DsaGpu, IndexerAppendMatchesReferenceBytes) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const int64_t pages = 7, T = 300;
     HostTensor keys = random_tensor(rng, dt, {T, 128}, -5, 5);
-    for (int64_t i = 0; i < 128; ++i) keys.set(5 * 128 + i, 0.0);  // an all-zero key: the 1e-4 floor
-    for (int64_t i = 0; i < 128; ++i) keys.set(6 * 128 + i, keys.get(6 * 128 + i) * 1e6);  // clamps nothing, big scale
+    for (int64_t i = 0; i < 128; ++i)
+      keys.set(5 * 128 + i, 0.0);  // an all-zero key: the 1e-4 floor
+    for (int64_t i = 0; i < 128; ++i)
+      keys.set(6 * 128 + i, keys.get(6 * 128 + i) * 1e6);  // clamps nothing, big scale
     HostTensor slots(DType::i64, {T});
     std::vector<int64_t> perm(pages * 64);
     std::iota(perm.begin(), perm.end(), 0);
@@ -78,7 +81,8 @@ TEST(DsaGpu, IndexerAppendMatchesReferenceBytes) {
     HostTensor got = ref;
     ASSERT_MLA_OK(append_indexer_keys({keys.view(), slots.view(), IndexerCacheView{ref.view()}}));
     DeviceBuffer dk(keys), ds(slots), dc(got);
-    ASSERT_MLA_OK(cuda::append_indexer_keys({dk.view(keys), ds.view(slots), IndexerCacheView{dc.view(got)}}, {}));
+    ASSERT_MLA_OK(cuda::append_indexer_keys(
+        {dk.view(keys), ds.view(slots), IndexerCacheView{dc.view(got)}}, {}));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dc.to_host(got);
     EXPECT_TRUE(same_bytes(ref, got)) << "dtype " << dtype_name(dt);
@@ -95,7 +99,8 @@ TEST(DsaGpu, IndexerQueryQuantisationMatchesReference) {
     HostTensor q8g = q8r, wfg = wfr;
     ASSERT_MLA_OK(quantize_indexer_query({q.view(), w.view(), q8r.view(), wfr.view()}));
     DeviceBuffer dq(q), dw(w), dq8(q8g), dwf(wfg);
-    ASSERT_MLA_OK(cuda::quantize_indexer_query({dq.view(q), dw.view(w), dq8.view(q8g), dwf.view(wfg)}, {}));
+    ASSERT_MLA_OK(
+        cuda::quantize_indexer_query({dq.view(q), dw.view(w), dq8.view(q8g), dwf.view(wfg)}, {}));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dq8.to_host(q8g), dwf.to_host(wfg);
     EXPECT_TRUE(same_bytes(q8r, q8g));
@@ -115,8 +120,10 @@ void expect_logits_close(const HostTensor& ref, const HostTensor& got, const cha
   int64_t bad = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     const double r = ref.get(i), g = got.get(i);
-    const bool ok = std::isinf(r) ? (r == g) : (std::isfinite(g) && std::fabs(g - r) <= 2e-5 * scale);
-    if (!ok && bad++ < 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
+    const bool ok =
+        std::isinf(r) ? (r == g) : (std::isfinite(g) && std::fabs(g - r) <= 2e-5 * scale);
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
   }
   EXPECT_EQ(bad, 0) << what;
 }
@@ -134,9 +141,11 @@ void expect_logits_close_abs(const HostTensor& ref, const HostTensor& absref, co
   int64_t bad = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     const double r = ref.get(i), g = got.get(i);
-    const bool ok = std::isinf(r) ? (r == g)
-                                  : (std::isfinite(g) && std::fabs(g - r) <= 0x1p-10 * absref.get(i) + 1e-30);
-    if (!ok && bad++ < 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
+    const bool ok = std::isinf(r)
+                        ? (r == g)
+                        : (std::isfinite(g) && std::fabs(g - r) <= 0x1p-10 * absref.get(i) + 1e-30);
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
   }
   EXPECT_EQ(bad, 0) << what;
 }
@@ -158,7 +167,8 @@ HostTensor abs_indexer_cache(const HostTensor& cache) {
   for (int64_t pg = 0; pg < cache.shape[0]; ++pg) {
     uint8_t* page = b + pg * IndexerCacheLayout::kPageBytes;
     for (int i = 0; i < 64 * 128; ++i) page[i] &= 0x7f;
-    for (int i = 0; i < 64; ++i) page[64 * 128 + 4 * i + 3] &= 0x7f;  // fp32 sign bit (little-endian)
+    for (int i = 0; i < 64; ++i)
+      page[64 * 128 + 4 * i + 3] &= 0x7f;  // fp32 sign bit (little-endian)
   }
   return a;
 }
@@ -185,16 +195,20 @@ TEST(DsaGpu, IndexerLogitsDecodeMatchesReference) {
     HostTensor ref(DType::f32, {B, s_q, max_len});
     ref.poison();
     HostTensor got = ref;
-    ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens_t.view(), ref.view()}));
+    ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
+                                         bt.view(), lens_t.view(), ref.view()}));
     DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t), dout(got);
     dout.poison();
-    ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)}, dbt.view(bt),
-                                        dl.view(lens_t), dout.view(got)}, {}));
+    ASSERT_MLA_OK(
+        cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)},
+                                     dbt.view(bt), dl.view(lens_t), dout.view(got)},
+                                    {}));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     dout.to_host(got);
     HostTensor absref = ref;
     const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
-    ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(), lens_t.view(), absref.view()}));
+    ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
+                                         bt.view(), lens_t.view(), absref.view()}));
     expect_logits_close_abs(ref, absref, got, ("decode s_q " + std::to_string(s_q)).c_str());
   }
 }
@@ -216,11 +230,13 @@ TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
   HostTensor ref(DType::f32, {T, N});
   ref.poison();
   HostTensor got = ref;
-  ASSERT_MLA_OK(indexer_logits_prefill({q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
+  ASSERT_MLA_OK(indexer_logits_prefill(
+      {q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
   DeviceBuffer dq(q8), dw(w), dk(k8), dks(ks), dst(kst), den(ken), dout(got);
   dout.poison();
-  ASSERT_MLA_OK(cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks), dst.view(kst),
-                                       den.view(ken), dout.view(got)}, {}));
+  ASSERT_MLA_OK(cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks),
+                                              dst.view(kst), den.view(ken), dout.view(got)},
+                                             {}));
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(got);
   expect_logits_close(ref, got, "prefill");
@@ -229,9 +245,9 @@ TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
 // ------------------------------------------------------------------ top-k ----
 
 // ties: 21 levels (many equal keys); heavy_ties: 3 levels (more ties than
-// the sort buffer's slack: the ordered fallback).
+// the sort buffer's slack: the ordered fallback). algo: TopkParams::algo.
 void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool translate,
-                   bool heavy_ties = false) {
+                   bool heavy_ties = false, int algo = 2) {
   HostTensor logits = random_tensor(rng, DType::f32, {R, N}, -10, 10);
   for (int64_t i = 0; i < logits.numel(); ++i) {
     if (ties) logits.set(i, std::round(logits.get(i)));
@@ -245,7 +261,11 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
   HostTensor lens(DType::i32, {R});
   for (int r = 0; r < R; ++r) {
     const int choice = r % 5;
-    lens.set(r, choice == 0 ? 0 : choice == 1 ? std::min(N, k / 2) : choice == 2 ? std::min(N, k) : choice == 3 ? N : int(rng.randint(0, N)));
+    lens.set(r, choice == 0   ? 0
+                : choice == 1 ? std::min(N, k / 2)
+                : choice == 2 ? std::min(N, k)
+                : choice == 3 ? N
+                              : int(rng.randint(0, N)));
   }
   const int page = 16, rpr = R % 2 == 0 ? 2 : 1, B = R / rpr, maxp = (N + page - 1) / page;
   HostTensor bt(DType::i32, {B, maxp});
@@ -260,34 +280,73 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
   DeviceBuffer dl(logits), dlen(lens), dbt(bt), dout(got);
   dout.poison();
   dsa::TopkParams p;
-  p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
+  p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N,
+  p.k = k;
   p.lengths = static_cast<const int32_t*>(dlen.get());
   if (translate)
-    p.block_table = static_cast<const int32_t*>(dbt.get()), p.block_table_stride = maxp, p.page_size = page,
-    p.rows_per_request = rpr;
-  p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
+    p.block_table = static_cast<const int32_t*>(dbt.get()), p.block_table_stride = maxp,
+    p.page_size = page, p.rows_per_request = rpr;
+  p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster, p.algo = algo;
   ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(got);
   int64_t bad = 0;
   for (int64_t i = 0; i < ref.numel(); ++i)
     if (ref.get(i) != got.get(i) && bad++ < 5)
-      ADD_FAILURE() << "R " << R << " N " << N << " k " << k << " cluster " << cluster << " ties " << ties
-                    << ": row " << i / k << " entry " << i % k << " got " << got.get(i) << " want " << ref.get(i);
+      ADD_FAILURE() << "algo " << algo << " R " << R << " N " << N << " k " << k << " cluster "
+                    << cluster << " ties " << ties << ": row " << i / k << " entry " << i % k
+                    << " got " << got.get(i) << " want " << ref.get(i);
   EXPECT_EQ(bad, 0);
 }
 
+// Both kernels (algo 2, the default, and algo 1) on the same cases.
 TEST(DsaGpu, TopkMatchesReferenceExactly) {
-  Rng rng(105);
-  for (int cluster : {1, 2, 4, 8}) {
-    run_topk_case(rng, 7, 5000, 64, cluster, false, false);
-    run_topk_case(rng, 6, 9000, 2048, cluster, true, true);
-    run_topk_case(rng, 3, 70000, 2048, cluster, false, true);  // candidates overflow shared memory? checked both ways
-    run_topk_case(rng, 3, 40000, 8192, cluster, true, false);
-    run_topk_case(rng, 5, 4099, 128, cluster, false, false);  // odd rows: unaligned vectors
-    run_topk_case(rng, 4, 20001, 2048, cluster, false, true, true);
+  for (int algo : {2, 1}) {
+    Rng rng(105);
+    for (int cluster : {1, 2, 4, 8}) {
+      run_topk_case(rng, 7, 5000, 64, cluster, false, false, false, algo);
+      run_topk_case(rng, 6, 9000, 2048, cluster, true, true, false, algo);
+      run_topk_case(rng, 3, 70000, 2048, cluster, false, true, false,
+                    algo);  // candidates overflow shared memory? checked both ways
+      run_topk_case(rng, 3, 40000, 8192, cluster, true, false, false, algo);
+      run_topk_case(rng, 5, 4099, 128, cluster, false, false, false,
+                    algo);  // odd rows: unaligned vectors
+      run_topk_case(rng, 4, 20001, 2048, cluster, false, true, true, algo);
+    }
+    run_topk_case(rng, 300, 3000, 512, 0, false, true, false, algo);  // automatic cluster choice
   }
-  run_topk_case(rng, 300, 3000, 512, 0, false, true);  // automatic cluster choice
+}
+
+// algo 2 on the benchmark's data (uniform logits in [-1, 1), 1/32 of a row in
+// the top 12-bit bucket: the pool path, no fallback), one and several CTAs
+// per row, rows long enough for many ring chunks per CTA and a row stride
+// that is not a multiple of 4 floats.
+TEST(DsaGpu, TopkStreamingPoolMatchesReference) {
+  Rng rng(107);
+  for (const auto& [R, N, k, cluster] : {std::array<int, 4>{4, 131072, 2048, 2},
+                                         {3, 131071, 2048, 1},
+                                         {2, 262144, 2048, 8},
+                                         {5, 65541, 4096, 4},
+                                         {2, 100000, 64, 2}}) {
+    HostTensor logits = random_tensor(rng, DType::f32, {R, N}, -1, 1);
+    HostTensor ref(DType::i32, {R, k});
+    ref.poison();
+    HostTensor got = ref;
+    TopkArgs a;
+    a.logits = logits.view(), a.k = k, a.indices = ref.view();
+    ASSERT_MLA_OK(topk_indices(a));
+    DeviceBuffer dl(logits), dout(got);
+    dout.poison();
+    dsa::TopkParams p;
+    p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
+    p.width = N, p.k = k;
+    p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
+    ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(got);
+    EXPECT_TRUE(same_bytes(ref, got))
+        << "R " << R << " N " << N << " k " << k << " cluster " << cluster;
+  }
 }
 
 TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
@@ -302,17 +361,20 @@ TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
   TopkArgs a;
   a.logits = logits.view(), a.k = k, a.indices = ref.view();
   ASSERT_MLA_OK(topk_indices(a));
-  for (int cluster : {1, 4}) {
-    DeviceBuffer dl(logits), dout(got);
-    dout.poison();
-    dsa::TopkParams p;
-    p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k;
-    p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
-    ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(got);
-    EXPECT_TRUE(same_bytes(ref, got)) << "cluster " << cluster;
-  }
+  for (int algo : {2, 1})  // algo 2 falls back to algo 1 here
+    for (int cluster : {1, 4}) {
+      DeviceBuffer dl(logits), dout(got);
+      dout.poison();
+      dsa::TopkParams p;
+      p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
+      p.width = N, p.k = k;
+      p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster,
+      p.algo = algo;
+      ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      EXPECT_TRUE(same_bytes(ref, got)) << "algo " << algo << " cluster " << cluster;
+    }
 }
 
 TEST(DsaGpu, TopkRejectsBadK) {
@@ -327,8 +389,9 @@ TEST(DsaGpu, TopkRejectsBadK) {
 
 // Oracle for one query row: the dense CPU decode over a cache made of just
 // the listed entries (page size 1; -1 and out-of-range entries dropped).
-void sparse_oracle(const testing::PagedCache& cache, const std::vector<int32_t>& list, const HostTensor& q,
-                   int64_t qoff, int h, float scale, std::vector<double>* out, std::vector<double>* lse) {
+void sparse_oracle(const testing::PagedCache& cache, const std::vector<int32_t>& list,
+                   const HostTensor& q, int64_t qoff, int h, float scale, std::vector<double>* out,
+                   std::vector<double>* lse) {
   const int64_t esz = cache.spec.format == KvFormat::bf16 ? 2 : 1;
   const int64_t ebytes = cache.entry_elems() * esz;
   const int64_t cap = cache.num_pages * cache.spec.page_size;
@@ -344,7 +407,8 @@ void sparse_oracle(const testing::PagedCache& cache, const std::vector<int32_t>&
   if (ents.empty()) return;
   const int64_t n = int64_t(ents.size());
   std::vector<uint64_t> store((n * ebytes + 7) / 8 + 1);
-  for (int64_t i = 0; i < n; ++i) std::memcpy(reinterpret_cast<uint8_t*>(store.data()) + i * ebytes, ents[i], ebytes);
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(reinterpret_cast<uint8_t*>(store.data()) + i * ebytes, ents[i], ebytes);
   KvCacheView kv;
   kv.format = cache.spec.format;
   kv.data = TensorView::make(store.data(), cache.dtype(), {n, 1, 1, cache.entry_elems()});
@@ -375,7 +439,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
   std::vector<int32_t> lens(c.B);
   for (auto& L : lens) L = int32_t(rng.randint(c.topk / 2, c.topk * 3));
   testing::PagedCacheSpec spec;
-  spec.format = c.format, spec.page_size = c.page, spec.page_pad = c.format == KvFormat::bf16 ? 8 : 16;
+  spec.format = c.format, spec.page_size = c.page,
+  spec.page_pad = c.format == KvFormat::bf16 ? 8 : 16;
   testing::PagedCache cache = testing::make_paged_cache(rng, lens, spec);
   const int64_t cap = cache.num_pages * c.page;
   HostTensor q = random_tensor(rng, DType::bf16, {c.B, c.s_q, c.h, 576}, -2, 2);
@@ -388,7 +453,7 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
         const int64_t m = rng.randint(0, 9);
         int64_t v = cache.slot(b, rng.randint(0, lens[b] - 1));
         if (m == 0) v = -1;
-        if (m == 1 && j % 2) v = cap + 5;  // outside the cache: skipped, never read
+        if (m == 1 && j % 2) v = cap + 5;    // outside the cache: skipped, never read
         if (b == c.B - 1 && i == 0) v = -1;  // an all-invalid row
         idx.set((int64_t(b) * c.s_q + i) * c.topk + j, double(v));
       }
@@ -406,15 +471,19 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
   dsa::SparseAttnParams p;
   p.q = dq.get(), p.q_sb = int64_t(c.s_q) * c.h * 576, p.q_ss = int64_t(c.h) * 576, p.q_sh = 576;
   p.batch = c.B, p.s_q = c.s_q, p.h_q = c.h;
-  p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = int64_t(c.s_q) * c.topk, p.idx_ss = c.topk;
+  p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = int64_t(c.s_q) * c.topk,
+  p.idx_ss = c.topk;
   p.topk = c.topk;
   p.topk_length = c.use_topk_length ? static_cast<const int32_t*>(dtl.get()) : nullptr;
   p.kv = static_cast<const uint8_t*>(dkv), p.fp8 = c.format == KvFormat::fp8_ds_mla;
   const int64_t esz = p.fp8 ? 1 : 2;
-  p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz, p.page_size = c.page;
+  p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz,
+  p.page_size = c.page;
   p.num_slots = cap, p.softmax_scale = scale;
-  p.out = dout.get(), p.out_sb = int64_t(c.s_q) * c.h * 512, p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
-  p.lse = static_cast<float*>(dlse.get()), p.lse_sb = int64_t(c.h) * c.s_q, p.lse_sh = c.s_q, p.lse_ss = 1;
+  p.out = dout.get(), p.out_sb = int64_t(c.s_q) * c.h * 512, p.out_ss = int64_t(c.h) * 512,
+  p.out_sh = 512;
+  p.lse = static_cast<float*>(dlse.get()), p.lse_sb = int64_t(c.h) * c.s_q, p.lse_sh = c.s_q,
+  p.lse_ss = 1;
   void* ws = nullptr;
   if (c.via_api) {
     SparseDecodeArgs a;
@@ -458,7 +527,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
     for (int i = 0; i < c.s_q; ++i) {
       std::vector<int32_t> list;
       const int n = c.use_topk_length ? int(tl.get(b)) : c.topk;
-      for (int j = 0; j < std::min(n, c.topk); ++j) list.push_back(int32_t(idx.get((int64_t(b) * c.s_q + i) * c.topk + j)));
+      for (int j = 0; j < std::min(n, c.topk); ++j)
+        list.push_back(int32_t(idx.get((int64_t(b) * c.s_q + i) * c.topk + j)));
       std::vector<double> ro, rl;
       sparse_oracle(cache, list, q, (int64_t(b) * c.s_q + i) * c.h * 576, c.h, scale, &ro, &rl);
       for (int h = 0; h < c.h; ++h) {
@@ -469,7 +539,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
           lse_err = std::max(lse_err, std::isfinite(gl) ? std::fabs(gl - rl[h]) : 1e9);
         }
         for (int d = 0; d < 512; ++d) {
-          const double g = out.get(((int64_t(b) * c.s_q + i) * c.h + h) * 512 + d), r = ro[h * 512 + d];
+          const double g = out.get(((int64_t(b) * c.s_q + i) * c.h + h) * 512 + d),
+                       r = ro[h * 512 + d];
           err2 += std::isfinite(g) ? (g - r) * (g - r) : 1e9;
           ref2 += r * r;
         }
@@ -477,7 +548,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c) {
     }
   const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
   // bf16 P (8 bits) and bf16 output rounding: ~2^-9 per element -> 1e-2 norm bound
-  EXPECT_LT(rel, 1e-2) << kv_format_name(c.format) << " h " << c.h << " s_q " << c.s_q << " topk " << c.topk;
+  EXPECT_LT(rel, 1e-2) << kv_format_name(c.format) << " h " << c.h << " s_q " << c.s_q << " topk "
+                       << c.topk;
   EXPECT_LT(lse_err, 1e-3) << "lse";
   EXPECT_EQ(bad_inf, 0) << "rows with no key must give lse -inf";
 }
@@ -545,7 +617,8 @@ TEST(DsaGpu, SparsePrefillApiMatchesReference) {
     HostTensor idx(DType::i32, {s_q, topk});
     for (int i = 0; i < s_q; ++i)
       for (int j = 0; j < topk; ++j)
-        idx.set(int64_t(i) * topk + j, i == 1 || rng.randint(0, 7) == 0 ? -1.0 : double(rng.randint(0, s_kv - 1)));
+        idx.set(int64_t(i) * topk + j,
+                i == 1 || rng.randint(0, 7) == 0 ? -1.0 : double(rng.randint(0, s_kv - 1)));
     HostTensor ro(DType::f64, {s_q, h, 512}), rl(DType::f64, {s_q, h});
     SparsePrefillArgs ra;
     ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
@@ -555,7 +628,8 @@ TEST(DsaGpu, SparsePrefillApiMatchesReference) {
     DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
     dout.poison(), dlse.poison();
     SparsePrefillArgs a = ra;
-    a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out), a.lse = dlse.view(lse);
+    a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
+    a.lse = dlse.view(lse);
     size_t need = 0;
     ASSERT_MLA_OK(sparse_workspace_size(a, &need));
     void* ws = nullptr;
@@ -571,8 +645,10 @@ TEST(DsaGpu, SparsePrefillApiMatchesReference) {
       err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
     }
     for (int64_t i = 0; i < lse.numel(); ++i) {
-      if (std::isinf(rl.get(i))) bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
-      else lerr = std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
+      if (std::isinf(rl.get(i)))
+        bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
+      else
+        lerr = std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
     }
     // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm
     EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << "h " << h;
@@ -592,7 +668,8 @@ TEST(DsaGpu, SparseApiRejectsWhatTheKernelCannotTake) {
   Status st = sparse_prefill(a);
   EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
   EXPECT_NE(st.message().find("h_q = 20"), std::string::npos) << st.message();
-  HostTensor q16(DType::bf16, {1, 16, 576}), out16(DType::f32, {1, 16, 512}), lse16(DType::f32, {1, 16});
+  HostTensor q16(DType::bf16, {1, 16, 576}), out16(DType::f32, {1, 16, 512}),
+      lse16(DType::f32, {1, 16});
   DeviceBuffer dq16(q16), dout16(out16), dlse16(lse16);
   a.q = dq16.view(q16), a.out = dout16.view(out16), a.lse = dlse16.view(lse16);
   st = sparse_prefill(a);
@@ -611,58 +688,65 @@ TEST(DsaGpu, SparseRejectsHeadsNotMultipleOf16) {
 TEST(DsaGpu, SparseWithAllKeysEqualsDenseDecode) {
   Rng rng(108);
   for (bool wgmma : {false, true})  // sparse_attn.cu's kernel, then the wgmma decode kernel
-  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
-    const int B = 2, h = 64, L = 300, topk = 320;
-    testing::PagedCacheSpec spec;
-    spec.format = f, spec.page_size = 64;
-    testing::PagedCache cache = testing::make_paged_cache(rng, {L, L - 17}, spec);
-    HostTensor q = random_tensor(rng, DType::bf16, {B, 1, h, 576}, -2, 2);
-    HostTensor idx(DType::i32, {B, 1, topk});
-    for (int b = 0; b < B; ++b)
-      for (int j = 0; j < topk; ++j) idx.set(b * topk + j, j < cache.seqlens[b] ? double(cache.slot(b, j)) : -1.0);
-    HostTensor dense_o(DType::f32, {B, 1, h, 512}), dense_l(DType::f32, {B, h, 1});
-    DecodeArgs a;
-    a.q = q.view(), a.kv = cache.view(), a.block_table = cache.block_table_view(), a.cache_seqlens = cache.seqlens_view();
-    a.softmax_scale = 0.1352f, a.causal = true, a.out = dense_o.view(), a.lse = dense_l.view();
-    ASSERT_MLA_OK(reference::mla_decode(a));
-    void* dkv = nullptr;
-    MLA_CUDA_CHECK(cudaMalloc(&dkv, cache.storage.size() * 8));
-    MLA_CUDA_CHECK(cudaMemcpy(dkv, cache.storage.data(), cache.storage.size() * 8, cudaMemcpyHostToDevice));
-    DeviceBuffer dq(q), didx(idx);
-    HostTensor out(DType::bf16, {B, 1, h, 512}), lse(DType::f32, {B, h, 1});
-    DeviceBuffer dout(out), dlse(lse);
-    dout.poison(), dlse.poison();
-    dsa::SparseAttnParams p;
-    p.q = dq.get(), p.q_sb = h * 576, p.q_ss = h * 576, p.q_sh = 576, p.batch = B, p.s_q = 1, p.h_q = h;
-    p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = topk, p.idx_ss = topk, p.topk = topk;
-    p.kv = static_cast<const uint8_t*>(dkv), p.fp8 = f == KvFormat::fp8_ds_mla;
-    const int64_t esz = p.fp8 ? 1 : 2;
-    p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz, p.page_size = 64;
-    p.num_slots = cache.num_pages * 64, p.softmax_scale = 0.1352f;
-    p.out = dout.get(), p.out_sb = h * 512, p.out_ss = h * 512, p.out_sh = 512;
-    p.lse = static_cast<float*>(dlse.get()), p.lse_sb = h, p.lse_sh = 1, p.lse_ss = 1;
-    void* ws = nullptr;
-    if (wgmma) {
-      size_t ws_bytes = 0;
-      ASSERT_MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
-      MLA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-      ASSERT_MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
-    } else {
-      ASSERT_MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
+    for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
+      const int B = 2, h = 64, L = 300, topk = 320;
+      testing::PagedCacheSpec spec;
+      spec.format = f, spec.page_size = 64;
+      testing::PagedCache cache = testing::make_paged_cache(rng, {L, L - 17}, spec);
+      HostTensor q = random_tensor(rng, DType::bf16, {B, 1, h, 576}, -2, 2);
+      HostTensor idx(DType::i32, {B, 1, topk});
+      for (int b = 0; b < B; ++b)
+        for (int j = 0; j < topk; ++j)
+          idx.set(b * topk + j, j < cache.seqlens[b] ? double(cache.slot(b, j)) : -1.0);
+      HostTensor dense_o(DType::f32, {B, 1, h, 512}), dense_l(DType::f32, {B, h, 1});
+      DecodeArgs a;
+      a.q = q.view(), a.kv = cache.view(), a.block_table = cache.block_table_view(),
+      a.cache_seqlens = cache.seqlens_view();
+      a.softmax_scale = 0.1352f, a.causal = true, a.out = dense_o.view(), a.lse = dense_l.view();
+      ASSERT_MLA_OK(reference::mla_decode(a));
+      void* dkv = nullptr;
+      MLA_CUDA_CHECK(cudaMalloc(&dkv, cache.storage.size() * 8));
+      MLA_CUDA_CHECK(
+          cudaMemcpy(dkv, cache.storage.data(), cache.storage.size() * 8, cudaMemcpyHostToDevice));
+      DeviceBuffer dq(q), didx(idx);
+      HostTensor out(DType::bf16, {B, 1, h, 512}), lse(DType::f32, {B, h, 1});
+      DeviceBuffer dout(out), dlse(lse);
+      dout.poison(), dlse.poison();
+      dsa::SparseAttnParams p;
+      p.q = dq.get(), p.q_sb = h * 576, p.q_ss = h * 576, p.q_sh = 576, p.batch = B, p.s_q = 1,
+      p.h_q = h;
+      p.indices = static_cast<const int32_t*>(didx.get()), p.idx_sb = topk, p.idx_ss = topk,
+      p.topk = topk;
+      p.kv = static_cast<const uint8_t*>(dkv), p.fp8 = f == KvFormat::fp8_ds_mla;
+      const int64_t esz = p.fp8 ? 1 : 2;
+      p.page_stride = cache.page_stride() * esz, p.token_stride = cache.entry_elems() * esz,
+      p.page_size = 64;
+      p.num_slots = cache.num_pages * 64, p.softmax_scale = 0.1352f;
+      p.out = dout.get(), p.out_sb = h * 512, p.out_ss = h * 512, p.out_sh = 512;
+      p.lse = static_cast<float*>(dlse.get()), p.lse_sb = h, p.lse_sh = 1, p.lse_ss = 1;
+      void* ws = nullptr;
+      if (wgmma) {
+        size_t ws_bytes = 0;
+        ASSERT_MLA_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &ws_bytes));
+        MLA_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        ASSERT_MLA_OK(mla::cuda::decode::launch_sparse_wgmma(p, ws, ws_bytes, nullptr));
+      } else {
+        ASSERT_MLA_OK(dsa::launch_sparse_attn(p, nullptr, 0, nullptr));
+      }
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(out), dlse.to_host(lse);
+      cudaFree(dkv);
+      cudaFree(ws);
+      double err2 = 0, ref2 = 0, lerr = 0;
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double d = out.get(i) - dense_o.get(i);
+        err2 += std::isfinite(d) ? d * d : 1e9, ref2 += dense_o.get(i) * dense_o.get(i);
+      }
+      for (int64_t i = 0; i < lse.numel(); ++i)
+        lerr = std::max(lerr, std::fabs(lse.get(i) - dense_l.get(i)));
+      EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
+      EXPECT_LT(lerr, 1e-3) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
     }
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(out), dlse.to_host(lse);
-    cudaFree(dkv);
-    cudaFree(ws);
-    double err2 = 0, ref2 = 0, lerr = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      const double d = out.get(i) - dense_o.get(i);
-      err2 += std::isfinite(d) ? d * d : 1e9, ref2 += dense_o.get(i) * dense_o.get(i);
-    }
-    for (int64_t i = 0; i < lse.numel(); ++i) lerr = std::max(lerr, std::fabs(lse.get(i) - dense_l.get(i)));
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
-    EXPECT_LT(lerr, 1e-3) << kv_format_name(f) << (wgmma ? " wgmma" : " mma");
-  }
 }
 
 // ------------------------------------------------------------------ recall ---
@@ -684,7 +768,8 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
       double acc = 0;
       for (int h = 0; h < 64; ++h) {
         double d = 0;
-        for (int i = 0; i < 128; ++i) d += double(qf.get((t * 64 + h) * 128 + i)) * kf.get(int64_t(s) * 128 + i);
+        for (int i = 0; i < 128; ++i)
+          d += double(qf.get((t * 64 + h) * 128 + i)) * kf.get(int64_t(s) * 128 + i);
         acc += wf.get(t * 64 + h) * fold * std::max(d, 0.0);
       }
       exact[size_t(t) * N + s] = acc;
@@ -692,7 +777,8 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
   // FP8 pipeline on the GPU: quantise q (API), keys (reference quantiser), logits, top-k
   HostTensor q8(DType::e4m3, {T, 64, 128}), wfold(DType::f32, {T, 64});
   DeviceBuffer dqf(qf), dwf(wf), dq8(q8), dwfold(wfold);
-  ASSERT_MLA_OK(cuda::quantize_indexer_query({dqf.view(qf), dwf.view(wf), dq8.view(q8), dwfold.view(wfold)}, {}));
+  ASSERT_MLA_OK(cuda::quantize_indexer_query(
+      {dqf.view(qf), dwf.view(wf), dq8.view(q8), dwfold.view(wfold)}, {}));
   HostTensor k8(DType::e4m3, {N, 128}), ksc(DType::f32, {N});
   for (int s = 0; s < N; ++s) {
     float v[128], sc;
@@ -706,8 +792,10 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
   for (int t = 0; t < T; ++t) kst.set(t, 0), ken.set(t, N);
   HostTensor logits(DType::f32, {T, N}), idx(DType::i32, {T, k});
   DeviceBuffer dk8(k8), dks(ksc), dst(kst), den(ken), dlog(logits), didx(idx);
-  ASSERT_MLA_OK(cuda::indexer_logits_prefill({dq8.view(q8), dwfold.view(wfold), dk8.view(k8), dks.view(ksc), dst.view(kst),
-                                       den.view(ken), dlog.view(logits)}, {}));
+  ASSERT_MLA_OK(
+      cuda::indexer_logits_prefill({dq8.view(q8), dwfold.view(wfold), dk8.view(k8), dks.view(ksc),
+                                    dst.view(kst), den.view(ken), dlog.view(logits)},
+                                   {}));
   TopkArgs ta;
   ta.logits = dlog.view(logits), ta.k = k, ta.indices = didx.view(idx);
   ASSERT_MLA_OK(cuda::topk_indices(ta, {}));
@@ -717,8 +805,9 @@ TEST(DsaGpu, Fp8IndexerTopkRecall) {
   for (int t = 0; t < T; ++t) {
     std::vector<int> order(N);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int b) { return exact[size_t(t) * N + a] > exact[size_t(t) * N + b]; });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return exact[size_t(t) * N + a] > exact[size_t(t) * N + b];
+    });
     std::set<int> best(order.begin(), order.begin() + k);
     for (int j = 0; j < k; ++j) hits += best.count(int(idx.get(int64_t(t) * k + j)));
   }

@@ -43,6 +43,60 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Arrive (count 1) and raise the phase's expected transaction bytes by
+// `bytes`: the phase completes when the arrivals are in and that many bytes of
+// asynchronous copies (cp_async_bulk_g2s) have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// One bulk (TMA, no tensor map) copy of `bytes` contiguous bytes global ->
+// this CTA's shared memory, counted on `bar`'s transaction bytes. Both
+// addresses 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void cp_async_bulk_g2s(void* smem, const void* gmem, uint32_t bytes,
+                                                  uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_addr(smem)),
+      "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// The same copy with an L2 eviction policy (l2_policy_evict_*) for its lines.
+__device__ __forceinline__ void cp_async_bulk_g2s(void* smem, const void* gmem, uint32_t bytes,
+                                                  uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(smem_addr(smem)),
+      "l"(gmem), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+// L2 policies for the hinted copy: keep the lines (evict last) or let them
+// go first.
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
+// The cluster barrier in two halves (cluster.sync() is arrive + wait): arrive
+// (release: this thread's earlier writes, local or remote, are visible to the
+// cluster after the wait) early, do other work, wait (acquire) when needed.
+// Every thread of every CTA of the cluster alternates arrive and wait.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a
 // multiple of 32), so two warpgroups can meet without stopping the producer.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

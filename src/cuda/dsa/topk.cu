@@ -1,23 +1,40 @@
 // Token top-k by radix select (DESIGN.md section 1: S_t = top-k(I[t, :])).
 //
-// A row is handled by a cluster of CS CTAs (CS = 1 when rows fill the GPU; a
-// long row among few rows is split over 2-8 CTAs). Each CTA owns a contiguous
-// segment of the row. Logits are mapped to order-preserving 32-bit keys and the
-// k-th largest key T is found in three digit rounds (12, 10, 10 bits). The row
-// is read twice (16-byte loads, several in flight per thread):
-//   pass 1   histogram of the top 12 bits over the segment; the cluster's
-//            histograms are summed through distributed shared memory and the
-//            digit B1 holding the k-th largest is found;
+// Two kernels, one result (TopkParams::algo; v2 is the default, v1 stays for
+// comparison and is v2's fallback). In both, a row is handled by a cluster of
+// CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows is split
+// over 2-8 CTAs), each owning a contiguous segment of the row; logits are
+// mapped to order-preserving 32-bit keys; the first digit is the key's top 12
+// bits; the cluster's histograms are summed through distributed shared memory.
+//
+// v2 (topk_stream_kernel). The segment is streamed twice through a ring of
+// kStages bulk copies (TMA, one mbarrier per stage), so up to 32 KB per CTA are
+// in flight whatever the threads are doing: v1's register loads left the
+// memory idle while each thread's 16 values went through their atomics.
+//   pass 1   histogram of the first digit; the digit B1 holding the k-th
+//            largest gives exactly W (elements above B1) and C (in B1). The
+//            first copies of pass 2 are in flight during this exchange;
+//   pass 2   (chunks in reverse order: the last ones read by pass 1 are the
+//            likeliest still in L2) every element at or above B1 goes straight
+//            to the cluster leader's pool as (key, position), at an offset
+//            known from the per-CTA counts (one shared atomic per warp);
+//   leader   sorts the W + C pool entries by descending key, then ascending
+//            position, and writes the first k.
+// When W + C exceeds the pool (most of a row in one 12-bit bucket, heavy
+// ties), the cluster drains its copies and runs v1 from the start.
+//
+// v1 (topk_kernel). The k-th largest key T is found in three digit rounds
+// (12, 10, 10 bits); the row is read twice (16-byte loads, several in flight
+// per thread):
+//   pass 1   histogram of the top 12 bits; the digit B1 is found;
 //   pass 2   every element above B1 is a winner: its (key, position) goes
 //            straight to the cluster leader's sort buffer; the elements of B1
 //            are gathered (key, position) into shared memory;
 //   rounds 2, 3 on the gathered candidates only, then their winners (> T) and
 //            their ties (== T) join the sort buffer.
-// The leader sorts the buffer by descending key, then ascending position
-// (bitonic, in shared memory), and writes the first k: the order of
-// mla/topk.hpp, identical on every run whatever the order entries arrived in.
-// Ties at T are all added and the sort keeps the lowest positions, so the
-// buffer holds k + (ties not taken) entries; it is sized 2 * pow2(k).
+// The leader sorts the buffer as v2 does. Ties at T are all added and the sort
+// keeps the lowest positions, so the buffer holds k + (ties not taken)
+// entries; it is sized 2 * pow2(k).
 // Fallbacks (slower, same result): when a CTA's candidates overflow its
 // buffer, later rounds re-read the segment; when they overflow or the ties do
 // not fit the sort buffer, an ordered pass over the row (a block-wide scan:
@@ -27,7 +44,9 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <cstddef>
 
+#include "cuda/common/mbarrier.cuh"
 #include "cuda/dsa/dsa_device.cuh"
 #include "cuda/dsa/topk_launch.hpp"
 
@@ -38,22 +57,34 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kBins1 = 4096;  // round 1: bits [31:20]
-constexpr int kBins = 1024;   // rounds 2, 3: bits [19:10], [9:0]
+constexpr int kBins1 = 4096;    // round 1: bits [31:20]
+constexpr int kBins = 1024;     // rounds 2, 3: bits [19:10], [9:0]
 constexpr int kCandCap = 5120;  // keeps 2 CTAs per SM at k <= 2048
 constexpr int kUnroll = 4;
 constexpr int kTopkMaxK = 8192;
 static_assert(kBins1 % kThreads == 0 && kBins % kThreads == 0, "bins split evenly over threads");
+// v2's ring: kStages copies of one float4 per thread each (8 KB), so a
+// thread waits on one barrier per float4 and 32 KB per CTA (64 KB per SM at 2
+// CTAs) can be in flight, above what ~4.4 TB/s x ~1 us of latency needs.
+constexpr int kStages = 4;
+constexpr int kChunkVecs = kThreads;
+constexpr uint32_t kChunkBytes = kChunkVecs * 16;
+// v2's pool (pairs): room for W + C at k 2048 when the first digit's bucket
+// holds 1/32 of the row (uniform logits over [-1, 1): 4096 of 128K).
+constexpr uint32_t kMinPool = 8192;
+// v2's final sort when the k chosen (and their ties) fit: kRegSortPer pairs
+// per thread in registers, so only the stages with strides of 32 threads or
+// more touch shared memory (the all-shared-memory sort moves n log^2 n / 2
+// pairs through it: ~150 us for 8192 pairs in the first v2 run).
+constexpr int kRegSortPer = 4;
+constexpr uint32_t kRegSortN = kThreads * kRegSortPer;
 
-// Followed in dynamic shared memory by the sort buffer: (key << 32 | ~position)
-// pairs, 2 * pow2(k) of them (only the leader's is used).
+// v1: followed in dynamic shared memory by the sort buffer: (key << 32 |
+// ~position) pairs, 2 * pow2(k) of them (only the leader's is used).
+// v2: the arrays (from hist on) and beyond are the leader's pool once the
+// first digit is known; the ring follows the pool.
 struct TopkSmem {
-  uint32_t hist[kBins1];  // this CTA's histogram (read by the cluster)
-  struct {
-    uint32_t total[kBins1];  // the cluster's sum
-    uint32_t cand_key[kCandCap];
-    int32_t cand_pos[kCandCap];
-  } sel;
+  uint64_t full[kStages], empty[kStages];  // v2: ring stage copied / consumed by every warp
   uint32_t scan_gt[kUnroll * kWarps];
   uint32_t scan_eq[kUnroll * kWarps];
   uint32_t warp_part[kWarps];
@@ -62,15 +93,43 @@ struct TopkSmem {
   uint32_t local_gt, local_eq;  // this CTA's elements > T and == T (read by the cluster)
   uint32_t local_gt1;           // of those, above the first digit B1 (read by the cluster)
   uint32_t emitted[3];          // pass-2 winners, candidates > T, == T placed so far
+  uint32_t pool_fill;           // v2: entries this CTA has put in the leader's pool so far
+  uint32_t sort_fill;           // v2, leader: entries gathered for the register sort so far
+  uint32_t counts[8];           // v2: pool entries of each CTA of the cluster (written by each)
+  alignas(16) uint32_t hist[kBins1];  // this CTA's histogram (read by the cluster)
+  struct {
+    uint32_t total[kBins1];  // the cluster's sum
+    uint32_t cand_key[kCandCap];
+    int32_t cand_pos[kCandCap];
+  } sel;
 };
 
-uint32_t sort_capacity(int k) {
+uint32_t pow2_at_least(uint32_t x) {
   uint32_t n2 = 1;
-  while (n2 < uint32_t(k)) n2 <<= 1;
-  return 2 * n2;
+  while (n2 < x) n2 <<= 1;
+  return n2;
+}
+uint32_t sort_capacity(int k) {
+  return 2 * pow2_at_least(uint32_t(k));
 }
 constexpr size_t kSortOffset = (sizeof(TopkSmem) + 15) & ~size_t(15);  // 8-byte pairs: aligned
-size_t topk_smem_bytes(int k) { return kSortOffset + sizeof(uint64_t) * sort_capacity(k); }
+size_t topk_smem_bytes(int k) {
+  return kSortOffset + sizeof(uint64_t) * sort_capacity(k);
+}
+
+constexpr size_t kPoolOffset = offsetof(TopkSmem, hist);
+uint32_t pool_capacity(int k) {
+  return std::max(kMinPool, sort_capacity(k));
+}  // a power of two
+size_t ring_offset(int k) {
+  const size_t pool_end =
+      kPoolOffset + std::max(sizeof(TopkSmem) - kPoolOffset, sizeof(uint64_t) * pool_capacity(k));
+  return (pool_end + 127) & ~size_t(127);
+}
+// v2 runs v1 as its fallback in the same shared memory.
+size_t stream_smem_bytes(int k) {
+  return std::max(topk_smem_bytes(k), ring_offset(k) + kStages * kChunkBytes);
+}
 
 // Calls fn(position, value) for every position of [s0, s1): scalars up to the
 // first 16-byte boundary, then float4 vectors, kUnroll per thread in flight.
@@ -161,27 +220,122 @@ __device__ void find_digit(const uint32_t* tot, int nbins, uint32_t need, TopkSm
   __syncthreads();
 }
 
-// Sum the cluster's histograms into s.total, find the digit, and add this CTA's
-// count of elements in bins above it to s.local_gt.
-__device__ void reduce_and_find(cg::cluster_group& cluster, int cs, int nbins, uint32_t need,
-                                TopkSmem& s) {
-  cluster.sync();  // every CTA's histogram is complete
+// s.sel.total[b] = the sum of bin b of the cluster's histograms, b < nbins.
+// Every histogram must be complete (a cluster.sync before).
+__device__ void sum_cluster_hist(cg::cluster_group& cluster, int cs, int nbins, TopkSmem& s) {
   for (int b = threadIdx.x; b < nbins; b += kThreads) {
     uint32_t sum = 0;
     for (int r = 0; r < cs; ++r) sum += cluster.map_shared_rank(s.hist, r)[b];
     s.sel.total[b] = sum;
   }
+}
+
+// Adds this CTA's count of elements in bins above B to *count (shared).
+__device__ void add_count_above(const uint32_t* hist, int nbins, uint32_t B, uint32_t* count) {
+  uint32_t gt = 0;
+  for (int b = threadIdx.x; b < nbins; b += kThreads) gt += uint32_t(b) > B ? hist[b] : 0u;
+  if (gt) atomicAdd(count, gt);
+}
+
+// Sum the cluster's histograms into s.total, find the digit, and add this CTA's
+// count of elements in bins above it to s.local_gt.
+__device__ void reduce_and_find(cg::cluster_group& cluster, int cs, int nbins, uint32_t need,
+                                TopkSmem& s) {
+  cluster.sync();  // every CTA's histogram is complete
+  sum_cluster_hist(cluster, cs, nbins, s);
   cluster.sync();  // nobody reads my histogram any more
   find_digit(s.sel.total, nbins, need, s);
-  const uint32_t B = s.found_bin;
-  uint32_t gt = 0;
-  for (int b = threadIdx.x; b < nbins; b += kThreads) gt += uint32_t(b) > B ? s.hist[b] : 0u;
-  if (gt) atomicAdd(&s.local_gt, gt);
+  add_count_above(s.hist, nbins, s.found_bin, &s.local_gt);
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs, uint32_t sort_cap) {
-  extern __shared__ __align__(16) uint8_t smem_raw[];
+// The leader's last step: sorts buf[0, n) descending (key, then lower
+// position), and writes the first k positions of row r, translated; -1 from
+// `chosen` on. buf has room for pow2(n) pairs.
+__device__ __forceinline__ void sort_and_write(uint64_t* buf, uint32_t n, uint32_t chosen,
+                                               const TopkParams& p, int64_t r, int32_t* out) {
+  uint32_t n2 = 1;
+  while (n2 < n) n2 <<= 1;
+  for (uint32_t i = n + threadIdx.x; i < n2; i += kThreads) buf[i] = 0;  // sorts last
+  __syncthreads();
+  for (uint32_t size = 2; size <= n2; size <<= 1) {
+    for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+      for (uint32_t i = threadIdx.x; i < n2 / 2; i += kThreads) {
+        const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const uint64_t a = buf[lo], b = buf[hi];
+        if ((a < b) == desc) buf[lo] = b, buf[hi] = a;
+      }
+      __syncthreads();
+    }
+  }
+  for (uint32_t i = threadIdx.x; i < uint32_t(p.k); i += kThreads)
+    out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(buf[i]))) : -1;
+}
+
+__device__ __forceinline__ uint64_t shfl_xor_u64(uint64_t v, int mask) {
+  const uint32_t lo = __shfl_xor_sync(0xffffffffu, uint32_t(v), mask);
+  const uint32_t hi = __shfl_xor_sync(0xffffffffu, uint32_t(v >> 32), mask);
+  return (uint64_t(hi) << 32) | lo;
+}
+
+// The bitonic network of sort_and_write over kRegSortN pairs (descending),
+// thread t holding pairs [kRegSortPer t, kRegSortPer (t + 1)) in v: strides
+// below kRegSortPer inside the thread, up to 32 threads by shuffles, larger
+// ones through buf (kRegSortN pairs of shared scratch). Same comparisons, so
+// the same order.
+__device__ __forceinline__ void bitonic_sort_regs(uint64_t (&v)[kRegSortPer], uint64_t* buf) {
+  const uint32_t i0 = threadIdx.x * kRegSortPer;  // index of v[0]
+  for (uint32_t size = 2; size <= kRegSortN; size <<= 1) {
+    uint32_t stride = size / 2;
+    if (stride >= 32 * kRegSortPer) {
+#pragma unroll
+      for (int j = 0; j < kRegSortPer; ++j) buf[i0 + j] = v[j];
+      __syncthreads();
+      for (; stride >= 32 * kRegSortPer; stride >>= 1) {
+        for (uint32_t i = threadIdx.x; i < kRegSortN / 2; i += kThreads) {
+          const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+          const bool desc = (lo & size) == 0;
+          const uint64_t a = buf[lo], b = buf[hi];
+          if ((a < b) == desc) buf[lo] = b, buf[hi] = a;
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int j = 0; j < kRegSortPer; ++j)
+        v[j] = buf[i0 + j];  // own pairs: rewritten only by this thread
+    }
+    for (; stride >= kRegSortPer; stride >>= 1) {
+#pragma unroll
+      for (int j = 0; j < kRegSortPer; ++j) {
+        const uint64_t o = shfl_xor_u64(v[j], int(stride / kRegSortPer));
+        const uint32_t i = i0 + j;
+        // The lower index of a descending pair keeps the larger, as the upper
+        // index of an ascending one does.
+        const bool keep_max = ((i & stride) == 0) == ((i & size) == 0);
+        v[j] = keep_max ? (v[j] > o ? v[j] : o) : (v[j] < o ? v[j] : o);
+      }
+    }
+    // Compile-time strides (the loop unrolls), so v stays in registers.
+#pragma unroll
+    for (int st = kRegSortPer / 2; st >= 1; st >>= 1) {
+      if (uint32_t(st) >= size) continue;
+#pragma unroll
+      for (int j = 0; j < kRegSortPer; ++j) {
+        const int jp = j ^ st;
+        if (jp > j && (v[j] < v[jp]) == (((i0 + j) & size) == 0)) {
+          const uint64_t t = v[j];
+          v[j] = v[jp], v[jp] = t;
+        }
+      }
+    }
+  }
+}
+
+// v1's whole selection for the row of this cluster (the body of topk_kernel,
+// and topk_stream_kernel's fallback).
+__device__ __forceinline__ void topk_three_pass(const TopkParams& p, int cs, uint32_t sort_cap,
+                                                uint8_t* smem_raw) {
   TopkSmem& s = *reinterpret_cast<TopkSmem*>(smem_raw);
   uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw + kSortOffset);
   cg::cluster_group cluster = cg::this_cluster();
@@ -189,7 +343,9 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
   const int64_t r = blockIdx.x / cs;
   const float* row = p.logits + r * p.logits_stride;
   int32_t* out = p.out + r * p.out_stride;
-  const int64_t n = min64(p.width, max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
+  const int64_t n =
+      min64(p.width,
+            max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
   const int64_t seg = (n + cs - 1) / cs;
   const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
   const uint32_t k = uint32_t(p.k);
@@ -207,7 +363,8 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
       atomicAdd(&s.hist[((topk_key(v) >> 20) & ~31u) | (threadIdx.x & 31)], 1u);
     });
   } else {
-    for_each_logit(row, s0, s1, [&](int64_t, float v) { atomicAdd(&s.hist[topk_key(v) >> 20], 1u); });
+    for_each_logit(row, s0, s1,
+                   [&](int64_t, float v) { atomicAdd(&s.hist[topk_key(v) >> 20], 1u); });
   }
   if (p.timing_variant == 1 || p.timing_variant == 2) {
     if (threadIdx.x == 0 && s.hist[0] == 0xffffffffu) out[0] = 0;  // keeps the pass alive
@@ -288,7 +445,8 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
     for (int shift = 10; shift >= 0; shift -= 10) {
       for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
       __syncthreads();
-      for_each_candidate(shift + 10, [&](uint32_t key) { atomicAdd(&s.hist[(key >> shift) & (kBins - 1)], 1u); });
+      for_each_candidate(
+          shift + 10, [&](uint32_t key) { atomicAdd(&s.hist[(key >> shift) & (kBins - 1)], 1u); });
       reduce_and_find(cluster, cs, kBins, need, s);
       if (shift == 0 && threadIdx.x == 0) s.local_eq = s.hist[s.found_bin];
       prefix = (prefix << 10) | s.found_bin;
@@ -316,7 +474,8 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
       for (uint32_t c = threadIdx.x; c < num_cand; c += kThreads) {
         const uint32_t key = s.sel.cand_key[c];
         if (key > T)
-          leader_sorted[gt1_total + gt2_before + atomicAdd(&s.emitted[1], 1u)] = sort_pair(key, s.sel.cand_pos[c]);
+          leader_sorted[gt1_total + gt2_before + atomicAdd(&s.emitted[1], 1u)] =
+              sort_pair(key, s.sel.cand_pos[c]);
         else if (key == T)
           leader_sorted[gt1_total + gt2_total + eq_before + atomicAdd(&s.emitted[2], 1u)] =
               sort_pair(key, s.sel.cand_pos[c]);
@@ -336,7 +495,9 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
           eq[u] = key[u] == T;
           gm[u] = __ballot_sync(0xffffffffu, gt[u]);
           em[u] = __ballot_sync(0xffffffffu, eq[u]);
-          if (lane == 0) s.scan_gt[u * kWarps + warp] = __popc(gm[u]), s.scan_eq[u * kWarps + warp] = __popc(em[u]);
+          if (lane == 0)
+            s.scan_gt[u * kWarps + warp] = __popc(gm[u]),
+                                   s.scan_eq[u * kWarps + warp] = __popc(em[u]);
         }
         __syncthreads();
         if (warp == 0) {  // exclusive scan of the kUnroll * kWarps = 64 entries, 2 per lane
@@ -346,7 +507,8 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
           uint32_t ia = a0 + a1, ie = e0 + e1;
 #pragma unroll
           for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t na = __shfl_up_sync(0xffffffffu, ia, o), ne = __shfl_up_sync(0xffffffffu, ie, o);
+            const uint32_t na = __shfl_up_sync(0xffffffffu, ia, o),
+                           ne = __shfl_up_sync(0xffffffffu, ie, o);
             if (lane >= o) ia += na, ie += ne;
           }
           const uint32_t xa = ia - a0 - a1, xe = ie - e0 - e1;
@@ -358,10 +520,13 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           if (!(gt[u] || eq[u])) continue;
-          const uint32_t g_before = gt_before + s.scan_gt[u * kWarps + warp] + __popc(gm[u] & lt_mask);
-          const uint32_t e_before = eq_before + s.scan_eq[u * kWarps + warp] + __popc(em[u] & lt_mask);
+          const uint32_t g_before =
+              gt_before + s.scan_gt[u * kWarps + warp] + __popc(gm[u] & lt_mask);
+          const uint32_t e_before =
+              eq_before + s.scan_eq[u * kWarps + warp] + __popc(em[u] & lt_mask);
           if (eq[u] && e_before >= need) continue;
-          leader_sorted[g_before + min(e_before, need)] = sort_pair(key[u], c0 + u * kThreads + threadIdx.x);
+          leader_sorted[g_before + min(e_before, need)] =
+              sort_pair(key[u], c0 + u * kThreads + threadIdx.x);
         }
         gt_before += s.warp_part[0];
         eq_before += s.warp_part[1];
@@ -372,24 +537,278 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
   cluster.sync();  // every pair has landed at the leader
   if (rank != 0) return;
 
-  // ---- leader: sort descending (key, then lower position), write the first k ----
-  uint32_t n2 = 1;
-  while (n2 < n_sort) n2 <<= 1;
-  for (uint32_t i = n_sort + threadIdx.x; i < n2; i += kThreads) sorted[i] = 0;  // sorts last
+  sort_and_write(sorted, n_sort, chosen, p, r, out);
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    topk_kernel(TopkParams p, int cs, uint32_t sort_cap) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  topk_three_pass(p, cs, sort_cap, smem_raw);
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    topk_stream_kernel(TopkParams p, int cs, uint32_t sort_cap, uint32_t pool_cap,
+                       uint32_t ring_off) {
+  using ptx::cp_async_bulk_g2s;
+  using ptx::mbar_arrive;
+  using ptx::mbar_arrive_expect_tx;
+  using ptx::mbar_wait;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  TopkSmem& s = *reinterpret_cast<TopkSmem*>(smem_raw);
+  uint64_t* pool = reinterpret_cast<uint64_t*>(s.hist);
+  float4* ring = reinterpret_cast<float4*>(smem_raw + ring_off);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x / cs;
+  const float* row = p.logits + r * p.logits_stride;
+  int32_t* out = p.out + r * p.out_stride;
+  const int64_t n =
+      min64(p.width,
+            max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
+  const int64_t seg = (n + cs - 1) / cs;
+  const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
+  const uint32_t k = uint32_t(p.k);
+  const int variant = p.timing_variant;
+  // The segment: < 4 scalars up to a 16-byte boundary (head), nvec float4 in
+  // chunks of kChunkVecs (the bulk copies), < 4 scalars (tail).
+  const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(row + s0) >> 2) & 3;
+  const int64_t head = min64(s1 - s0, mis ? 4 - mis : 0);
+  const int64_t b0 = s0 + head;
+  const int64_t nvec = max64(0, s1 - b0) / 4;
+  const int64_t t0 = b0 + 4 * nvec;
+  const int nch = int((nvec + kChunkVecs - 1) / kChunkVecs);
+  // Copies in one sequence c = 0 .. 2 nch - 1: pass 1's chunks in order, then
+  // pass 2's (reversed unless timing variant 4). Stage c % kStages; its
+  // barriers complete once per use, so use c / kStages waits for parity
+  // (c / kStages) & 1 (the empty barrier: the previous use's, which a fresh
+  // barrier reports done).
+  const bool pass1_only = variant == 1 || variant == 6;
+  const int issue_end = pass1_only ? nch : 2 * nch;
+  const bool reverse2 = variant != 4;
+  auto chunk_of = [&](int c) { return c < nch ? c : reverse2 ? 2 * nch - 1 - c : c - nch; };
+  auto issue = [&](int c) {  // one thread
+    const int st = c % kStages;
+    mbar_wait(&s.empty[st], ((c / kStages) & 1) ^ 1);
+    const int64_t v0 = int64_t(chunk_of(c)) * kChunkVecs;
+    const uint32_t bytes = uint32_t(min64(kChunkVecs, nvec - v0)) * 16u;
+    mbar_arrive_expect_tx(&s.full[st], bytes);
+    if (variant == 5)  // pass 1's lines kept in L2 for pass 2, pass 2's let go
+      cp_async_bulk_g2s(ring + st * kChunkVecs, row + b0 + 4 * v0, bytes, &s.full[st],
+                        c < nch ? ptx::l2_policy_evict_last() : ptx::l2_policy_evict_first());
+    else
+      cp_async_bulk_g2s(ring + st * kChunkVecs, row + b0 + 4 * v0, bytes, &s.full[st]);
+  };
+  // fn(valid, position of x.x, x) on this thread's float4 of chunks [c0, c1);
+  // thread 0 keeps the copies kStages - 1 chunks ahead. Every thread of the
+  // block runs every iteration (fn may use warp collectives).
+  auto stream = [&](int c0, int c1, auto&& fn) {
+    for (int c = c0; c < c1; ++c) {
+      if (threadIdx.x == 0 && c + kStages - 1 < issue_end) issue(c + kStages - 1);
+      const int st = c % kStages;
+      mbar_wait(&s.full[st], (c / kStages) & 1);
+      const int64_t v = int64_t(chunk_of(c)) * kChunkVecs + threadIdx.x;
+      const bool valid = v < nvec;
+      const float4 x =
+          valid ? ring[st * kChunkVecs + threadIdx.x] : make_float4(0.f, 0.f, 0.f, 0.f);
+      fn(valid, b0 + 4 * v, x);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&s.empty[st]);
+    }
+  };
+  // Waits for the copies of pass 2 issued during pass 1 (before a return or
+  // the fallback: the ring must be quiet).
+  auto drain = [&] {
+    for (int c = nch; c < min(issue_end, nch + kStages - 1); ++c)
+      mbar_wait(&s.full[c % kStages], (c / kStages) & 1);
+    __syncthreads();
+  };
+
+  for (int b = threadIdx.x; b < kBins1; b += kThreads) s.hist[b] = 0, s.sel.total[b] = 0;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st)
+      ptx::mbar_init(&s.full[st], 1), ptx::mbar_init(&s.empty[st], kWarps);
+    ptx::mbar_fence_init();
+    s.local_gt = 0, s.pool_fill = 0, s.sort_fill = 0;
+  }
   __syncthreads();
-  for (uint32_t size = 2; size <= n2; size <<= 1) {
-    for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
-      for (uint32_t i = threadIdx.x; i < n2 / 2; i += kThreads) {
-        const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-        const bool desc = (lo & size) == 0;
-        const uint64_t a = sorted[lo], b = sorted[hi];
-        if ((a < b) == desc) sorted[lo] = b, sorted[hi] = a;
+  ptx::cluster_arrive();  // my totals are zeroed (the cluster adds into them after pass 1)
+  if (threadIdx.x == 0)
+    for (int c = 0; c < kStages - 1 && c < issue_end; ++c) issue(c);
+
+  // ---- pass 1: top 12 bits over the segment ----
+  if (threadIdx.x < head) atomicAdd(&s.hist[topk_key(row[s0 + threadIdx.x]) >> 20], 1u);
+  if (threadIdx.x < s1 - t0) atomicAdd(&s.hist[topk_key(row[t0 + threadIdx.x]) >> 20], 1u);
+  if (variant == 6) {  // the copies alone: a register sum instead of the atomics
+    float sum = 0.f;
+    stream(0, nch,
+           [&](bool valid, int64_t, float4 x) { sum += valid ? x.x + x.y + x.z + x.w : 0.f; });
+    if (sum == 12345.f) s.hist[threadIdx.x] = 1;
+  } else {
+    stream(0, nch, [&](bool valid, int64_t, float4 x) {
+      if (!valid) return;
+      atomicAdd(&s.hist[topk_key(x.x) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.y) >> 20], 1u);
+      atomicAdd(&s.hist[topk_key(x.z) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.w) >> 20], 1u);
+    });
+  }
+  ptx::cluster_wait();  // every CTA's totals are zeroed
+  __syncthreads();      // my histogram is complete
+  if (pass1_only) {
+    if (threadIdx.x == 0 && s.hist[0] == 0xffffffffu) out[0] = 0;  // keeps the pass alive
+    return;
+  }
+
+  // ---- the first digit: W above it, C in it, over the cluster ----
+  // Each CTA adds its non-zero bins into every CTA's totals (remote
+  // reductions, nothing waited on), then one barrier.
+  for (int b = threadIdx.x; b < kBins1; b += kThreads) {
+    const uint32_t v = s.hist[b];
+    if (v)
+      for (int q = 0; q < cs; ++q) atomicAdd(cluster.map_shared_rank(s.sel.total, q) + b, v);
+  }
+  cluster.sync();  // every CTA's totals are complete
+  // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
+  // has a key below 2^20). With at most k of them, all are taken.
+  uint32_t cand_total = 0, cand_local = 0;
+  {
+    uint32_t all = 0, mine = 0;
+    for (int b = threadIdx.x + (threadIdx.x == 0 ? kThreads : 0); b < kBins1; b += kThreads)
+      all += s.sel.total[b], mine += s.hist[b];
+    block_exclusive_sum(all, s.warp_part, &cand_total);
+    block_exclusive_sum(mine, s.warp_part, &cand_local);
+  }
+  const bool select = cand_total > k;
+  // The pool gets every key >= lo_bin << 20: n_pool in all, n_mine from here;
+  // need1 of the keys in lo_bin belong to the top k.
+  uint32_t lo_bin = 1, n_pool = cand_total, n_mine = cand_local, need1 = 0;
+  if (select) {
+    find_digit(s.sel.total, kBins1, k, s);
+    lo_bin = s.found_bin;
+    need1 = s.found_remaining;
+    add_count_above(s.hist, kBins1, lo_bin, &s.local_gt);
+    __syncthreads();
+    n_pool = (k - need1) + s.sel.total[lo_bin];
+    n_mine = s.local_gt + s.hist[lo_bin];
+  }
+  if (threadIdx.x < cs) cluster.map_shared_rank(&s, int(threadIdx.x))->counts[rank] = n_mine;
+  cluster.sync();  // counts in; histograms and totals dead (the leader's become its pool)
+
+  if (n_pool > pool_cap) {  // the same on every CTA of the cluster
+    drain();
+    topk_three_pass(p, cs, sort_cap, smem_raw);
+    return;
+  }
+  if (variant == 7) {  // timing: stop after the digit exchange
+    drain();
+    return;
+  }
+
+  // ---- pass 2: every key at or above the digit to the leader's pool ----
+  uint32_t base = 0;  // this CTA's entries start after those of lower ranks
+  for (int q = 0; q < rank; ++q) base += s.counts[q];
+  uint64_t* leader_pool = cluster.map_shared_rank(pool, 0);
+  // Appends this thread's entries e (bit e of hits) to the pool; one shared
+  // atomic per warp. The order inside the pool does not matter (sorted later).
+  auto emit = [&](uint32_t hits, const uint32_t(&key)[4], const uint32_t(&pos)[4]) {
+    const uint32_t cnt = __popc(hits);
+    uint32_t incl = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    uint32_t at = 0;
+    if (lane == 31 && incl) at = atomicAdd(&s.pool_fill, incl);
+    at = base + __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if ((hits >> e) & 1u) {
+        if (at < n_pool) leader_pool[at] = sort_pair(key[e], pos[e]);
+        ++at;
+      }
+  };
+  {
+    uint32_t key[4] = {0, 0, 0, 0}, pos[4] = {0, 0, 0, 0}, hits = 0;
+    if (threadIdx.x < head) {
+      key[0] = topk_key(row[s0 + threadIdx.x]), pos[0] = uint32_t(s0 + threadIdx.x);
+      hits |= (key[0] >> 20) >= lo_bin ? 1u : 0u;
+    }
+    if (threadIdx.x < s1 - t0) {
+      key[1] = topk_key(row[t0 + threadIdx.x]), pos[1] = uint32_t(t0 + threadIdx.x);
+      hits |= (key[1] >> 20) >= lo_bin ? 2u : 0u;
+    }
+    emit(hits, key, pos);
+  }
+  stream(nch, 2 * nch, [&](bool valid, int64_t p0, float4 x) {
+    const uint32_t key[4] = {topk_key(x.x), topk_key(x.y), topk_key(x.z), topk_key(x.w)};
+    uint32_t pos[4], hits = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      pos[e] = uint32_t(p0 + e);
+      hits |= valid && (key[e] >> 20) >= lo_bin ? 1u << e : 0u;
+    }
+    emit(hits, key, pos);
+  });
+  cluster.sync();  // every pair has landed in the leader's pool
+  if (rank != 0 || variant == 3) return;
+
+  // ---- leader: the k-th key T among the pool's lo_bin entries (digits 2, 3),
+  // then the k chosen and T's ties in registers, sorted ----
+  const uint32_t chosen = select ? k : cand_total;
+  uint32_t T = 0, m = n_pool;  // the sort needs the m pool entries with key >= T
+  uint32_t* hist2 = reinterpret_cast<uint32_t*>(ring);  // the ring is idle now: 4 KB bins
+  uint64_t* sortbuf = reinterpret_cast<uint64_t*>(ring) + kBins / 2;  // then kRegSortN pairs
+  static_assert(kBins * 4 + kRegSortN * 8 <= kStages * kChunkBytes,
+                "digit bins and sort buffer fit the ring");
+  if (variant == 8) {  // timing: the all-shared-memory sort of the whole pool (the first v2)
+    sort_and_write(pool, n_pool, chosen, p, r, out);
+    return;
+  }
+  if (select && n_pool > k) {
+    uint32_t prefix = lo_bin, need = need1;
+#pragma unroll 1
+    for (int shift = 10; shift >= 0; shift -= 10) {
+      for (int b = threadIdx.x; b < kBins; b += kThreads) hist2[b] = 0;
+      __syncthreads();
+      for (uint32_t i = threadIdx.x; i < n_pool; i += kThreads) {
+        const uint32_t key = uint32_t(pool[i] >> 32);
+        if ((key >> (shift + 10)) == prefix) atomicAdd(&hist2[(key >> shift) & (kBins - 1)], 1u);
       }
       __syncthreads();
+      find_digit(hist2, kBins, need, s);
+      prefix = (prefix << 10) | s.found_bin;
+      need = s.found_remaining;
     }
+    T = prefix;
+    m = (k - need) + hist2[s.found_bin];  // above T, and all of T's ties
   }
-  for (uint32_t i = threadIdx.x; i < k; i += kThreads)
-    out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(sorted[i]))) : -1;
+  if (m > kRegSortN) {
+    sort_and_write(pool, n_pool, chosen, p, r, out);
+    return;
+  }
+  // Gather the m entries >= T (any order: the sort orders them), pad with 0.
+  for (uint32_t i0 = 0; i0 < n_pool; i0 += kThreads) {
+    const uint32_t i = i0 + threadIdx.x;
+    const uint64_t e = i < n_pool ? pool[i] : 0;
+    const bool take = i < n_pool && uint32_t(e >> 32) >= T;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, take);
+    uint32_t at = 0;
+    if (lane == 0 && ballot) at = atomicAdd(&s.sort_fill, __popc(ballot));
+    at = __shfl_sync(0xffffffffu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+    if (take && at < kRegSortN) sortbuf[at] = e;
+  }
+  for (uint32_t i = m + threadIdx.x; i < kRegSortN; i += kThreads) sortbuf[i] = 0;  // sorts last
+  __syncthreads();
+  uint64_t v[kRegSortPer];
+#pragma unroll
+  for (int j = 0; j < kRegSortPer; ++j) v[j] = sortbuf[threadIdx.x * kRegSortPer + j];
+  __syncthreads();  // sortbuf is the sort's scratch from here
+  bitonic_sort_regs(v, sortbuf);
+#pragma unroll
+  for (int j = 0; j < kRegSortPer; ++j) {
+    const uint32_t i = threadIdx.x * kRegSortPer + j;
+    if (i < k) out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(v[j]))) : -1;
+  }
 }
 
 }  // namespace
@@ -397,7 +816,10 @@ __global__ void __launch_bounds__(kThreads, 2) topk_kernel(TopkParams p, int cs,
 Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return Status::Ok();
   if (p.k <= 0 || p.k % 64 != 0 || p.k > kTopkMaxK)
-    return value_error(Errc::invalid_value, "top-k: k", p.k, "must be a positive multiple of 64, at most 8192");
+    return value_error(Errc::invalid_value, "top-k: k", p.k,
+                       "must be a positive multiple of 64, at most 8192");
+  if (p.algo != 1 && p.algo != 2)
+    return value_error(Errc::invalid_value, "top-k: algo", p.algo, "must be 1 or 2");
   int cs = p.cluster;
   if (cs == 0) {
     // Split rows over a cluster while rows are fewer than two per SM, and keep
@@ -408,14 +830,19 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (cs != 1 && cs != 2 && cs != 4 && cs != 8)
     return value_error(Errc::invalid_value, "top-k: cluster", cs, "must be 1, 2, 4 or 8");
   if (p.num_rows * cs > 0x7fffffffLL)
-    return value_error(Errc::invalid_value, "top-k: rows", p.num_rows, "are too many for one launch");
-  const size_t smem = topk_smem_bytes(p.k);
-  static bool attr_set = false;  // a per-process attribute, set once for the largest k
-  if (!attr_set) {
-    MLA_TRY(cuda_status(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(topk_smem_bytes(kTopkMaxK))),
-                        "cudaFuncSetAttribute(topk_kernel)"));
-    attr_set = true;
+    return value_error(Errc::invalid_value, "top-k: rows", p.num_rows,
+                       "are too many for one launch");
+  const bool v2 = p.algo == 2;
+  const size_t smem = v2 ? stream_smem_bytes(p.k) : topk_smem_bytes(p.k);
+  static bool attr_set[2] = {false, false};  // per-process attributes, set once for the largest k
+  if (!attr_set[v2]) {
+    const cudaError_t e =
+        v2 ? cudaFuncSetAttribute(topk_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(stream_smem_bytes(kTopkMaxK)))
+           : cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(topk_smem_bytes(kTopkMaxK)));
+    MLA_TRY(cuda_status(e, "cudaFuncSetAttribute(topk)"));
+    attr_set[v2] = true;
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.num_rows * cs), 1u, 1u);
@@ -429,7 +856,14 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_kernel, p, cs, sort_capacity(p.k)), "cudaLaunchKernelEx(topk_kernel)"));
+  if (v2) {
+    MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_stream_kernel, p, cs, sort_capacity(p.k),
+                                           pool_capacity(p.k), uint32_t(ring_offset(p.k))),
+                        "cudaLaunchKernelEx(topk_stream_kernel)"));
+    return launch_status("topk_stream_kernel");
+  }
+  MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_kernel, p, cs, sort_capacity(p.k)),
+                      "cudaLaunchKernelEx(topk_kernel)"));
   return launch_status("topk_kernel");
 }
 

@@ -31,10 +31,20 @@ struct TopkParams {
   // Rows to split across a cluster of this many CTAs (1, 2, 4 or 8); 0 chooses
   // from the row count and length (a long row is split when rows are few).
   int cluster = 0;
-  // Benchmark-only timing variants that stop early (their output is NOT the
-  // top-k; only bench_dsa sets this, to place the time among the stages):
-  // 1 = pass 1 only; 2 = pass 1 with conflict-free histogram addresses only;
-  // 3 = pass 1 + digit + pass 2 only (no rounds 2-3, no sort); 0 = the real kernel.
+  // 2 = the streaming kernel (bulk copies, one digit round, the leader sorts
+  // the pool); 1 = the three-pass kernel it replaced (kept for comparison, and
+  // run by 2 on rows whose first digit leaves too many candidates). See topk.cu.
+  int algo = 2;
+  // Benchmark-only timing variants (only bench_dsa sets this, to place the
+  // time among the stages); 0 = the real kernel. Those that stop early do NOT
+  // write the top-k. algo 1: 1 = pass 1 only; 2 = pass 1 with conflict-free
+  // histogram addresses only; 3 = pass 1 + digit + pass 2 only (no rounds 2-3,
+  // no sort). algo 2: 1 = pass 1 only; 3 = up to the end of pass 2 (no sort);
+  // 4 = the whole kernel with pass 2 in forward order; 5 = the whole kernel
+  // with L2 hints (pass 1 evict-last, pass 2 evict-first) (4 and 5 write the
+  // top-k); 6 = pass 1's copies only (no histogram); 7 = up to the digit
+  // exchange (no pass 2); 8 = the whole kernel, the pool sorted in shared
+  // memory (the first v2's sort; writes the top-k).
   int timing_variant = 0;
 };
 Status launch_topk(const TopkParams& p, cudaStream_t stream);
