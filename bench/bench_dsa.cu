@@ -232,10 +232,10 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
       cudaFree(logits);
 }
 
-// algo 2: the streaming kernel (default); 1: the three-pass kernel it
-// replaced. variant: TopkParams::timing_variant (stages of the algo).
+// algo: TopkParams::algo (0: its default; 1 three-pass, 2 two-pass streaming,
+// 3 sampled single pass). variant: TopkParams::timing_variant (stages).
 double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0,
-                  int algo = 2) {
+                  int algo = 0) {
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
@@ -243,22 +243,28 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int
   p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
   p.out_stride = k;
   p.timing_variant = variant;
-  p.algo = algo;
+  if (algo) p.algo = algo;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_topk(p, nullptr)); });
-  const char* stage = algo == 1 ? (variant == 1   ? " pass1 only"
-                                   : variant == 2 ? " pass1 no-conflict"
-                                   : variant == 3 ? " pass1+2 only"
-                                                  : "")
-                                : (variant == 1   ? " pass1 only"
-                                   : variant == 3 ? " to end of pass2 (no sort)"
-                                   : variant == 4 ? " pass2 forward order"
-                                   : variant == 5 ? " L2 hints"
-                                   : variant == 6 ? " pass1 copies only"
-                                   : variant == 7 ? " to digit exchange"
-                                   : variant == 8 ? " shared-memory sort of the pool"
-                                                  : "");
+  const char* stage = algo == 1   ? (variant == 1   ? " pass1 only"
+                                     : variant == 2 ? " pass1 no-conflict"
+                                     : variant == 3 ? " pass1+2 only"
+                                                    : "")
+                      : algo == 3 ? (variant == 1   ? " sample+pass only"
+                                     : variant == 3 ? " to leader pool (no select/sort)"
+                                     : variant == 8 ? " shared-memory sort of the pool"
+                                     : variant == 9 ? " leader always rank 0"
+                                                    : "")
+                                  : (variant == 1   ? " pass1 only"
+                                     : variant == 3 ? " to end of pass2 (no sort)"
+                                     : variant == 4 ? " pass2 forward order"
+                                     : variant == 5 ? " L2 hints"
+                                     : variant == 6 ? " pass1 copies only"
+                                     : variant == 7 ? " to digit exchange"
+                                     : variant == 8 ? " shared-memory sort of the pool"
+                                                    : "");
   if (print)
-    report(std::string(variant ? "topk-stage" : "topk") + (algo == 1 ? "-v1" : ""),
+    report(std::string(variant ? "topk-stage" : "topk") +
+               (algo ? "-v" + std::to_string(algo) : std::string()),
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + stage,
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
@@ -438,19 +444,19 @@ int main(int argc, char** argv) {
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
-    // As run before (the GPU as the previous suite left it, often idle
-    // clocks), then after a warm-up; the SM clock read around both.
+    // v1, v2 (two reads) and v3 (sampled, one read) in one run; the SM clock
+    // read before and after (run 2: 1981 MHz throughout, cold = warm).
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
-    for (int algo : {1, 2}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);  // same run
-    std::printf("sm clock after: %.0f MHz; warming up 400 ms\n", sm_clock_mhz());
-    warm_gpu(400);
-    std::printf("sm clock warm: %.0f MHz\n", sm_clock_mhz());
-    for (int algo : {1, 2}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
-    for (int v : {6, 1, 7, 3, 8, 4, 5})
-      bench_topk(tm, 128, 131072, 2048, true, v);  // where the time goes
-    for (int algo : {1, 2}) {
+    warm_gpu(200);
+    for (int algo : {1, 2, 3}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
+    for (int v : {6, 1, 7, 3, 8})
+      bench_topk(tm, 128, 131072, 2048, true, v, 2);  // v2: where the time goes
+    for (int v : {1, 3, 8, 9})
+      bench_topk(tm, 128, 131072, 2048, true, v, 3);  // v3: where the time goes
+    for (int algo : {1, 2, 3}) {
       bench_topk(tm, 4096, 32768, 2048, true, 0, algo);
       bench_topk(tm, 1, 262144, 2048, true, 0, algo);
+      bench_topk(tm, 128, 65536, 2048, true, 0, algo);
     }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }

@@ -299,9 +299,9 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
   EXPECT_EQ(bad, 0);
 }
 
-// Both kernels (algo 2, the default, and algo 1) on the same cases.
+// Every kernel (algo 3, 2 and 1) on the same cases.
 TEST(DsaGpu, TopkMatchesReferenceExactly) {
-  for (int algo : {2, 1}) {
+  for (int algo : {3, 2, 1}) {
     Rng rng(105);
     for (int cluster : {1, 2, 4, 8}) {
       run_topk_case(rng, 7, 5000, 64, cluster, false, false, false, algo);
@@ -312,13 +312,15 @@ TEST(DsaGpu, TopkMatchesReferenceExactly) {
       run_topk_case(rng, 5, 4099, 128, cluster, false, false, false,
                     algo);  // odd rows: unaligned vectors
       run_topk_case(rng, 4, 20001, 2048, cluster, false, true, true, algo);
+      // 30% of the row on one value: more than any pool holds (algo 2 and 3 fall back)
+      run_topk_case(rng, 2, 60000, 2048, cluster, false, false, true, algo);
     }
     run_topk_case(rng, 300, 3000, 512, 0, false, true, false, algo);  // automatic cluster choice
   }
 }
 
-// algo 2 on the benchmark's data (uniform logits in [-1, 1), 1/32 of a row in
-// the top 12-bit bucket: the pool path, no fallback), one and several CTAs
+// algo 2 and 3 on the benchmark's data (uniform logits in [-1, 1), 1/32 of a
+// row in the top 12-bit bucket: the pool paths, no fallback), one and several CTAs
 // per row, rows long enough for many ring chunks per CTA and a row stride
 // that is not a multiple of 4 floats.
 TEST(DsaGpu, TopkStreamingPoolMatchesReference) {
@@ -335,17 +337,20 @@ TEST(DsaGpu, TopkStreamingPoolMatchesReference) {
     TopkArgs a;
     a.logits = logits.view(), a.k = k, a.indices = ref.view();
     ASSERT_MLA_OK(topk_indices(a));
-    DeviceBuffer dl(logits), dout(got);
-    dout.poison();
-    dsa::TopkParams p;
-    p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
-    p.width = N, p.k = k;
-    p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
-    ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(got);
-    EXPECT_TRUE(same_bytes(ref, got))
-        << "R " << R << " N " << N << " k " << k << " cluster " << cluster;
+    for (int algo : {2, 3}) {
+      DeviceBuffer dl(logits), dout(got);
+      dout.poison();
+      dsa::TopkParams p;
+      p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
+      p.width = N, p.k = k;
+      p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
+      p.algo = algo;
+      ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      EXPECT_TRUE(same_bytes(ref, got))
+          << "algo " << algo << " R " << R << " N " << N << " k " << k << " cluster " << cluster;
+    }
   }
 }
 
@@ -361,7 +366,7 @@ TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
   TopkArgs a;
   a.logits = logits.view(), a.k = k, a.indices = ref.view();
   ASSERT_MLA_OK(topk_indices(a));
-  for (int algo : {2, 1})  // algo 2 falls back to algo 1 here
+  for (int algo : {3, 2, 1})  // algo 2 falls back to algo 1 here (3 need not)
     for (int cluster : {1, 4}) {
       DeviceBuffer dl(logits), dout(got);
       dout.poison();

@@ -1,13 +1,24 @@
 // Token top-k by radix select (DESIGN.md section 1: S_t = top-k(I[t, :])).
 //
-// Two kernels, one result (TopkParams::algo; v2 is the default, v1 stays for
-// comparison and is v2's fallback). In both, a row is handled by a cluster of
-// CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows is split
-// over 2-8 CTAs), each owning a contiguous segment of the row; logits are
-// mapped to order-preserving 32-bit keys; the first digit is the key's top 12
-// bits; the cluster's histograms are summed through distributed shared memory.
+// Three versions, one result (TopkParams::algo: 3 is the default; 2 and 1 stay
+// selectable, and v1 is v2's and v3's fallback). In all, a row is handled by a
+// cluster of CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows
+// is split over 2-8 CTAs), each owning a contiguous segment of the row; logits
+// are mapped to order-preserving 32-bit keys (topk_key).
 //
-// v2 (topk_stream_kernel). The segment is streamed twice through a ring of
+// v3 (topk_stream_kernel<true>): one read. Every CTA of the cluster draws the
+// same 2048 elements of the row and takes K = the key that ~min(2k, (k +
+// pool) / 2) elements of the row are expected to reach; the segment streams
+// once through the bulk-copy ring below and every element >= K goes to the
+// CTA's pool. When the cluster caught at least k (or K took every candidate)
+// and the catch fits one pool, the top k are the pool's top k: the CTAs copy
+// their entries to the leader (rank r % CS), which finds the k-th key with
+// local digit rounds, sorts the k (+ ties) in registers and writes them.
+// Otherwise the cluster runs v1. Measured on the H200 (perf-log "Top-k v2"):
+// faster than v1 on every benchmark shape; collecting in the streaming loop,
+// not reading, is what its time goes to.
+//
+// v2 (topk_stream_kernel<false>). The segment is streamed twice through a ring of
 // kStages bulk copies (TMA, one mbarrier per stage), so up to 32 KB per CTA are
 // in flight whatever the threads are doing: v1's register loads left the
 // memory idle while each thread's 16 values went through their atomics.
@@ -18,8 +29,11 @@
 //            likeliest still in L2) every element at or above B1 goes straight
 //            to the cluster leader's pool as (key, position), at an offset
 //            known from the per-CTA counts (one shared atomic per warp);
-//   leader   sorts the W + C pool entries by descending key, then ascending
-//            position, and writes the first k.
+//   leader   finds the k-th key in the pool with two local digit rounds (bits
+//            19-0), sorts the k (+ ties) in registers by descending key, then
+//            ascending position (the whole pool in shared memory when they are
+//            more than 2048), and writes the first k (leader_finish, shared
+//            with v3).
 // When W + C exceeds the pool (most of a row in one 12-bit bucket, heavy
 // ties), the cluster drains its copies and runs v1 from the start.
 //
@@ -32,7 +46,8 @@
 //            are gathered (key, position) into shared memory;
 //   rounds 2, 3 on the gathered candidates only, then their winners (> T) and
 //            their ties (== T) join the sort buffer.
-// The leader sorts the buffer as v2 does. Ties at T are all added and the sort
+// The leader sorts the buffer in shared memory (bitonic, sort_and_write) by
+// descending key, then ascending position. Ties at T are all added and the sort
 // keeps the lowest positions, so the buffer holds k + (ties not taken)
 // entries; it is sized 2 * pow2(k).
 // Fallbacks (slower, same result): when a CTA's candidates overflow its
@@ -332,6 +347,110 @@ __device__ __forceinline__ void bitonic_sort_regs(uint64_t (&v)[kRegSortPer], ui
   }
 }
 
+// topk_key(x) >= K for a fixed K >= 1, on the raw bits of x (NaN and -inf
+// never pass, -0 passes with +0): 4-5 instructions where topk_key takes ~10,
+// for the streaming passes that test every element and compute the key of
+// the few that pass only.
+struct KeyAtLeast {
+  uint32_t pos_lo, neg_lim;
+  __device__ explicit KeyAtLeast(uint32_t K) {
+    K = max(K, 0x00800000u);  // no key between 0 and -FLT_MAX's: -inf and NaN stay out
+    if (K > 0x80000000u) {    // positives from K's on, no negative, no zero
+      pos_lo = K & 0x7fffffffu, neg_lim = 0x7fffffffu;
+    } else {  // every positive; the negatives with ~u >= K, -0 included (key(-0) = key(+0))
+      pos_lo = 0, neg_lim = K == 0x80000000u ? 0x80000000u : ~K;
+    }
+  }
+  __device__ bool operator()(float x) const {
+    const uint32_t u = __float_as_uint(x);
+    return int32_t(u) >= 0 ? u - pos_lo <= 0x7f800000u - pos_lo : u <= neg_lim;
+  }
+};
+
+// The digit rounds over pool[0, n) (pairs key << 32 | ~position) below the
+// known top `known` bits (== prefix) of the key: they find the need-th
+// largest key T among the entries carrying the prefix (12 bits first when
+// nothing is known, then 10). Returns T; *need_at = how many of T's ties
+// belong to the need (need - entries above T), *ties = entries equal to T.
+// hist: 4096 bins of shared scratch. Every thread of the block calls.
+__device__ uint32_t pool_find_kth(const uint64_t* pool, uint32_t n, uint32_t prefix, int known,
+                                  uint32_t need, uint32_t* hist, TopkSmem& s, uint32_t* need_at,
+                                  uint32_t* ties) {
+  uint32_t bin = 0;
+  for (int width = 12; known < 32; known += width) {
+    width = known == 0 ? 12 : 10;
+    const int shift = 32 - known - width, nbins = 1 << width;
+    for (int b = threadIdx.x; b < nbins; b += kThreads) hist[b] = 0;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t key = uint32_t(pool[i] >> 32);
+      if (known == 0 || (key >> (32 - known)) == prefix)
+        atomicAdd(&hist[(key >> shift) & uint32_t(nbins - 1)], 1u);
+    }
+    __syncthreads();
+    find_digit(hist, nbins, need, s);
+    bin = s.found_bin;
+    prefix = (prefix << width) | bin;
+    need = s.found_remaining;
+  }
+  *need_at = need;
+  *ties = hist[bin];
+  return prefix;
+}
+
+// The leader's end (v2, v3): pool[0, n) holds every key >= some bound below
+// the k-th largest. When select and n > k, T (the k-th largest) comes from
+// pool_find_kth (known top bits `prefix`, `need` of their entries in the top
+// k); the m entries >= T (the k - need_at above T, all of T's ties) are
+// gathered and sorted in registers when m <= kRegSortN, else the pool is
+// sorted in shared memory; the first k are written, -1 from `chosen` on.
+// scratch: 32 KB of shared memory nobody else uses (4096 bins, kRegSortN
+// pairs).
+__device__ __forceinline__ void leader_finish(uint64_t* pool, uint32_t n, bool select,
+                                              uint32_t prefix, int known, uint32_t need,
+                                              uint32_t chosen, uint8_t* scratch, TopkSmem& s,
+                                              const TopkParams& p, int64_t r, int32_t* out,
+                                              bool smem_sort) {
+  uint32_t* hist = reinterpret_cast<uint32_t*>(scratch);
+  uint64_t* sortbuf = reinterpret_cast<uint64_t*>(scratch + kBins1 * sizeof(uint32_t));
+  static_assert(kBins1 * 4 + kRegSortN * 8 <= kStages * kChunkBytes,
+                "the bins and the sort buffer fit in the ring");
+  const uint32_t k = uint32_t(p.k), lane = threadIdx.x % 32;
+  uint32_t T = 0, m = n;  // the sort needs the m pool entries with key >= T
+  if (!smem_sort && select && n > k) {
+    uint32_t need_at = 0, ties = 0;
+    T = pool_find_kth(pool, n, prefix, known, need, hist, s, &need_at, &ties);
+    m = (k - need_at) + ties;
+  }
+  if (smem_sort || m > kRegSortN) {
+    sort_and_write(pool, n, chosen, p, r, out);
+    return;
+  }
+  // Gather the m entries >= T (any order: the sort orders them), pad with 0.
+  for (uint32_t i0 = 0; i0 < n; i0 += kThreads) {
+    const uint32_t i = i0 + threadIdx.x;
+    const uint64_t e = i < n ? pool[i] : 0;
+    const bool take = i < n && uint32_t(e >> 32) >= T;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, take);
+    uint32_t at = 0;
+    if (lane == 0 && ballot) at = atomicAdd(&s.sort_fill, __popc(ballot));
+    at = __shfl_sync(0xffffffffu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+    if (take && at < kRegSortN) sortbuf[at] = e;
+  }
+  for (uint32_t i = m + threadIdx.x; i < kRegSortN; i += kThreads) sortbuf[i] = 0;  // sorts last
+  __syncthreads();
+  uint64_t v[kRegSortPer];
+#pragma unroll
+  for (int j = 0; j < kRegSortPer; ++j) v[j] = sortbuf[threadIdx.x * kRegSortPer + j];
+  __syncthreads();  // sortbuf is the sort's scratch from here
+  bitonic_sort_regs(v, sortbuf);
+#pragma unroll
+  for (int j = 0; j < kRegSortPer; ++j) {
+    const uint32_t i = threadIdx.x * kRegSortPer + j;
+    if (i < k) out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(v[j]))) : -1;
+  }
+}
+
 // v1's whole selection for the row of this cluster (the body of topk_kernel,
 // and topk_stream_kernel's fallback).
 __device__ __forceinline__ void topk_three_pass(const TopkParams& p, int cs, uint32_t sort_cap,
@@ -546,6 +665,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   topk_three_pass(p, cs, sort_cap, smem_raw);
 }
 
+// Samples per row for v3's threshold, and a hash for their jitter.
+constexpr int kSample = 2048;
+__device__ __forceinline__ uint32_t sample_hash(uint32_t j) {
+  j *= 0x9E3779B1u;
+  return j ^ (j >> 15);
+}
+
+// v2 (kSampled false) and v3 (kSampled true), see the top of the file.
+template <bool kSampled>
 __global__ void __launch_bounds__(kThreads, 2)
     topk_stream_kernel(TopkParams p, int cs, uint32_t sort_cap, uint32_t pool_cap,
                        uint32_t ring_off) {
@@ -570,6 +698,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
   const uint32_t k = uint32_t(p.k);
   const int variant = p.timing_variant;
+  // v3: the CTA that finishes the row alternates with the row: with 2 CTAs
+  // per SM, rank 0 of two clusters would otherwise often share an SM.
+  const int lead = kSampled && variant != 9 ? int(r % cs) : 0;
   // The segment: < 4 scalars up to a 16-byte boundary (head), nvec float4 in
   // chunks of kChunkVecs (the bulk copies), < 4 scalars (tail).
   const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(row + s0) >> 2) & 3;
@@ -579,11 +710,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t t0 = b0 + 4 * nvec;
   const int nch = int((nvec + kChunkVecs - 1) / kChunkVecs);
   // Copies in one sequence c = 0 .. 2 nch - 1: pass 1's chunks in order, then
-  // pass 2's (reversed unless timing variant 4). Stage c % kStages; its
+  // pass 2's (v2; reversed unless timing variant 4). Stage c % kStages; its
   // barriers complete once per use, so use c / kStages waits for parity
   // (c / kStages) & 1 (the empty barrier: the previous use's, which a fresh
   // barrier reports done).
-  const bool pass1_only = variant == 1 || variant == 6;
+  const bool pass1_only = kSampled || variant == 1 || variant == 6;
   const int issue_end = pass1_only ? nch : 2 * nch;
   const bool reverse2 = variant != 4;
   auto chunk_of = [&](int c) { return c < nch ? c : reverse2 ? 2 * nch - 1 - c : c - nch; };
@@ -593,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t v0 = int64_t(chunk_of(c)) * kChunkVecs;
     const uint32_t bytes = uint32_t(min64(kChunkVecs, nvec - v0)) * 16u;
     mbar_arrive_expect_tx(&s.full[st], bytes);
-    if (variant == 5)  // pass 1's lines kept in L2 for pass 2, pass 2's let go
+    if (!kSampled && variant == 5)  // pass 1's lines kept in L2 for pass 2, pass 2's let go
       cp_async_bulk_g2s(ring + st * kChunkVecs, row + b0 + 4 * v0, bytes, &s.full[st],
                         c < nch ? ptx::l2_policy_evict_last() : ptx::l2_policy_evict_first());
     else
@@ -623,93 +754,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       mbar_wait(&s.full[c % kStages], (c / kStages) & 1);
     __syncthreads();
   };
-
-  for (int b = threadIdx.x; b < kBins1; b += kThreads) s.hist[b] = 0, s.sel.total[b] = 0;
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st)
-      ptx::mbar_init(&s.full[st], 1), ptx::mbar_init(&s.empty[st], kWarps);
-    ptx::mbar_fence_init();
-    s.local_gt = 0, s.pool_fill = 0, s.sort_fill = 0;
-  }
-  __syncthreads();
-  ptx::cluster_arrive();  // my totals are zeroed (the cluster adds into them after pass 1)
-  if (threadIdx.x == 0)
-    for (int c = 0; c < kStages - 1 && c < issue_end; ++c) issue(c);
-
-  // ---- pass 1: top 12 bits over the segment ----
-  if (threadIdx.x < head) atomicAdd(&s.hist[topk_key(row[s0 + threadIdx.x]) >> 20], 1u);
-  if (threadIdx.x < s1 - t0) atomicAdd(&s.hist[topk_key(row[t0 + threadIdx.x]) >> 20], 1u);
-  if (variant == 6) {  // the copies alone: a register sum instead of the atomics
-    float sum = 0.f;
-    stream(0, nch,
-           [&](bool valid, int64_t, float4 x) { sum += valid ? x.x + x.y + x.z + x.w : 0.f; });
-    if (sum == 12345.f) s.hist[threadIdx.x] = 1;
-  } else {
-    stream(0, nch, [&](bool valid, int64_t, float4 x) {
-      if (!valid) return;
-      atomicAdd(&s.hist[topk_key(x.x) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.y) >> 20], 1u);
-      atomicAdd(&s.hist[topk_key(x.z) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.w) >> 20], 1u);
-    });
-  }
-  ptx::cluster_wait();  // every CTA's totals are zeroed
-  __syncthreads();      // my histogram is complete
-  if (pass1_only) {
-    if (threadIdx.x == 0 && s.hist[0] == 0xffffffffu) out[0] = 0;  // keeps the pass alive
-    return;
-  }
-
-  // ---- the first digit: W above it, C in it, over the cluster ----
-  // Each CTA adds its non-zero bins into every CTA's totals (remote
-  // reductions, nothing waited on), then one barrier.
-  for (int b = threadIdx.x; b < kBins1; b += kThreads) {
-    const uint32_t v = s.hist[b];
-    if (v)
-      for (int q = 0; q < cs; ++q) atomicAdd(cluster.map_shared_rank(s.sel.total, q) + b, v);
-  }
-  cluster.sync();  // every CTA's totals are complete
-  // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
-  // has a key below 2^20). With at most k of them, all are taken.
-  uint32_t cand_total = 0, cand_local = 0;
-  {
-    uint32_t all = 0, mine = 0;
-    for (int b = threadIdx.x + (threadIdx.x == 0 ? kThreads : 0); b < kBins1; b += kThreads)
-      all += s.sel.total[b], mine += s.hist[b];
-    block_exclusive_sum(all, s.warp_part, &cand_total);
-    block_exclusive_sum(mine, s.warp_part, &cand_local);
-  }
-  const bool select = cand_total > k;
-  // The pool gets every key >= lo_bin << 20: n_pool in all, n_mine from here;
-  // need1 of the keys in lo_bin belong to the top k.
-  uint32_t lo_bin = 1, n_pool = cand_total, n_mine = cand_local, need1 = 0;
-  if (select) {
-    find_digit(s.sel.total, kBins1, k, s);
-    lo_bin = s.found_bin;
-    need1 = s.found_remaining;
-    add_count_above(s.hist, kBins1, lo_bin, &s.local_gt);
-    __syncthreads();
-    n_pool = (k - need1) + s.sel.total[lo_bin];
-    n_mine = s.local_gt + s.hist[lo_bin];
-  }
-  if (threadIdx.x < cs) cluster.map_shared_rank(&s, int(threadIdx.x))->counts[rank] = n_mine;
-  cluster.sync();  // counts in; histograms and totals dead (the leader's become its pool)
-
-  if (n_pool > pool_cap) {  // the same on every CTA of the cluster
-    drain();
-    topk_three_pass(p, cs, sort_cap, smem_raw);
-    return;
-  }
-  if (variant == 7) {  // timing: stop after the digit exchange
-    drain();
-    return;
-  }
-
-  // ---- pass 2: every key at or above the digit to the leader's pool ----
-  uint32_t base = 0;  // this CTA's entries start after those of lower ranks
-  for (int q = 0; q < rank; ++q) base += s.counts[q];
-  uint64_t* leader_pool = cluster.map_shared_rank(pool, 0);
-  // Appends this thread's entries e (bit e of hits) to the pool; one shared
-  // atomic per warp. The order inside the pool does not matter (sorted later).
-  auto emit = [&](uint32_t hits, const uint32_t(&key)[4], const uint32_t(&pos)[4]) {
+  // Appends this thread's values e (bit e of hits) as (key, position) pairs to
+  // dst[base + ...]; one shared atomic per warp, on this CTA's s.pool_fill.
+  // The order does not matter (sorted later); entries from `limit` on are
+  // counted, not written.
+  auto emit = [&](uint64_t* dst, uint32_t base, uint32_t limit, uint32_t hits, const float(&val)[4],
+                  const uint32_t(&pos)[4]) {
+    if (!__any_sync(0xffffffffu, hits)) return;
     const uint32_t cnt = __popc(hits);
     uint32_t incl = cnt;
 #pragma unroll
@@ -723,91 +774,179 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if ((hits >> e) & 1u) {
-        if (at < n_pool) leader_pool[at] = sort_pair(key[e], pos[e]);
+        if (at < limit) dst[at] = sort_pair(topk_key(val[e]), pos[e]);
         ++at;
       }
   };
-  {
-    uint32_t key[4] = {0, 0, 0, 0}, pos[4] = {0, 0, 0, 0}, hits = 0;
-    if (threadIdx.x < head) {
-      key[0] = topk_key(row[s0 + threadIdx.x]), pos[0] = uint32_t(s0 + threadIdx.x);
-      hits |= (key[0] >> 20) >= lo_bin ? 1u : 0u;
+  // A pass that sends every element passing `take` to dst: the head and tail
+  // scalars, then chunks [c0, c1).
+  auto collect = [&](const KeyAtLeast& take, uint64_t* dst, uint32_t base, uint32_t limit, int c0,
+                     int c1) {
+    {
+      float val[4] = {0.f, 0.f, 0.f, 0.f};
+      uint32_t pos[4] = {0, 0, 0, 0}, hits = 0;
+      if (threadIdx.x < head) {
+        val[0] = row[s0 + threadIdx.x], pos[0] = uint32_t(s0 + threadIdx.x);
+        hits |= take(val[0]) ? 1u : 0u;
+      }
+      if (threadIdx.x < s1 - t0) {
+        val[1] = row[t0 + threadIdx.x], pos[1] = uint32_t(t0 + threadIdx.x);
+        hits |= take(val[1]) ? 2u : 0u;
+      }
+      emit(dst, base, limit, hits, val, pos);
     }
-    if (threadIdx.x < s1 - t0) {
-      key[1] = topk_key(row[t0 + threadIdx.x]), pos[1] = uint32_t(t0 + threadIdx.x);
-      hits |= (key[1] >> 20) >= lo_bin ? 2u : 0u;
-    }
-    emit(hits, key, pos);
-  }
-  stream(nch, 2 * nch, [&](bool valid, int64_t p0, float4 x) {
-    const uint32_t key[4] = {topk_key(x.x), topk_key(x.y), topk_key(x.z), topk_key(x.w)};
-    uint32_t pos[4], hits = 0;
+    stream(c0, c1, [&](bool valid, int64_t p0, float4 x) {
+      const float val[4] = {x.x, x.y, x.z, x.w};
+      uint32_t pos[4], hits = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      pos[e] = uint32_t(p0 + e);
-      hits |= valid && (key[e] >> 20) >= lo_bin ? 1u << e : 0u;
-    }
-    emit(hits, key, pos);
-  });
-  cluster.sync();  // every pair has landed in the leader's pool
-  if (rank != 0 || variant == 3) return;
+      for (int e = 0; e < 4; ++e) {
+        pos[e] = uint32_t(p0 + e);
+        hits |= valid && take(val[e]) ? 1u << e : 0u;
+      }
+      emit(dst, base, limit, hits, val, pos);
+    });
+  };
 
-  // ---- leader: the k-th key T among the pool's lo_bin entries (digits 2, 3),
-  // then the k chosen and T's ties in registers, sorted ----
-  const uint32_t chosen = select ? k : cand_total;
-  uint32_t T = 0, m = n_pool;  // the sort needs the m pool entries with key >= T
-  uint32_t* hist2 = reinterpret_cast<uint32_t*>(ring);  // the ring is idle now: 4 KB bins
-  uint64_t* sortbuf = reinterpret_cast<uint64_t*>(ring) + kBins / 2;  // then kRegSortN pairs
-  static_assert(kBins * 4 + kRegSortN * 8 <= kStages * kChunkBytes,
-                "digit bins and sort buffer fit the ring");
-  if (variant == 8) {  // timing: the all-shared-memory sort of the whole pool (the first v2)
-    sort_and_write(pool, n_pool, chosen, p, r, out);
-    return;
+  if (!kSampled)
+    for (int b = threadIdx.x; b < kBins1; b += kThreads) s.hist[b] = 0, s.sel.total[b] = 0;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st)
+      ptx::mbar_init(&s.full[st], 1), ptx::mbar_init(&s.empty[st], kWarps);
+    ptx::mbar_fence_init();
+    s.local_gt = 0, s.pool_fill = 0, s.sort_fill = 0;
   }
-  if (select && n_pool > k) {
-    uint32_t prefix = lo_bin, need = need1;
-#pragma unroll 1
-    for (int shift = 10; shift >= 0; shift -= 10) {
-      for (int b = threadIdx.x; b < kBins; b += kThreads) hist2[b] = 0;
-      __syncthreads();
-      for (uint32_t i = threadIdx.x; i < n_pool; i += kThreads) {
-        const uint32_t key = uint32_t(pool[i] >> 32);
-        if ((key >> (shift + 10)) == prefix) atomicAdd(&hist2[(key >> shift) & (kBins - 1)], 1u);
+  __syncthreads();
+  if (!kSampled)
+    ptx::cluster_arrive();  // my totals are zeroed (the cluster adds into them after pass 1)
+  if (threadIdx.x == 0)
+    for (int c = 0; c < kStages - 1 && c < issue_end; ++c) issue(c);
+
+  if constexpr (kSampled) {
+    // ---- v3: the threshold from a sample of the whole row, one pass ----
+    // Every CTA of the cluster draws the same kSample elements (a jittered
+    // grid over [0, n)) and takes K = the jt-th largest sample key, jt set so
+    // that ~min(2k, (k + pool)/2) elements of the row are expected at or
+    // above it; with n <= pool, K = 1 (every candidate).
+    uint32_t K = 1;
+    if (n > int64_t(pool_cap)) {
+      uint64_t* sample = pool;  // the pool's memory is free until the pass
+      uint32_t* shist = reinterpret_cast<uint32_t*>(pool + kSample);
+      const int64_t span = n / kSample;
+      for (int j = threadIdx.x; j < kSample; j += kThreads) {
+        const int64_t at = int64_t(j) * n / kSample + int64_t(sample_hash(j) % uint64_t(span));
+        sample[j] = uint64_t(topk_key(row[at])) << 32;
       }
       __syncthreads();
-      find_digit(hist2, kBins, need, s);
-      prefix = (prefix << 10) | s.found_bin;
-      need = s.found_remaining;
+      const uint64_t want = std::min<uint64_t>(2ull * k, (uint64_t(k) + pool_cap) / 2);
+      const uint32_t jt = uint32_t(
+          std::min<uint64_t>(kSample, std::max<uint64_t>(1, (want * kSample + n - 1) / n)));
+      uint32_t need_at = 0, ties = 0;
+      K = max(1u, pool_find_kth(sample, kSample, 0, 0, jt, shist, s, &need_at, &ties));
+      __syncthreads();  // the sample's memory is the pool from here
     }
-    T = prefix;
-    m = (k - need) + hist2[s.found_bin];  // above T, and all of T's ties
-  }
-  if (m > kRegSortN) {
-    sort_and_write(pool, n_pool, chosen, p, r, out);
+    // ---- the pass: every key >= K to this CTA's pool ----
+    collect(KeyAtLeast(K), pool, 0, pool_cap, 0, nch);
+    __syncthreads();
+    if (variant == 1) return;
+    const uint32_t n_mine = s.pool_fill;
+    if (threadIdx.x < cs) cluster.map_shared_rank(&s, int(threadIdx.x))->counts[rank] = n_mine;
+    cluster.sync();                             // counts in
+    uint32_t total = 0, base = s.counts[lead];  // the leader's own entries come first
+    for (int q = 0; q < cs; ++q) {
+      total += s.counts[q];
+      base += q < rank && q != lead ? s.counts[q] : 0u;
+    }
+    // The top k are all captured when at least k keys are >= K (or K took
+    // every candidate); they fit when the whole capture fits one pool.
+    if (total > pool_cap || (total < k && K > 1)) {  // the same on every CTA of the cluster
+      topk_three_pass(p, cs, sort_cap, smem_raw);
+      return;
+    }
+    if (rank != lead) {
+      uint64_t* leader_pool = cluster.map_shared_rank(pool, lead);
+      for (uint32_t i = threadIdx.x; i < n_mine; i += kThreads) leader_pool[base + i] = pool[i];
+    }
+    cluster.sync();  // every pair has landed in the leader's pool
+    if (rank != lead || variant == 3) return;
+    leader_finish(pool, total, total > k, 0, 0, k, std::min(total, k),
+                  reinterpret_cast<uint8_t*>(ring), s, p, r, out, variant == 8);
     return;
-  }
-  // Gather the m entries >= T (any order: the sort orders them), pad with 0.
-  for (uint32_t i0 = 0; i0 < n_pool; i0 += kThreads) {
-    const uint32_t i = i0 + threadIdx.x;
-    const uint64_t e = i < n_pool ? pool[i] : 0;
-    const bool take = i < n_pool && uint32_t(e >> 32) >= T;
-    const uint32_t ballot = __ballot_sync(0xffffffffu, take);
-    uint32_t at = 0;
-    if (lane == 0 && ballot) at = atomicAdd(&s.sort_fill, __popc(ballot));
-    at = __shfl_sync(0xffffffffu, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-    if (take && at < kRegSortN) sortbuf[at] = e;
-  }
-  for (uint32_t i = m + threadIdx.x; i < kRegSortN; i += kThreads) sortbuf[i] = 0;  // sorts last
-  __syncthreads();
-  uint64_t v[kRegSortPer];
-#pragma unroll
-  for (int j = 0; j < kRegSortPer; ++j) v[j] = sortbuf[threadIdx.x * kRegSortPer + j];
-  __syncthreads();  // sortbuf is the sort's scratch from here
-  bitonic_sort_regs(v, sortbuf);
-#pragma unroll
-  for (int j = 0; j < kRegSortPer; ++j) {
-    const uint32_t i = threadIdx.x * kRegSortPer + j;
-    if (i < k) out[i] = i < chosen ? translate(p, r, int64_t(~uint32_t(v[j]))) : -1;
+  } else {
+    // ---- pass 1: top 12 bits over the segment ----
+    if (threadIdx.x < head) atomicAdd(&s.hist[topk_key(row[s0 + threadIdx.x]) >> 20], 1u);
+    if (threadIdx.x < s1 - t0) atomicAdd(&s.hist[topk_key(row[t0 + threadIdx.x]) >> 20], 1u);
+    if (variant == 6) {  // the copies alone: a register sum instead of the atomics
+      float sum = 0.f;
+      stream(0, nch,
+             [&](bool valid, int64_t, float4 x) { sum += valid ? x.x + x.y + x.z + x.w : 0.f; });
+      if (sum == 12345.f) s.hist[threadIdx.x] = 1;
+    } else {
+      stream(0, nch, [&](bool valid, int64_t, float4 x) {
+        if (!valid) return;
+        atomicAdd(&s.hist[topk_key(x.x) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.y) >> 20], 1u);
+        atomicAdd(&s.hist[topk_key(x.z) >> 20], 1u), atomicAdd(&s.hist[topk_key(x.w) >> 20], 1u);
+      });
+    }
+    ptx::cluster_wait();  // every CTA's totals are zeroed
+    __syncthreads();      // my histogram is complete
+    if (pass1_only) {
+      if (threadIdx.x == 0 && s.hist[0] == 0xffffffffu) out[0] = 0;  // keeps the pass alive
+      return;
+    }
+
+    // ---- the first digit: W above it, C in it, over the cluster ----
+    // Each CTA adds its non-zero bins into every CTA's totals (remote
+    // reductions, nothing waited on), then one barrier.
+    for (int b = threadIdx.x; b < kBins1; b += kThreads) {
+      const uint32_t v = s.hist[b];
+      if (v)
+        for (int q = 0; q < cs; ++q) atomicAdd(cluster.map_shared_rank(s.sel.total, q) + b, v);
+    }
+    cluster.sync();  // every CTA's totals are complete
+    // Candidates: everything outside bin 0 (key 0 = -inf/NaN; no finite value
+    // has a key below 2^20). With at most k of them, all are taken.
+    uint32_t cand_total = 0, cand_local = 0;
+    {
+      uint32_t all = 0, mine = 0;
+      for (int b = threadIdx.x + (threadIdx.x == 0 ? kThreads : 0); b < kBins1; b += kThreads)
+        all += s.sel.total[b], mine += s.hist[b];
+      block_exclusive_sum(all, s.warp_part, &cand_total);
+      block_exclusive_sum(mine, s.warp_part, &cand_local);
+    }
+    const bool select = cand_total > k;
+    // The pool gets every key >= lo_bin << 20: n_pool in all, n_mine from
+    // here; need1 of the keys in lo_bin belong to the top k.
+    uint32_t lo_bin = 1, n_pool = cand_total, n_mine = cand_local, need1 = 0;
+    if (select) {
+      find_digit(s.sel.total, kBins1, k, s);
+      lo_bin = s.found_bin;
+      need1 = s.found_remaining;
+      add_count_above(s.hist, kBins1, lo_bin, &s.local_gt);
+      __syncthreads();
+      n_pool = (k - need1) + s.sel.total[lo_bin];
+      n_mine = s.local_gt + s.hist[lo_bin];
+    }
+    if (threadIdx.x < cs) cluster.map_shared_rank(&s, int(threadIdx.x))->counts[rank] = n_mine;
+    cluster.sync();  // counts in; histograms and totals dead (the leader's become its pool)
+
+    if (n_pool > pool_cap) {  // the same on every CTA of the cluster
+      drain();
+      topk_three_pass(p, cs, sort_cap, smem_raw);
+      return;
+    }
+    if (variant == 7) {  // timing: stop after the digit exchange
+      drain();
+      return;
+    }
+
+    // ---- pass 2: every key at or above the digit to the leader's pool ----
+    uint32_t base = 0;  // this CTA's entries start after those of lower ranks
+    for (int q = 0; q < rank; ++q) base += s.counts[q];
+    collect(KeyAtLeast(lo_bin << 20), cluster.map_shared_rank(pool, 0), base, n_pool, nch, 2 * nch);
+    cluster.sync();  // every pair has landed in the leader's pool
+    if (rank != 0 || variant == 3) return;
+    leader_finish(pool, n_pool, select, lo_bin, 12, need1, select ? k : cand_total,
+                  reinterpret_cast<uint8_t*>(ring), s, p, r, out, variant == 8);
   }
 }
 
@@ -818,8 +957,8 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.k <= 0 || p.k % 64 != 0 || p.k > kTopkMaxK)
     return value_error(Errc::invalid_value, "top-k: k", p.k,
                        "must be a positive multiple of 64, at most 8192");
-  if (p.algo != 1 && p.algo != 2)
-    return value_error(Errc::invalid_value, "top-k: algo", p.algo, "must be 1 or 2");
+  if (p.algo < 1 || p.algo > 3)
+    return value_error(Errc::invalid_value, "top-k: algo", p.algo, "must be 1, 2 or 3");
   int cs = p.cluster;
   if (cs == 0) {
     // Split rows over a cluster while rows are fewer than two per SM, and keep
@@ -832,17 +971,21 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.num_rows * cs > 0x7fffffffLL)
     return value_error(Errc::invalid_value, "top-k: rows", p.num_rows,
                        "are too many for one launch");
-  const bool v2 = p.algo == 2;
-  const size_t smem = v2 ? stream_smem_bytes(p.k) : topk_smem_bytes(p.k);
-  static bool attr_set[2] = {false, false};  // per-process attributes, set once for the largest k
-  if (!attr_set[v2]) {
+  // algo 2 and 3 are the two instances of the streaming kernel.
+  using StreamKernel = void (*)(TopkParams, int, uint32_t, uint32_t, uint32_t);
+  const bool streaming = p.algo != 1;
+  const StreamKernel stream_kernel =
+      p.algo == 3 ? topk_stream_kernel<true> : topk_stream_kernel<false>;
+  const size_t smem = streaming ? stream_smem_bytes(p.k) : topk_smem_bytes(p.k);
+  static bool attr_set[3] = {false, false, false};  // per process and kernel, for the largest k
+  if (!attr_set[p.algo - 1]) {
     const cudaError_t e =
-        v2 ? cudaFuncSetAttribute(topk_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(stream_smem_bytes(kTopkMaxK)))
-           : cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(topk_smem_bytes(kTopkMaxK)));
+        streaming ? cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(stream_smem_bytes(kTopkMaxK)))
+                  : cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(topk_smem_bytes(kTopkMaxK)));
     MLA_TRY(cuda_status(e, "cudaFuncSetAttribute(topk)"));
-    attr_set[v2] = true;
+    attr_set[p.algo - 1] = true;
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.num_rows * cs), 1u, 1u);
@@ -856,8 +999,8 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (v2) {
-    MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, topk_stream_kernel, p, cs, sort_capacity(p.k),
+  if (streaming) {
+    MLA_TRY(cuda_status(cudaLaunchKernelEx(&cfg, stream_kernel, p, cs, sort_capacity(p.k),
                                            pool_capacity(p.k), uint32_t(ring_offset(p.k))),
                         "cudaLaunchKernelEx(topk_stream_kernel)"));
     return launch_status("topk_stream_kernel");

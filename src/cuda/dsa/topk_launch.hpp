@@ -31,10 +31,13 @@ struct TopkParams {
   // Rows to split across a cluster of this many CTAs (1, 2, 4 or 8); 0 chooses
   // from the row count and length (a long row is split when rows are few).
   int cluster = 0;
-  // 2 = the streaming kernel (bulk copies, one digit round, the leader sorts
-  // the pool); 1 = the three-pass kernel it replaced (kept for comparison, and
-  // run by 2 on rows whose first digit leaves too many candidates). See topk.cu.
-  int algo = 2;
+  // 3 (default) = the sampled single-pass kernel (a threshold from 2048 samples of the
+  // row, every key above it collected in the one streaming pass, the leader
+  // selects and sorts); 2 = the two-pass streaming kernel (bulk copies, one
+  // cluster digit round, the leader sorts the pool); 1 = the three-pass kernel
+  // (kept for comparison, and run by 2 and 3 on rows their pools cannot take).
+  // See topk.cu.
+  int algo = 3;
   // Benchmark-only timing variants (only bench_dsa sets this, to place the
   // time among the stages); 0 = the real kernel. Those that stop early do NOT
   // write the top-k. algo 1: 1 = pass 1 only; 2 = pass 1 with conflict-free
@@ -44,7 +47,10 @@ struct TopkParams {
   // with L2 hints (pass 1 evict-last, pass 2 evict-first) (4 and 5 write the
   // top-k); 6 = pass 1's copies only (no histogram); 7 = up to the digit
   // exchange (no pass 2); 8 = the whole kernel, the pool sorted in shared
-  // memory (the first v2's sort; writes the top-k).
+  // memory (the first v2's sort; writes the top-k). algo 3: 1 = sample and
+  // the pass only; 3 = up to the leader's pool (no selection, no sort); 8 =
+  // the pool sorted in shared memory; 9 = the leader always rank 0 (8 and 9
+  // write the top-k).
   int timing_variant = 0;
 };
 Status launch_topk(const TopkParams& p, cudaStream_t stream);
