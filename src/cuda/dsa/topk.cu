@@ -1,7 +1,7 @@
 // Token top-k by radix select (DESIGN.md section 1: S_t = top-k(I[t, :])).
 //
-// Three versions, one result (TopkParams::algo: 3 is the default; 2 and 1 stay
-// selectable, and v1 is v2's and v3's fallback). In all, a row is handled by a
+// Three versions, one result (TopkParams::algo: 1 is the default, see
+// topk_launch.hpp for why; 2 and 3 are selectable, and v1 is their fallback). In all, a row is handled by a
 // cluster of CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows
 // is split over 2-8 CTAs), each owning a contiguous segment of the row; logits
 // are mapped to order-preserving 32-bit keys (topk_key).
