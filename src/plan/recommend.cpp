@@ -278,7 +278,28 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
   // 5. the whole layer: do the projections or attention set the step?
   if (const FormatPlan* r = find_row(p, asked, has_indexer))
     out.push_back(layer_recommendation(p, *r, find_row(p, asked, false)));
-  // 5. batch.
+  // 6. attention over several GPUs (decode): split the batch, not the heads.
+  if (w.phase == Phase::decode) {
+    // A head split over 2 GPUs runs h/2 heads over a cache replicated on both: per key
+    // 2*(h/2)*(d_c+d_r+d_c) FLOP against one entry, i.e. half of the unsplit intensity.
+    const double entry = double(kv_bytes_per_token_layer(m, asked));
+    const double half_heads_intensity = m.heads * (m.d_c + m.d_r + m.d_c) / entry;
+    const bool measured = std::string_view(g.name) == "h200";
+    out.push_back(
+        {"attention across GPUs", "batch split (data-parallel attention)",
+         measured
+             ? fmt::format(
+                   "measured on 2 H200 (NV18, 2026-11-29, examples/attn_split): a head split "
+                   "took 0.98-1.21x the batch split's step (B 2-64, 4K-128K, bf16 and fp8) and "
+                   "replicates the cache, so it serves half the requests{}",
+                   w.tp > 1 ? fmt::format("; tp {} asked: heads split {} ways", w.tp, w.tp) : "")
+             : fmt::format(
+                   "on paper: a 2-way head split does {:.0f} FLOP per cache byte against the "
+                   "ridge's {:.0f}, so it is memory-bound on a cache read twice, and it serves "
+                   "half the requests (docs/multi-gpu.md section 4)",
+                   half_heads_intensity, p.ridge_bf16)});
+  }
+  // 7. batch.
   if (const FormatPlan* asked_row = find_row(p, asked, has_indexer)) {
     if (p.free_bytes <= 0)
       out.push_back(

@@ -319,6 +319,20 @@ TEST(Plan, CalibrationPredictsFromMeasuredFractions) {
   EXPECT_FALSE(load_calibration(path, &from_file).ok());
 }
 
+TEST(Plan, AttentionAcrossGpusIsABatchSplit) {
+  // H200: the measured side-by-side; other GPUs: the paper argument with the GPU's ridge.
+  for (const char* gpu : {"h200", "h800"}) {
+    Workload w;
+    w.gpu = gpu;
+    const Plan p = make(w);
+    const Recommendation& r = rec(p, "attention across GPUs");
+    EXPECT_EQ(r.choice, "batch split (data-parallel attention)");
+    EXPECT_NE(r.reason.find(std::string(gpu) == "h200" ? "measured on 2 H200" : "on paper"),
+              std::string::npos)
+        << r.reason;
+  }
+}
+
 TEST(Plan, CalibrationOverheadIsChargedPerCall) {
   // One kernel call per layer: 61 x 40 us on top of floor / fraction.
   Calibration cal;
