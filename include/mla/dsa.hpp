@@ -72,10 +72,10 @@ enum class DsaPath : int32_t {
 // DSA selects but measured slower than reading everything.
 // The context lengths from which the DSA step measured faster than dense decode
 // on the H200 (2026-11-29, mla_bench_dsa dsa-step: B 64, 128 heads, one new
-// token, top-2048, the whole step against mla_decode on the same cache;
-// docs/perf-log.md "DSA step vs dense"): bf16 cache 0.87x at 3072, 1.04x at
-// 4096 -> 3840; fp8 cache 0.99x at 3072, 1.20x at 4096 -> 3072.
-inline constexpr int64_t kDsaDenseBelowH200Bf16 = 3840;
+// token, top-2048, the whole step against mla_decode on the same cache, dense
+// decode v8 and top-k v1; docs/dsa.md): bf16 cache 0.92x at 4096, 1.18x at
+// 6144 -> 4736 (interpolated, whole pages); fp8 cache 1.00x at 3072 -> 3072.
+inline constexpr int64_t kDsaDenseBelowH200Bf16 = 4736;
 inline constexpr int64_t kDsaDenseBelowH200Fp8 = 3072;
 inline constexpr int64_t kDsaDenseBelowMeasured = -1;
 

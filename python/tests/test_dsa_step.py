@@ -74,7 +74,7 @@ def test_threshold_and_default_policy():
     # later than the roofline's.
     assert mla.dsa_default_policy().dense_below == -1
     assert mla.dsa_default_policy().topk == 2048
-    assert mla.dsa_decode_path(3840) == "dense" and mla.dsa_decode_path(3841) == "sparse"
+    assert mla.dsa_decode_path(4736) == "dense" and mla.dsa_decode_path(4737) == "sparse"
     assert mla.dsa_decode_path(3072, kv="fp8_ds_mla") == "dense"
     assert mla.dsa_decode_path(3073, kv="fp8_ds_mla") == "sparse"
     forced = mla.DsaPolicy(dense_below=t)
