@@ -274,9 +274,12 @@ std::string render_json(const Plan& p);  // pretty-printed JSON object
 // Analytic break-even in new tokens per request between the absorbed form
 // (2*h*(576+512) FLOP per query-key) and the non-absorbed one (2*h*(192+128) per
 // query-key plus 2*512*h*(128+128) per key to decompress K and V). Independent of
-// h. The efficiencies of the two kernels shift it; calibration supplies them.
+// h. The efficiencies of the kernels shift it; calibration supplies them: the
+// decompression GEMMs run at their own fraction (default: the attention's). With
+// the H200's fitted fractions (decode 61%, MHA attention 36.5%, decompression
+// 82%) it is 174; measured 180-235 (docs/perf-log.md, the crossover sweep).
 double absorbed_breakeven_new_tokens(const ModelSpec& m, double absorbed_fraction,
-                                     double nonabsorbed_fraction);
+                                     double nonabsorbed_fraction, double decompress_fraction = -1);
 
 // ---- seed check ---------------------------------------------------------------------
 struct SeedCheckRow {

@@ -12,14 +12,15 @@
 
 namespace mla::plan {
 
-double absorbed_breakeven_new_tokens(const ModelSpec& m, double fa, double fn) {
+double absorbed_breakeven_new_tokens(const ModelSpec& m, double fa, double fn, double fd) {
+  if (fd <= 0) fd = fn;
   // Per head: absorbed 2*(d_c+d_r+d_c) FLOP per (query, key); non-absorbed
   // 2*(d_nope+d_r+d_v) per (query, key) plus 2*d_c*(d_nope+d_v) per key to decompress.
   const double A = 2.0 * (m.d_c + m.d_r + m.d_c);
   const double N = 2.0 * (m.d_nope + m.d_r + m.d_v);
   const double D = 2.0 * m.d_c * (m.d_nope + m.d_v);
   const double denom = A / fa - N / fn;
-  return denom > 0 ? (D / fn) / denom : HUGE_VAL;
+  return denom > 0 ? (D / fd) / denom : HUGE_VAL;
 }
 
 namespace detail {
@@ -171,7 +172,7 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
   const ChunkChoice chunk = chunk_size(p, dsa_active);
 
   // 1. absorbed vs non-absorbed, by new tokens per request.
-  double fa = 1, fn = 1;
+  double fa = 1, fn = 1, fd = -1;
   std::string from = "datasheet estimate: FLOP break-even at equal kernel efficiency";
   if (cal != nullptr) {
     const CalibrationEntry* a = cal->find("decode", "bf16", p.heads_per_gpu);
@@ -181,9 +182,13 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
       fn = n->fraction_of_ceiling;
       from = fmt::format("calibrated: decode at {:.0f}%, prefill at {:.0f}% of the ceiling",
                          100 * fa, 100 * fn);
+      if (const CalibrationEntry* d = cal->find("decompress", "mha", p.heads_per_gpu)) {
+        fd = d->fraction_of_ceiling;
+        from += fmt::format(", decompression at {:.0f}%", 100 * fd);
+      }
     }
   }
-  const double nstar = absorbed_breakeven_new_tokens(m, fa, fn);
+  const double nstar = absorbed_breakeven_new_tokens(m, fa, fn, fd);
   const int64_t n_new = w.phase == Phase::decode ? w.new_tokens : chunk.tokens;
   if (dsa_active) {
     out.push_back({"attention form", "absorbed (MQA form), decode and prefill",

@@ -307,6 +307,9 @@ TEST(Plan, CalibrationPredictsFromMeasuredFractions) {
   // Measured efficiencies move the absorbed/non-absorbed break-even: (D/fn) / (A/fa - N/fn).
   const double expect = (262144 / 0.6) / (2176 / 0.8 - 640 / 0.6);
   EXPECT_NEAR(absorbed_breakeven_new_tokens(M("deepseek-v3"), 0.8, 0.6), expect, 1e-9);
+  // Decompression priced at its own fraction (the GEMMs run nearer the ceiling).
+  EXPECT_NEAR(absorbed_breakeven_new_tokens(M("deepseek-v3"), 0.8, 0.6, 0.9),
+              (262144 / 0.9) / (2176 / 0.8 - 640 / 0.6), 1e-9);
   EXPECT_NE(rec(p, "attention form").reason.find("calibrated"), std::string::npos);
 
   // Through a file, as `mla plan --calibrate FILE` reads it.
