@@ -365,7 +365,8 @@ double bench_dense_decode(Timer& tm, int B, int h, int64_t L) {
 // mla_decode on the same cache, B requests x 1 token x h heads at context L:
 // the measured crossover the dispatch threshold should come from (issue 4.7).
 // Returns {sparse step us, dense us}.
-std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, bool fp8) {
+std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, bool fp8,
+                                         int topk = 2048) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   const int64_t entry = fp8 ? 656 : 1152;
   const mla::Device dev = mla::Device::cuda(0);
@@ -409,6 +410,7 @@ std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, boo
   for (int i = 0; i < 2; ++i) {
     mla::DsaPolicy pol;
     pol.path = i == 0 ? mla::DsaPath::sparse : mla::DsaPath::dense;
+    pol.topk = topk;
     size_t wsb = 0;
     BENCH_OK(mla::dsa_decode_workspace_size(a, pol, &wsb));
     void* ws = dalloc(wsb);
@@ -416,7 +418,8 @@ std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, boo
     cudaFree(ws);
   }
   const std::string shape = std::string(fp8 ? "fp8" : "bf16") + " b" + std::to_string(B) + " h" +
-                            std::to_string(h) + " L" + std::to_string(L);
+                            std::to_string(h) + " L" + std::to_string(L) +
+                            (topk != 2048 ? " top" + std::to_string(topk) : "");
   std::printf("%-15s %-32s sparse step %9.1f us  dense %9.1f us  dense/sparse %.2fx\n", "dsa-step",
               shape.c_str(), us[0], us[1], us[1] / us[0]);
   std::fflush(stdout);
@@ -498,6 +501,11 @@ int main(int argc, char** argv) {
         bench_topk(tm, B, L, 2048);
         for (bool fp8 : {false, true}) bench_sparse(tm, "sparse-decode", B, 1, 128, L, 2048, fp8);
       }
+  // The DSA step against top-k at 128K (the seed's "DSA parameters" question:
+  // what the selection size costs), dense decode beside it.
+  if (only == "topk-sweep")
+    for (bool fp8 : {false, true})
+      for (int k : {512, 1024, 2048, 4096}) bench_dsa_step(tm, 64, 128, 131072, fp8, k);
   if (want("dsa-step"))
     for (bool fp8 : {false, true})
       for (int64_t L : {2048L, 3072L, 4096L, 6144L, 8192L, 16384L, 32768L, 65536L, 131072L})
