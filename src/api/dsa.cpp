@@ -144,8 +144,8 @@ TensorView view_at(void* data, DType dt, Device dev, std::initializer_list<int64
   return t;
 }
 
-// The sparse path's scratch, as offsets from an aligned base (for sizing, a
-// placeholder: the views are then only shapes).
+// The sparse path's scratch, as offsets from an aligned base (for sizing, no
+// base: the views are then only shapes, which sparse_workspace_size accepts).
 struct SparsePlan {
   int64_t B = 0, s_q = 0, R = 0, width = 0, row_stride = 0;
   size_t logits_off = 0, indices_off = 0, lengths_off = 0, sparse_off = 0, sparse_bytes = 0;
@@ -171,7 +171,7 @@ Status plan_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, char* base, Spars
   sp->lengths_off = off;
   if (cpu) off = align_up(off + size_t(sp->R) * sizeof(int32_t));
   sp->sparse_off = off;
-  auto at = [&](size_t o) -> void* { return base + o; };
+  auto at = [&](size_t o) -> void* { return base == nullptr ? nullptr : base + o; };
   sp->logits3 = view_at(at(sp->logits_off), DType::f32, dev, {sp->B, sp->s_q, sp->width},
                         {sp->s_q * sp->row_stride, sp->row_stride, 1});
   sp->logits2 =
@@ -191,14 +191,10 @@ Status plan_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, char* base, Spars
   return Status::Ok();
 }
 
-// Sizing views point here: the ops size from shapes and never read the data,
-// but they reject null pointers.
-alignas(kAlign) char sizing_placeholder[kAlign];
-
 Status workspace_for(const DsaDecodeArgs& a, const DsaPolicy& p, DsaPath path, size_t* bytes) {
   if (path == DsaPath::dense) return decode_workspace_size(dense_args(a), p.dense_options, bytes);
   SparsePlan sp;
-  MLA_TRY(plan_sparse(a, p, sizing_placeholder, &sp));
+  MLA_TRY(plan_sparse(a, p, nullptr, &sp));  // views of shapes only: the ops' sizing reads no data
   // Slack so that any base address can be rounded up to the alignment.
   *bytes = sp.total + kAlign - 1;
   return Status::Ok();
