@@ -1,10 +1,10 @@
 // Token top-k by radix select (DESIGN.md section 1: S_t = top-k(I[t, :])).
 //
 // Three versions, one result (TopkParams::algo: 1 is the default, see
-// topk_launch.hpp for why; 2 and 3 are selectable, and v1 is their fallback). In all, a row is handled by a
-// cluster of CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows
-// is split over 2-8 CTAs), each owning a contiguous segment of the row; logits
-// are mapped to order-preserving 32-bit keys (topk_key).
+// topk_launch.hpp for why; 2 and 3 are selectable, and v1 is their fallback). In all, a row is
+// handled by a cluster of CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows is
+// split over 2-8 CTAs), each owning a contiguous segment of the row; logits are mapped to
+// order-preserving 32-bit keys (topk_key).
 //
 // v3 (topk_stream_kernel<true>): one read. Every CTA of the cluster draws the
 // same 2048 elements of the row and takes K = the key that ~min(2k, (k +
@@ -174,6 +174,26 @@ __device__ __forceinline__ void for_each_logit(const float* row, int64_t s0, int
   }
   const int64_t t0 = b0 + nvec * 4;
   if (threadIdx.x < s1 - t0) fn(t0 + threadIdx.x, row[t0 + threadIdx.x]);
+}
+
+// The row a cluster of cs CTAs works on (row r = blockIdx.x / cs), its valid
+// length n (device lengths are not host-checked: clamped to [0, width]) and
+// this CTA's contiguous segment [s0, s1) of it.
+struct RowSegment {
+  int64_t r, n, s0, s1;
+  const float* row;
+  int32_t* out;
+};
+__device__ __forceinline__ RowSegment row_segment(const TopkParams& p, int cs, int rank) {
+  RowSegment g;
+  g.r = blockIdx.x / cs;
+  g.row = p.logits + g.r * p.logits_stride;
+  g.out = p.out + g.r * p.out_stride;
+  g.n = min64(p.width, max64(0, p.lengths ? p.lengths[g.r] : p.width));
+  const int64_t seg = (g.n + cs - 1) / cs;
+  g.s0 = min64(g.n, rank * seg);
+  g.s1 = min64(g.n, (rank + 1) * seg);
+  return g;
 }
 
 __device__ __forceinline__ uint64_t sort_pair(uint32_t key, int64_t pos) {
@@ -459,14 +479,10 @@ __device__ __forceinline__ void topk_three_pass(const TopkParams& p, int cs, uin
   uint64_t* sorted = reinterpret_cast<uint64_t*>(smem_raw + kSortOffset);
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
-  const int64_t r = blockIdx.x / cs;
-  const float* row = p.logits + r * p.logits_stride;
-  int32_t* out = p.out + r * p.out_stride;
-  const int64_t n =
-      min64(p.width,
-            max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
-  const int64_t seg = (n + cs - 1) / cs;
-  const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
+  const RowSegment rs = row_segment(p, cs, rank);
+  const int64_t r = rs.r, s0 = rs.s0, s1 = rs.s1;
+  const float* row = rs.row;
+  int32_t* out = rs.out;
   const uint32_t k = uint32_t(p.k);
   uint64_t* leader_sorted = cluster.map_shared_rank(sorted, 0);
 
@@ -688,14 +704,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   const int lane = threadIdx.x % 32;
-  const int64_t r = blockIdx.x / cs;
-  const float* row = p.logits + r * p.logits_stride;
-  int32_t* out = p.out + r * p.out_stride;
-  const int64_t n =
-      min64(p.width,
-            max64(0, p.lengths ? p.lengths[r] : p.width));  // device lengths are not host-checked
-  const int64_t seg = (n + cs - 1) / cs;
-  const int64_t s0 = min64(n, rank * seg), s1 = min64(n, (rank + 1) * seg);
+  const RowSegment rs = row_segment(p, cs, rank);
+  const int64_t r = rs.r, n = rs.n, s0 = rs.s0, s1 = rs.s1;
+  const float* row = rs.row;
+  int32_t* out = rs.out;
   const uint32_t k = uint32_t(p.k);
   const int variant = p.timing_variant;
   // v3: the CTA that finishes the row alternates with the row: with 2 CTAs
