@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
 #include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
@@ -99,30 +100,6 @@ struct Point {
   double bytes = 0, flops = 0;            // one layer, one step
   double planner_attention_floor_us = 0;  // one layer (planner's 61-layer step / 61)
 };
-
-// Median and minimum of `reps` timed calls (CUDA events, 3 warm-ups). The
-// caches are far larger than the L2, so no flush is needed between calls.
-template <class Fn>
-std::pair<double, double> median_min_us(int reps, Fn&& fn) {
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0));
-    fn();
-    BENCH_CUDA(cudaEventRecord(e1));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2] * 1e3, ms.front() * 1e3};
-}
 
 Point run_point(const std::string& name, int64_t L, int64_t batch_override, int reps) {
   const bool dsa = name.find("+dsa") != std::string::npos;
@@ -204,11 +181,12 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   BENCH_OK(layer_workspace_size(a, &ws_bytes));
   DevBuf ws(ws_bytes);
 
-  const std::pair<double, double> step = median_min_us(reps, [&] {
+  // Caches and weights are far larger than the L2: no flush between calls.
+  const BenchTime step = time_events(reps, 3, [&] {
     BENCH_OK(layer_forward(a, Workspace{ws.p, ws_bytes}));
   });
-  pt.median_us = step.first;
-  pt.min_us = step.second;
+  pt.median_us = step.median_us;
+  pt.min_us = step.min_us;
 
   // The attention op alone on the same caches (random queries): what the rest
   // of the layer (projections, norms, RoPE, absorption, cache append) costs is
@@ -240,9 +218,9 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
     size_t attn_bytes = 0;
     BENCH_OK(dsa_decode_workspace_size(d, pol, &attn_bytes));
     DevBuf attn_ws(attn_bytes);
-    pt.attention_us = median_min_us(reps, [&] {
+    pt.attention_us = time_events(reps, 3, [&] {
                         BENCH_OK(dsa_decode(d, pol, Workspace{attn_ws.p, attn_bytes}));
-                      }).first;
+                      }).median_us;
   }
 
   // Bytes and FLOPs of one layer step: the weights once, the cache entries the

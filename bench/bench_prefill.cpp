@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_timing.hpp"
 #include "cuda/prefill/chunked_prefill.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
@@ -54,24 +55,7 @@ void* dev_random_bf16(size_t n, uint64_t seed) {
 }
 
 double median_ms(const std::function<void()>& fn, int reps, int warmup = 2) {
-  for (int i = 0; i < warmup; ++i) fn();
-  BENCH_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(a));
-    fn();
-    BENCH_CUDA(cudaEventRecord(b));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    BENCH_CUDA(cudaEventElapsedTime(&t[i], a, b));
-  }
-  BENCH_CUDA(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  BENCH_CUDA(cudaEventDestroy(a));
-  BENCH_CUDA(cudaEventDestroy(b));
-  return t[reps / 2];
+  return time_events(reps, warmup, fn).median_us * 1e-3;
 }
 
 // Visible (query, key) pairs: Tq queries that are the last Tq of Tk keys, causal.
