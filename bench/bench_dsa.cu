@@ -323,44 +323,6 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   return us;
 }
 
-// dense decode through the public API (the "decode" helper's CUDA backend)
-double bench_dense_decode(Timer& tm, int B, int h, int64_t L) {
-  const int64_t pages_per = L / 64, pages = B * pages_per;
-  auto* kv = dalloc(pages * 64 * 1152);
-  fill(kv, pages * 64 * 576, kBf16, 12);
-  auto* q = dalloc(int64_t(B) * h * 576 * 2);
-  fill(q, int64_t(B) * h * 576, kBf16, 13);
-  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
-  iota_kernel<<<256, 256>>>(bt, pages, 1);
-  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
-  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
-  auto* out = dalloc(int64_t(B) * h * 512 * 2);
-  auto* lse = dalloc(int64_t(B) * h * 4);
-  const mla::Device dev = mla::Device::cuda(0);
-  mla::DecodeArgs a;
-  a.q = mla::TensorView::make(q, mla::DType::bf16, {B, 1, h, 576}, dev);
-  a.kv.format = mla::KvFormat::bf16;
-  a.kv.data = mla::TensorView::make(kv, mla::DType::bf16, {pages, 64, 1, 576}, dev);
-  a.block_table = mla::TensorView::make(bt, mla::DType::i32, {B, pages_per}, dev);
-  a.cache_seqlens = mla::TensorView::make(lens, mla::DType::i32, {B}, dev);
-  a.softmax_scale = 0.1352f, a.causal = true;
-  a.out = mla::TensorView::make(out, mla::DType::bf16, {B, 1, h, 512}, dev);
-  a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, 1}, dev);
-  size_t wsb = 0;
-  double us = -1;
-  mla::Status st = mla::decode_workspace_size(a, {}, &wsb);
-  if (st.ok()) {
-    void* ws = wsb ? dalloc(wsb) : nullptr;
-    st = mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {});
-    if (st.ok())
-      us = tm.time([&] { BENCH_OK(mla::mla_decode(a, {}, mla::Workspace{ws, wsb}, {})); }, 7);
-    cudaFree(ws);
-  }
-  if (!st.ok()) std::printf("dense decode unavailable: %s\n", st.to_string().c_str());
-  cudaFree(kv), cudaFree(q), cudaFree(bt), cudaFree(lens), cudaFree(out), cudaFree(lse);
-  return us;
-}
-
 // The whole public DSA step (mla::dsa_decode, path forced) against dense
 // mla_decode on the same cache, B requests x 1 token x h heads at context L:
 // the measured crossover the dispatch threshold should come from (issue 4.7).
@@ -475,22 +437,12 @@ int main(int argc, char** argv) {
   if (want("sparse-prefill"))
     for (int64_t skv : {8192L, 32768L, 131072L})
       bench_sparse(tm, "sparse-prefill", 1, 4096, 128, skv, 2048, false);
-  if (want("dsa-vs-dense")) {
-    for (int64_t L : {32768L, 65536L, 131072L}) {
-      const double ti = bench_indexer_decode(tm, 128, 1, L, false);
-      const double tk = bench_topk(tm, 128, L, 2048, false);
-      const double ts =
-          bench_sparse(tm, "dsa", 128, 1, 128, std::min<int64_t>(L, 32768), 2048, true, false);
-      const double td = bench_dense_decode(tm, 128, 128, L);
-      const double dsa_us = ti + tk + ts;
-      std::printf(
-          "%-15s b128 h128 L%-4ldK  indexer %.1f + topk %.1f + sparse(fp8) %.1f = %.1f us; dense "
-          "bf16 %.1f us; speedup %.2fx\n",
-          "dsa-vs-dense", long(L / 1024), ti, tk, ts, dsa_us, td, td > 0 ? td / dsa_us : 0.0);
-      g_rows.push_back({"dsa-vs-dense", "b128 h128 L" + std::to_string(L / 1024) + "K", dsa_us, td,
-                        td > 0 ? td / dsa_us : 0, 0, "dense_us/speedup in tflops/gbs"});
-    }
-  }
+  // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
+  // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16
+  // dense is the two rows' ratio). Stage by stage: the "stages" mode.
+  if (want("dsa-vs-dense"))
+    for (int64_t L : {32768L, 65536L, 131072L})
+      for (bool fp8 : {false, true}) bench_dsa_step(tm, 128, 128, L, fp8);
   // Each DSA stage alone over a (batch, context) grid around the layer study's
   // points (docs/layer-study.md): the planner's calibration fits a per-call
   // overhead and a fraction of the floor per stage from these.
