@@ -68,6 +68,7 @@ struct Options {
   std::string format = "bf16";
   int64_t src_page = 64, dst_page = 64;
   bool src_scattered = false, dst_scattered = true, indexer = false;
+  bool pack_stream = true;  // pack/unpack on a second stream, under the wire
   int64_t direct_min = int64_t{1} << 20;
   int64_t bw_mib = 1024;
   std::string id_file, json;
@@ -131,7 +132,7 @@ class Disagg {
   int rank_, peer_;
   Device dev_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t compute_ = nullptr, xfer_ = nullptr;
+  cudaStream_t compute_ = nullptr, xfer_ = nullptr, pack_ = nullptr;
   KvFormat format_;
   int64_t entry_;
   Pool src_, dst_, isrc_, idst_;  // latent and indexer pools of both ranks
@@ -223,6 +224,7 @@ NcclTransferOptions Disagg::xfer_options(std::span<void* const> ready,
   x.stream = xfer_;
   x.staging = {staging_, size_t(staging_bytes_)};
   x.direct_min_bytes = o_.direct_min;
+  x.pack_stream = o_.pack_stream ? pack_ : nullptr;
   x.layer_ready = ready;
   x.layer_done = done;
   return x;
@@ -413,6 +415,7 @@ int Disagg::run() {
   comm_ = static_cast<ncclComm_t>(comm);
   check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "stream");
   check(cudaStreamCreateWithFlags(&xfer_, cudaStreamNonBlocking), "stream");
+  check(cudaStreamCreateWithFlags(&pack_, cudaStreamNonBlocking), "stream");
   mine_.allocate(o_.layers);
   if (o_.indexer) imine_.allocate(o_.layers);
 
@@ -546,7 +549,8 @@ int Disagg::run() {
   const double exposed_ms = std::max(0.0, pipe_recv_ms - pipe_prefill_ms);
   const double hidden = xfer_ms > 0 ? std::clamp(1.0 - exposed_ms / xfer_ms, 0.0, 1.0) : 1.0;
   fmt::print(
-      "mla_disagg: {} tokens x {} layers, {} cache{}, pages {} -> {} ({} -> {}), chunk {}\n"
+      "mla_disagg: {} tokens x {} layers, {} cache{}, pages {} -> {} ({} -> {}), chunk {}, "
+      "staging {}\n"
       "  request bytes           {:.3f} GB in {} runs (largest {:.2f} MB)\n"
       "  GPU->GPU ncclSend       {:.1f} GB/s ({} MiB message, median of 10)\n"
       "  transfer alone          {:.3f} ms = {:.1f} GB/s = {:.0f}% of the link\n"
@@ -557,21 +561,24 @@ int Disagg::run() {
       "  cache bytes vs source: {} of {} differ\n",
       o_.tokens, o_.layers, kv_format_name(format_), o_.indexer ? " + indexer" : "", o_.src_page,
       o_.dst_page, o_.src_scattered ? "scattered" : "contiguous",
-      o_.dst_scattered ? "scattered" : "contiguous", o_.chunk, gb, whole.runs.size(),
+      o_.dst_scattered ? "scattered" : "contiguous", o_.chunk,
+      o_.pack_stream ? "pipelined (pack stream)" : "serial", gb, whole.runs.size(),
       whole.largest_run / 1e6, link_gbs, o_.bw_mib, xfer_ms, xfer_gbs, 100 * xfer_gbs / link_gbs,
       prefill_ms, pipe_prefill_ms, exposed_ms, 100 * hidden, ttft_ms, out_diff, out_host.size(),
       cache_diff, mine.size());
   if (!o_.json.empty()) {
     std::ofstream(o_.json) << fmt::format(
         "{{\"tokens\": {}, \"layers\": {}, \"format\": \"{}\", \"indexer\": {}, "
-        "\"src_page\": {}, \"dst_page\": {}, \"chunk\": {}, \"request_bytes\": {}, \"runs\": {}, "
+        "\"src_page\": {}, \"dst_page\": {}, \"chunk\": {}, \"pack_stream\": {}, "
+        "\"direct_min_bytes\": {}, \"request_bytes\": {}, \"runs\": {}, "
         "\"link_gbs\": {:.2f}, \"transfer_ms\": {:.4f}, \"transfer_gbs\": {:.2f}, "
         "\"prefill_ms\": {:.4f}, \"pipelined_prefill_ms\": {:.4f}, \"exposed_ms\": {:.4f}, "
         "\"hidden_fraction\": {:.4f}, \"ttft_ms\": {:.4f}, \"decode_values_differing\": {}, "
         "\"cache_bytes_differing\": {}}}\n",
         o_.tokens, o_.layers, kv_format_name(format_), o_.indexer, o_.src_page, o_.dst_page,
-        o_.chunk, whole.total_bytes, whole.runs.size(), link_gbs, xfer_ms, xfer_gbs, prefill_ms,
-        pipe_prefill_ms, exposed_ms, hidden, ttft_ms, out_diff, cache_diff);
+        o_.chunk, o_.pack_stream, o_.direct_min, whole.total_bytes, whole.runs.size(), link_gbs,
+        xfer_ms, xfer_gbs, prefill_ms, pipe_prefill_ms, exposed_ms, hidden, ttft_ms, out_diff,
+        cache_diff);
   }
   check(nccl_comm_destroy(comm_), "nccl_comm_destroy");
   return out_diff == 0 && cache_diff == 0 ? 0 : 2;
@@ -594,6 +601,8 @@ int main(int argc, char** argv) {
   app.add_flag("--dst-scattered,!--dst-contiguous", o.dst_scattered, "decode page ids shuffled");
   app.add_flag("--indexer", o.indexer, "also move the indexer key cache (DSA)");
   app.add_option("--direct-min-bytes", o.direct_min, "runs at least this big go without staging");
+  app.add_flag("--pack-stream,!--serial-staging", o.pack_stream,
+               "pack/unpack on a second stream under the wire (default) or in series");
   app.add_option("--bw-mib", o.bw_mib, "message size of the bandwidth measurement");
   app.add_option("--id-file", o.id_file, "exchange NCCL's id through this file instead of TCP");
   app.add_option("--json", o.json, "write the results here (rank 1)");

@@ -159,6 +159,12 @@ struct NcclTransferOptions {
   // into) the cache; smaller ones are packed into the staging buffer by one
   // kernel and sent as one message.
   int64_t direct_min_bytes = int64_t{1} << 20;
+  // A second stream (a cudaStream_t) for the pack/unpack kernel. When set, the
+  // staging buffer is used as two halves: the pack of round k+1 (sender) and
+  // the unpack of round k-1 (receiver) run on it while round k is on the wire,
+  // instead of in series with it on `stream`. Null: one buffer, in series.
+  // Everything still ends on `stream` (it waits for pack_stream at the end).
+  void* pack_stream = nullptr;
   // by_layer plans: the sender waits for layer_ready[l] (recorded by prefill
   // on its compute stream after writing layer l) before sending layer l; the
   // receiver records layer_done[l] once layer l has landed. Either may be
@@ -171,7 +177,8 @@ struct NcclTransferOptions {
 int64_t nccl_transfer_staging_bytes(const TransferPlan& plan, int64_t direct_min_bytes);
 
 // Enqueue the sends (recvs) of every run on options.stream; returns at once.
-// Both ends must call with the same plan and direct_min_bytes.
+// Both ends must call with the same plan, direct_min_bytes, staging.bytes and
+// pack_stream set or not: those fix how runs are grouped into messages.
 Status nccl_transfer_send(const TransferPlan& plan, const TransferBuffers& src,
                           const NcclTransferOptions& options);
 Status nccl_transfer_recv(const TransferPlan& plan, const TransferBuffers& dst,

@@ -37,6 +37,13 @@ constexpr int64_t align_up(int64_t x, int64_t a) {
   return (x + a - 1) / a * a;
 }
 
+// The capacity of one staging slot: the whole buffer, or (pipelined, the
+// buffer split in two for pack/wire overlap) half of it, 16-byte aligned so
+// the second slot starts aligned too.
+constexpr int64_t staging_slot_bytes(int64_t staging_bytes, bool pipelined) {
+  return pipelined ? staging_bytes / 2 / kStagingAlign * kStagingAlign : staging_bytes;
+}
+
 // staging_bytes 0: every run direct. Errors: negative sizes.
 Status build_schedule(const TransferPlan& plan, int64_t direct_min_bytes, int64_t staging_bytes,
                       Schedule* out);

@@ -478,6 +478,31 @@ TEST(TransferSchedule, EveryRunOnceLargeDirectSmallPackedWithinStaging) {
                {"direct_min_bytes = -1"});
 }
 
+// Pipelined (pack stream): two slots of half the buffer each. The second slot
+// must start 16-byte aligned, and the staged message of a round fits its slot.
+TEST(TransferSchedule, PipelinedSlotsAreHalvesAlignedAndHoldTheirRounds) {
+  EXPECT_EQ(transfer::staging_slot_bytes(1000, false), 1000);
+  EXPECT_EQ(transfer::staging_slot_bytes(1000, true), 496);  // 500 rounded down to 16
+  EXPECT_EQ(transfer::staging_slot_bytes(0, true), 0);
+  EXPECT_EQ(transfer::staging_slot_bytes(31, true), 0);  // too small: every run direct
+  for (int64_t bytes : {int64_t{48}, int64_t{4096}, int64_t{1} << 20, int64_t{(1 << 20) + 24}})
+    EXPECT_EQ(transfer::staging_slot_bytes(bytes, true) % transfer::kStagingAlign, 0) << bytes;
+  TransferPlan plan;
+  plan.layer_begin = {0};
+  for (int g = 0; g < 3; ++g) {
+    for (int i = 0; i < 30; ++i) plan.runs.push_back({0, 0, 700, g, TransferCache::latent});
+    plan.layer_begin.push_back(plan.runs.size());
+  }
+  // The executor's staging size holds a layer; halved, each layer takes two rounds.
+  const int64_t need = nccl_transfer_staging_bytes(plan, 4096);
+  transfer::Schedule s;
+  ASSERT_TRUE(
+      transfer::build_schedule(plan, 4096, transfer::staging_slot_bytes(need, true), &s).ok());
+  EXPECT_EQ(s.rounds.size(), 6u);
+  for (const auto& round : s.rounds)
+    EXPECT_LE(round.staged_bytes, transfer::staging_slot_bytes(need, true));
+}
+
 // --- launch conventions and bootstrap ------------------------------------------------
 
 TEST(TransferLaunch, TorchrunEnvironment) {

@@ -56,73 +56,157 @@ Status run_address(const TransferPlan& plan, const TransferBuffers& b, size_t i,
   return Status::Ok();
 }
 
-// Pack (send) or unpack (recv) a round's staged pieces.
+// Pack (send) or unpack (recv) a round's staged pieces, staged at `slot`.
 Status stage(const TransferPlan& plan, const TransferBuffers& b, const Round& r, bool send,
-             const NcclTransferOptions& o) {
+             char* slot, cudaStream_t stream) {
   std::vector<Piece> pieces;
   pieces.reserve(r.staged.size());
-  char* staging = static_cast<char*>(o.staging.data);
   for (const auto& sp : r.staged) {
     char* cache;
     MLA_TRY(run_address(plan, b, sp.run, send ? "src" : "dst", &cache));
-    char* st = staging + sp.staging_offset;
+    char* st = slot + sp.staging_offset;
     pieces.push_back(send ? Piece{cache, st, plan.runs[sp.run].bytes}
                           : Piece{st, cache, plan.runs[sp.run].bytes});
   }
-  return cuda::cuda_status(transfer::launch_copy_pieces(pieces.data(), pieces.size(),
-                                                        static_cast<cudaStream_t>(o.stream)),
+  return cuda::cuda_status(transfer::launch_copy_pieces(pieces.data(), pieces.size(), stream),
                            "copy_pieces_kernel (staging pack/unpack)");
 }
+
+// The two streams of a call and the events that order them. Serial (no
+// pack_stream): both are the caller's stream and every hand-off is a no-op,
+// stream order already holds. Pipelined: the staging buffer's two slots are
+// handed between the wire (`wire`, NCCL) and the copies (`copy`, pack and
+// unpack), so the copy of one round runs under the message of the next or
+// previous one. Events are created per call (host handles, no device memory);
+// destroying a recorded event is allowed, its resources go once it completes.
+class Streams {
+ public:
+  ~Streams() {
+    for (cudaEvent_t e : events_)
+      if (e != nullptr) cudaEventDestroy(e);
+  }
+  Status init(const NcclTransferOptions& o) {
+    wire = static_cast<cudaStream_t>(o.stream);
+    copy = o.pack_stream != nullptr ? static_cast<cudaStream_t>(o.pack_stream) : wire;
+    if (!pipelined()) return Status::Ok();
+    for (cudaEvent_t& e : events_)
+      MLA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    // The copy stream starts after what the caller enqueued before the call
+    // (and joins a graph capture of `wire`).
+    return handoff(wire, copy, events_[kFork]);
+  }
+  bool pipelined() const { return copy != wire; }
+  // Slot s's "full" (sender: packed; receiver: landed) and "free" events.
+  static int slot_full(int s) { return kFull0 + s; }
+  static int slot_free(int s) { return kFree0 + s; }
+  // `to` waits for what `from` has enqueued so far.
+  Status handoff(cudaStream_t from, cudaStream_t to, cudaEvent_t e) const {
+    if (from == to) return Status::Ok();
+    MLA_CUDA_TRY(cudaEventRecord(e, from), "cudaEventRecord");
+    MLA_CUDA_TRY(cudaStreamWaitEvent(to, e), "cudaStreamWaitEvent");
+    return Status::Ok();
+  }
+  // The caller's stream ends after everything on the copy stream.
+  Status join() const { return handoff(copy, wire, events_[kJoin]); }
+  // `to` waits for the last record of event e; nothing to wait for if it was
+  // never recorded (skipped rather than waited on: an unrecorded event has no
+  // node to depend on inside a graph capture).
+  Status wait(cudaStream_t to, int e) const {
+    if (!pipelined() || !recorded_[e]) return Status::Ok();
+    MLA_CUDA_TRY(cudaStreamWaitEvent(to, events_[e]), "cudaStreamWaitEvent");
+    return Status::Ok();
+  }
+  Status record(int e, cudaStream_t on) {
+    if (!pipelined()) return Status::Ok();
+    MLA_CUDA_TRY(cudaEventRecord(events_[e], on), "cudaEventRecord");
+    recorded_[e] = true;
+    return Status::Ok();
+  }
+
+  cudaStream_t wire = nullptr, copy = nullptr;
+
+ private:
+  enum { kFork, kJoin, kFull0, kFull1, kFree0, kFree1, kCount };
+  cudaEvent_t events_[kCount] = {};
+  bool recorded_[kCount] = {};
+};
 
 Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
                     const NcclTransferOptions& o, bool send) {
   MLA_TRY(check_options(plan, o));
+  const bool pipelined = o.pack_stream != nullptr && o.pack_stream != o.stream;
+  const int64_t slot_bytes = transfer::staging_slot_bytes(int64_t(o.staging.bytes), pipelined);
   Schedule s;
-  MLA_TRY(transfer::build_schedule(plan, o.direct_min_bytes, o.staging.bytes, &s));
+  MLA_TRY(transfer::build_schedule(plan, o.direct_min_bytes, slot_bytes, &s));
   const char* side = send ? "src" : "dst";
   // Resolve every address first: a bad base is an error before anything is enqueued.
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     char* a;
     MLA_TRY(run_address(plan, b, i, side, &a));
   }
-  auto stream = static_cast<cudaStream_t>(o.stream);
+  Streams st;
+  MLA_TRY(st.init(o));
   auto comm = static_cast<ncclComm_t>(o.comm);
   for (size_t k = 0; k < s.rounds.size(); ++k) {
     const Round& r = s.rounds[k];
     const bool first_of_group = k == 0 || s.rounds[k - 1].group != r.group;
     const bool last_of_group = k + 1 == s.rounds.size() || s.rounds[k + 1].group != r.group;
-    if (send && first_of_group && !o.layer_ready.empty())
-      MLA_CUDA_TRY(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(o.layer_ready[r.group])),
-                   "cudaStreamWaitEvent(layer_ready)");
-    if (send && !r.staged.empty()) MLA_TRY(stage(plan, b, r, true, o));
+    const bool staged = !r.staged.empty();
+    // Rounds alternate between the slots; serial: one slot, reused in stream order.
+    const int slot = pipelined ? int(k & 1) : 0;
+    char* slot_data = static_cast<char*>(o.staging.data) + slot * slot_bytes;
+    if (send && first_of_group && !o.layer_ready.empty()) {
+      auto ready = static_cast<cudaEvent_t>(o.layer_ready[r.group]);
+      MLA_CUDA_TRY(cudaStreamWaitEvent(st.wire, ready), "cudaStreamWaitEvent(layer_ready)");
+      if (st.pipelined())
+        MLA_CUDA_TRY(cudaStreamWaitEvent(st.copy, ready), "cudaStreamWaitEvent(layer_ready)");
+    }
+    if (send && staged) {  // pack once the slot's last message has gone
+      MLA_TRY(st.wait(st.copy, st.slot_free(slot)));
+      MLA_TRY(stage(plan, b, r, true, slot_data, st.copy));
+      MLA_TRY(st.record(st.slot_full(slot), st.copy));
+      MLA_TRY(st.wait(st.wire, st.slot_full(slot)));
+    }
+    if (!send && staged) MLA_TRY(st.wait(st.wire, st.slot_free(slot)));  // its unpack is done
     MLA_NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
     for (size_t i : r.direct) {
       char* a;
       MLA_TRY(run_address(plan, b, i, side, &a));
       const size_t n = static_cast<size_t>(plan.runs[i].bytes);
       if (send)
-        MLA_NCCL_TRY(ncclSend(a, n, ncclChar, o.peer, comm, stream), "ncclSend");
+        MLA_NCCL_TRY(ncclSend(a, n, ncclChar, o.peer, comm, st.wire), "ncclSend");
       else
-        MLA_NCCL_TRY(ncclRecv(a, n, ncclChar, o.peer, comm, stream), "ncclRecv");
+        MLA_NCCL_TRY(ncclRecv(a, n, ncclChar, o.peer, comm, st.wire), "ncclRecv");
     }
-    if (!r.staged.empty()) {
+    if (staged) {
       const size_t n = static_cast<size_t>(r.staged_bytes);
       if (send)
-        MLA_NCCL_TRY(ncclSend(o.staging.data, n, ncclChar, o.peer, comm, stream), "ncclSend");
+        MLA_NCCL_TRY(ncclSend(slot_data, n, ncclChar, o.peer, comm, st.wire), "ncclSend");
       else
-        MLA_NCCL_TRY(ncclRecv(o.staging.data, n, ncclChar, o.peer, comm, stream), "ncclRecv");
+        MLA_NCCL_TRY(ncclRecv(slot_data, n, ncclChar, o.peer, comm, st.wire), "ncclRecv");
     }
     MLA_NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");
-    if (!send && !r.staged.empty()) MLA_TRY(stage(plan, b, r, false, o));
+    if (send && staged) MLA_TRY(st.record(st.slot_free(slot), st.wire));
+    if (!send && (staged || last_of_group)) {
+      // The copy stream takes over after the round landed: it unpacks, and it
+      // is where a layer ends (its direct runs landed on the wire before).
+      MLA_TRY(st.record(st.slot_full(slot), st.wire));
+      MLA_TRY(st.wait(st.copy, st.slot_full(slot)));
+    }
+    if (!send && staged) {
+      MLA_TRY(stage(plan, b, r, false, slot_data, st.copy));
+      MLA_TRY(st.record(st.slot_free(slot), st.copy));
+    }
     if (!send && last_of_group && !o.layer_done.empty())
-      MLA_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(o.layer_done[r.group]), stream),
+      MLA_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(o.layer_done[r.group]), st.copy),
                    "cudaEventRecord(layer_done)");
   }
+  MLA_TRY(st.join());
   // Groups with no runs (a layer with 0 tokens) still get their event.
   if (!send && !o.layer_done.empty())
     for (size_t g = 0; g + 1 < plan.layer_begin.size(); ++g)
       if (plan.layer_begin[g] == plan.layer_begin[g + 1])
-        MLA_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(o.layer_done[g]), stream),
+        MLA_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(o.layer_done[g]), st.wire),
                      "cudaEventRecord(layer_done)");
   return Status::Ok();
 }
