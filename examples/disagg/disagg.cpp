@@ -68,7 +68,9 @@ struct Options {
   std::string format = "bf16";
   int64_t src_page = 64, dst_page = 64;
   bool src_scattered = false, dst_scattered = true, indexer = false;
-  bool pack_stream = true;  // pack/unpack on a second stream, under the wire
+  bool pack_stream = true;    // pack/unpack on a second stream, under the wire
+  bool span_layers = true;    // the whole-request transfer: messages span layers
+  int64_t staging_mib = 128;  // staging at least this big (spanning messages)
   int64_t direct_min = int64_t{1} << 20;
   int64_t bw_mib = 1024;
   std::string id_file, json;
@@ -146,13 +148,19 @@ class Disagg {
   int64_t staging_bytes_ = 0;
 
   void barrier();
-  double measure_bandwidth();
+  double measure_bandwidth(size_t bytes, int reps);
   TransferRequest request(int64_t first, int64_t n) const;
   void setup_prefill();
   void prefill(bool send);  // every chunk through every layer, optionally sending as it goes
   void decode(const Pool& p, void* out);
   std::vector<uint8_t> gather(const Pool& lat, const Pool& idx);
   NcclTransferOptions xfer_options(std::span<void* const> ready, std::span<void* const> done);
+  // The whole request at once (no layer events): messages may span layers.
+  NcclTransferOptions whole_options() {
+    NcclTransferOptions x = xfer_options({}, {});
+    x.messages_span_layers = o_.span_layers;
+    return x;
+  }
 };
 
 Disagg::Disagg(const Options& o)
@@ -180,12 +188,11 @@ void Disagg::barrier() {
 
 // One big ncclSend rank 0 -> rank 1 (median of 10 after 3 warm-ups): the
 // GPU-to-GPU ceiling the transfer is judged against, measured in this run.
-double Disagg::measure_bandwidth() {
-  const size_t bytes = size_t(o_.bw_mib) << 20;
+double Disagg::measure_bandwidth(size_t bytes, int reps) {
   char* buf = device_alloc<char>(bytes, "cudaMalloc(bandwidth buffer)");
   check(cudaMemset(buf, 0x5a, bytes), "cudaMemset");
   std::vector<float> ms;
-  for (int i = 0; i < 13; ++i) {
+  for (int i = 0; i < reps + 3; ++i) {
     barrier();
     Event t0, t1;
     t0.record(xfer_);
@@ -419,7 +426,12 @@ int Disagg::run() {
   mine_.allocate(o_.layers);
   if (o_.indexer) imine_.allocate(o_.layers);
 
-  const double link_gbs = measure_bandwidth();
+  const double link_gbs = measure_bandwidth(size_t(o_.bw_mib) << 20, 10);
+  // NCCL's rate against the message size: what a transfer's messages can reach.
+  std::string by_size;
+  for (int mib : {1, 4, 16, 64, 256})
+    by_size += fmt::format("{}{} MiB {:.0f}", by_size.empty() ? "" : ", ", mib,
+                           measure_bandwidth(size_t(mib) << 20, 10));
 
   // The whole-request plan: bytes, runs, staging.
   TransferPlan whole;
@@ -431,6 +443,7 @@ int Disagg::run() {
     staging_bytes_ = std::max(staging_bytes_, nccl_transfer_staging_bytes(p, o_.direct_min));
   }
   staging_bytes_ = std::max(staging_bytes_, nccl_transfer_staging_bytes(whole, o_.direct_min));
+  if (o_.span_layers) staging_bytes_ = std::max(staging_bytes_, o_.staging_mib << 20);
   if (staging_bytes_) staging_ = device_alloc<char>(staging_bytes_, "staging");
   if (rank_ == 0) setup_prefill();
   check(cudaDeviceSynchronize(), "setup");
@@ -463,9 +476,9 @@ int Disagg::run() {
       Event t0, t1;
       t0.record(xfer_);
       if (rank_ == 0)
-        check(nccl_transfer_send(whole, src_bufs, xfer_options({}, {})), "send");
+        check(nccl_transfer_send(whole, src_bufs, whole_options()), "send");
       else
-        check(nccl_transfer_recv(whole, dst_bufs, xfer_options({}, {})), "recv");
+        check(nccl_transfer_recv(whole, dst_bufs, whole_options()), "recv");
       t1.record(xfer_);
       check(cudaStreamSynchronize(xfer_), "sync");
       xfer_ms = t1.ms_since(t0);
@@ -550,9 +563,9 @@ int Disagg::run() {
   const double hidden = xfer_ms > 0 ? std::clamp(1.0 - exposed_ms / xfer_ms, 0.0, 1.0) : 1.0;
   fmt::print(
       "mla_disagg: {} tokens x {} layers, {} cache{}, pages {} -> {} ({} -> {}), chunk {}, "
-      "staging {}\n"
+      "staging {}{}, {} MiB\n"
       "  request bytes           {:.3f} GB in {} runs (largest {:.2f} MB)\n"
-      "  GPU->GPU ncclSend       {:.1f} GB/s ({} MiB message, median of 10)\n"
+      "  GPU->GPU ncclSend       {:.1f} GB/s ({} MiB message, median of 10); GB/s by size: {}\n"
       "  transfer alone          {:.3f} ms = {:.1f} GB/s = {:.0f}% of the link\n"
       "  prefill alone           {:.3f} ms;  pipelined prefill {:.3f} ms\n"
       "  last byte after prefill {:.3f} ms exposed -> {:.0f}% of the transfer hidden\n"
@@ -562,23 +575,25 @@ int Disagg::run() {
       o_.tokens, o_.layers, kv_format_name(format_), o_.indexer ? " + indexer" : "", o_.src_page,
       o_.dst_page, o_.src_scattered ? "scattered" : "contiguous",
       o_.dst_scattered ? "scattered" : "contiguous", o_.chunk,
-      o_.pack_stream ? "pipelined (pack stream)" : "serial", gb, whole.runs.size(),
-      whole.largest_run / 1e6, link_gbs, o_.bw_mib, xfer_ms, xfer_gbs, 100 * xfer_gbs / link_gbs,
-      prefill_ms, pipe_prefill_ms, exposed_ms, 100 * hidden, ttft_ms, out_diff, out_host.size(),
-      cache_diff, mine.size());
+      o_.pack_stream ? "pipelined (pack stream)" : "serial",
+      o_.span_layers ? ", messages span layers" : "", staging_bytes_ >> 20, gb, whole.runs.size(),
+      whole.largest_run / 1e6, link_gbs, o_.bw_mib, by_size, xfer_ms, xfer_gbs,
+      100 * xfer_gbs / link_gbs, prefill_ms, pipe_prefill_ms, exposed_ms, 100 * hidden, ttft_ms,
+      out_diff, out_host.size(), cache_diff, mine.size());
   if (!o_.json.empty()) {
     std::ofstream(o_.json) << fmt::format(
         "{{\"tokens\": {}, \"layers\": {}, \"format\": \"{}\", \"indexer\": {}, "
         "\"src_page\": {}, \"dst_page\": {}, \"chunk\": {}, \"pack_stream\": {}, "
-        "\"direct_min_bytes\": {}, \"request_bytes\": {}, \"runs\": {}, "
+        "\"direct_min_bytes\": {}, \"span_layers\": {}, \"staging_bytes\": {}, "
+        "\"link_by_size\": \"{}\", \"request_bytes\": {}, \"runs\": {}, "
         "\"link_gbs\": {:.2f}, \"transfer_ms\": {:.4f}, \"transfer_gbs\": {:.2f}, "
         "\"prefill_ms\": {:.4f}, \"pipelined_prefill_ms\": {:.4f}, \"exposed_ms\": {:.4f}, "
         "\"hidden_fraction\": {:.4f}, \"ttft_ms\": {:.4f}, \"decode_values_differing\": {}, "
         "\"cache_bytes_differing\": {}}}\n",
         o_.tokens, o_.layers, kv_format_name(format_), o_.indexer, o_.src_page, o_.dst_page,
-        o_.chunk, o_.pack_stream, o_.direct_min, whole.total_bytes, whole.runs.size(), link_gbs,
-        xfer_ms, xfer_gbs, prefill_ms, pipe_prefill_ms, exposed_ms, hidden, ttft_ms, out_diff,
-        cache_diff);
+        o_.chunk, o_.pack_stream, o_.direct_min, o_.span_layers, staging_bytes_, by_size,
+        whole.total_bytes, whole.runs.size(), link_gbs, xfer_ms, xfer_gbs, prefill_ms,
+        pipe_prefill_ms, exposed_ms, hidden, ttft_ms, out_diff, cache_diff);
   }
   check(nccl_comm_destroy(comm_), "nccl_comm_destroy");
   return out_diff == 0 && cache_diff == 0 ? 0 : 2;
@@ -603,6 +618,11 @@ int main(int argc, char** argv) {
   app.add_option("--direct-min-bytes", o.direct_min, "runs at least this big go without staging");
   app.add_flag("--pack-stream,!--serial-staging", o.pack_stream,
                "pack/unpack on a second stream under the wire (default) or in series");
+  app.add_flag("--span-layers,!--per-layer-messages", o.span_layers,
+               "whole-request transfer: small runs of several layers per message (default)");
+  app.add_option("--staging-mib", o.staging_mib,
+                 "staging buffer at least this big with --span-layers")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   app.add_option("--bw-mib", o.bw_mib, "message size of the bandwidth measurement");
   app.add_option("--id-file", o.id_file, "exchange NCCL's id through this file instead of TCP");
   app.add_option("--json", o.json, "write the results here (rank 1)");

@@ -165,6 +165,11 @@ struct NcclTransferOptions {
   // instead of in series with it on `stream`. Null: one buffer, in series.
   // Everything still ends on `stream` (it waits for pack_stream at the end).
   void* pack_stream = nullptr;
+  // Pack small runs of several layers into one message until the staging
+  // buffer (slot) is full: few large messages, for a whole-request transfer
+  // (NCCL's rate grows with the message size). Not with layer_ready/layer_done:
+  // a message would then wait for, or signal, several layers at once.
+  bool messages_span_layers = false;
   // by_layer plans: the sender waits for layer_ready[l] (recorded by prefill
   // on its compute stream after writing layer l) before sending layer l; the
   // receiver records layer_done[l] once layer l has landed. Either may be
@@ -177,8 +182,9 @@ struct NcclTransferOptions {
 int64_t nccl_transfer_staging_bytes(const TransferPlan& plan, int64_t direct_min_bytes);
 
 // Enqueue the sends (recvs) of every run on options.stream; returns at once.
-// Both ends must call with the same plan, direct_min_bytes, staging.bytes and
-// pack_stream set or not: those fix how runs are grouped into messages.
+// Both ends must call with the same plan, direct_min_bytes, staging.bytes,
+// messages_span_layers and pack_stream set or not: those fix how runs are
+// grouped into messages.
 Status nccl_transfer_send(const TransferPlan& plan, const TransferBuffers& src,
                           const NcclTransferOptions& options);
 Status nccl_transfer_recv(const TransferPlan& plan, const TransferBuffers& dst,

@@ -9,7 +9,7 @@ namespace mla::transfer {
 using detail::error;
 
 Status build_schedule(const TransferPlan& plan, int64_t direct_min_bytes, int64_t staging_bytes,
-                      Schedule* out) {
+                      bool span_groups, Schedule* out) {
   if (direct_min_bytes < 0)
     return error(Errc::invalid_value, "direct_min_bytes = {} is negative", direct_min_bytes);
   if (staging_bytes < 0)
@@ -20,14 +20,21 @@ Status build_schedule(const TransferPlan& plan, int64_t direct_min_bytes, int64_
                  "result?)",
                  plan.layer_begin.empty() ? 0 : plan.layer_begin.back(), plan.runs.size());
   Schedule s;
+  Round round;
   for (size_t g = 0; g + 1 < plan.layer_begin.size(); ++g) {
-    Round round;
-    round.group = g;
+    if (round.direct.empty() && round.staged.empty()) round.group = g;
     for (size_t i = plan.layer_begin[g]; i < plan.layer_begin[g + 1]; ++i) {
       const int64_t bytes = plan.runs[i].bytes;
       const int64_t padded = align_up(bytes, kStagingAlign);
       // Direct: large runs, and every run when the staging buffer cannot hold it.
       if (bytes >= direct_min_bytes || padded > staging_bytes) {
+        // Spanning rounds would otherwise put every direct run of the request
+        // in one NCCL group: bound a group's messages.
+        if (span_groups && round.direct.size() == kMaxDirectPerRound) {
+          s.rounds.push_back(std::move(round));
+          round = Round{};
+          round.group = g;
+        }
         round.direct.push_back(i);
         continue;
       }
@@ -39,8 +46,12 @@ Status build_schedule(const TransferPlan& plan, int64_t direct_min_bytes, int64_
       round.staged.push_back({i, round.staged_bytes});
       round.staged_bytes += padded;
     }
-    if (!round.direct.empty() || !round.staged.empty()) s.rounds.push_back(std::move(round));
+    if (!span_groups && (!round.direct.empty() || !round.staged.empty())) {
+      s.rounds.push_back(std::move(round));
+      round = Round{};
+    }
   }
+  if (!round.direct.empty() || !round.staged.empty()) s.rounds.push_back(std::move(round));
   for (const Round& r : s.rounds) s.messages += r.direct.size() + (r.staged.empty() ? 0 : 1);
   *out = std::move(s);
   return Status::Ok();

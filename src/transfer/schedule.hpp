@@ -15,6 +15,8 @@
 namespace mla::transfer {
 
 inline constexpr int64_t kStagingAlign = 16;
+// Direct messages of one round (one ncclGroupStart/End) when rounds span groups.
+inline constexpr size_t kMaxDirectPerRound = 512;
 
 struct StagedPiece {
   size_t run = 0;              // index into TransferPlan::runs
@@ -44,9 +46,14 @@ constexpr int64_t staging_slot_bytes(int64_t staging_bytes, bool pipelined) {
   return pipelined ? staging_bytes / 2 / kStagingAlign * kStagingAlign : staging_bytes;
 }
 
-// staging_bytes 0: every run direct. Errors: negative sizes.
+// staging_bytes 0: every run direct. span_groups: a round's staged message
+// takes small runs of the next layer groups too until the buffer is full (few
+// large messages: NCCL's rate grows with the message size); otherwise a round
+// never crosses a group (so a layer can be waited for and signalled on its
+// own). Round::group is then the group of the round's first run. Errors:
+// negative sizes.
 Status build_schedule(const TransferPlan& plan, int64_t direct_min_bytes, int64_t staging_bytes,
-                      Schedule* out);
+                      bool span_groups, Schedule* out);
 
 // The base of a run's pool on one side (src or dst), or an error naming the
 // missing pointer.

@@ -440,7 +440,7 @@ TEST(TransferSchedule, EveryRunOnceLargeDirectSmallPackedWithinStaging) {
   for (int64_t staging : {int64_t{0}, int64_t{2048}, int64_t{1} << 20}) {
     SCOPED_TRACE(staging);
     transfer::Schedule s;
-    ASSERT_TRUE(transfer::build_schedule(plan, 4096, staging, &s).ok());
+    ASSERT_TRUE(transfer::build_schedule(plan, 4096, staging, false, &s).ok());
     std::vector<int> seen(plan.runs.size(), 0);
     size_t messages = 0, last_group = 0;
     for (const auto& round : s.rounds) {
@@ -472,9 +472,9 @@ TEST(TransferSchedule, EveryRunOnceLargeDirectSmallPackedWithinStaging) {
   // The staging size the executor asks for holds every layer's small runs at once.
   const int64_t need = nccl_transfer_staging_bytes(plan, 4096);
   transfer::Schedule s;
-  ASSERT_TRUE(transfer::build_schedule(plan, 4096, need, &s).ok());
+  ASSERT_TRUE(transfer::build_schedule(plan, 4096, need, false, &s).ok());
   EXPECT_EQ(s.rounds.size(), 4u);
-  expect_error(transfer::build_schedule(plan, -1, 0, &s), Errc::invalid_value,
+  expect_error(transfer::build_schedule(plan, -1, 0, false, &s), Errc::invalid_value,
                {"direct_min_bytes = -1"});
 }
 
@@ -497,10 +497,51 @@ TEST(TransferSchedule, PipelinedSlotsAreHalvesAlignedAndHoldTheirRounds) {
   const int64_t need = nccl_transfer_staging_bytes(plan, 4096);
   transfer::Schedule s;
   ASSERT_TRUE(
-      transfer::build_schedule(plan, 4096, transfer::staging_slot_bytes(need, true), &s).ok());
+      transfer::build_schedule(plan, 4096, transfer::staging_slot_bytes(need, true), false, &s)
+          .ok());
   EXPECT_EQ(s.rounds.size(), 6u);
   for (const auto& round : s.rounds)
     EXPECT_LE(round.staged_bytes, transfer::staging_slot_bytes(need, true));
+}
+
+// Spanning rounds: small runs of consecutive layers share one message until
+// the buffer is full; every run still travels once, in plan order, and a
+// round's direct messages stay bounded.
+TEST(TransferSchedule, SpanningRoundsFillTheBufferAcrossLayers) {
+  TransferPlan plan;
+  plan.layer_begin = {0};
+  for (int g = 0; g < 10; ++g) {
+    for (int i = 0; i < 8; ++i) plan.runs.push_back({0, 0, 1000, g, TransferCache::latent});
+    plan.layer_begin.push_back(plan.runs.size());
+  }
+  transfer::Schedule s;
+  // 1008 bytes a run (aligned): 20 per 20160-byte buffer = 2.5 layers a round.
+  ASSERT_TRUE(transfer::build_schedule(plan, 4096, 20160, true, &s).ok());
+  ASSERT_EQ(s.rounds.size(), 4u);
+  size_t next = 0;
+  for (const auto& round : s.rounds) {
+    EXPECT_EQ(round.group, size_t(plan.runs[round.staged.front().run].layer));
+    for (const auto& piece : round.staged) EXPECT_EQ(piece.run, next++);
+    EXPECT_LE(round.staged_bytes, 20160);
+  }
+  EXPECT_EQ(next, plan.runs.size());
+  EXPECT_EQ(s.rounds[0].staged.size(), 20u);
+  EXPECT_EQ(s.rounds[3].staged.size(), 20u);
+  // Without spanning: one round per layer.
+  ASSERT_TRUE(transfer::build_schedule(plan, 4096, 20160, false, &s).ok());
+  EXPECT_EQ(s.rounds.size(), 10u);
+  // All direct (no staging): rounds of at most kMaxDirectPerRound messages.
+  TransferPlan big;
+  big.layer_begin = {0};
+  for (int g = 0; g < 3; ++g) {
+    for (int i = 0; i < 300; ++i) big.runs.push_back({0, 0, 64, g, TransferCache::latent});
+    big.layer_begin.push_back(big.runs.size());
+  }
+  ASSERT_TRUE(transfer::build_schedule(big, 0, 0, true, &s).ok());
+  ASSERT_EQ(s.rounds.size(), 2u);
+  EXPECT_EQ(s.rounds[0].direct.size(), transfer::kMaxDirectPerRound);
+  EXPECT_EQ(s.rounds[1].direct.size(), 900 - transfer::kMaxDirectPerRound);
+  EXPECT_EQ(s.messages, 900u);
 }
 
 // --- launch conventions and bootstrap ------------------------------------------------

@@ -37,6 +37,11 @@ Status check_options(const TransferPlan& plan, const NcclTransferOptions& o) {
       return error(Errc::invalid_shape,
                    "options.{} has {} events, the plan has {} layer groups (one event each)", name,
                    events.size(), groups);
+  if (o.messages_span_layers && (!o.layer_ready.empty() || !o.layer_done.empty()))
+    return error(Errc::invalid_value,
+                 "options.messages_span_layers with {} layer_ready / {} layer_done events: a "
+                 "message spanning layers cannot wait for or signal one layer",
+                 o.layer_ready.size(), o.layer_done.size());
   if (o.staging.bytes > 0 && reinterpret_cast<uintptr_t>(o.staging.data) % 16 != 0)
     return error(Errc::misaligned, "options.staging.data = {} is not 16-byte aligned",
                  o.staging.data);
@@ -137,7 +142,8 @@ Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
   const bool pipelined = o.pack_stream != nullptr && o.pack_stream != o.stream;
   const int64_t slot_bytes = transfer::staging_slot_bytes(int64_t(o.staging.bytes), pipelined);
   Schedule s;
-  MLA_TRY(transfer::build_schedule(plan, o.direct_min_bytes, slot_bytes, &s));
+  MLA_TRY(
+      transfer::build_schedule(plan, o.direct_min_bytes, slot_bytes, o.messages_span_layers, &s));
   const char* side = send ? "src" : "dst";
   // Resolve every address first: a bad base is an error before anything is enqueued.
   for (size_t i = 0; i < plan.runs.size(); ++i) {
