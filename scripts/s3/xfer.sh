@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session-3: the KV transfer variants on two GPUs (bench/results/...-xfer).
-#   OUT=... bash scripts/s3/xfer.sh <build-dir with mla_disagg>
+#   OUT=... bash scripts/s3/xfer.sh <build-dir with mla_disagg> [staging]
 set -u
 X=${1:-build}
 O="${OUT:-/tmp/out}/xfer"; mkdir -p "$O"
@@ -15,6 +15,14 @@ disagg() {  # name, args...
   wait
   echo "--- $name"; grep -E "staging|ncclSend|transfer alone|hidden|differ" "$O/$name.r1.log"
 }
+if [ "${2:-}" = "staging" ]; then  # the staging buffer's size (two slots of half)
+  for mib in 256 512 1024; do
+    disagg span128k_st$mib --tokens 131072 --layers 8 --format bf16 --indexer --staging-mib $mib
+  done
+  disagg span16k_st512 --tokens 16384 --layers 61 --format bf16 --indexer --staging-mib 512
+  disagg span16k_fp8_st512 --tokens 16384 --layers 61 --format fp8 --indexer --staging-mib 512
+  exit 0
+fi
 disagg span128k --tokens 131072 --layers 8 --format bf16 --indexer
 disagg span16k --tokens 16384 --layers 61 --format bf16 --indexer
 disagg span16k_fp8 --tokens 16384 --layers 61 --format fp8 --indexer
