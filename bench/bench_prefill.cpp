@@ -7,7 +7,10 @@
 // warm-up, median of N runs; the bf16 GEMM ceiling is measured in the same run.
 //   --crossover: only the absorbed (mla_decode, s_q = n) vs non-absorbed (chunked
 //   prefill) sweep over n new tokens at a 4K / 32K prefix
+//   --attention-only: only attention alone at 8K/16K/32K, the wgmma kernel and
+//   the warp-specialised wgmma_ws one in the same run
 // Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only] [--crossover]
+//                          [--attention-only]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -165,8 +168,9 @@ double time_absorbed(int P, int T, int h, float scale, int reps) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
-  bool mma_sync_only = false;  // fallback run: the wgmma kernel is not used
-  bool crossover = false;      // only the absorbed vs non-absorbed sweep
+  bool mma_sync_only = false;   // fallback run: the wgmma kernel is not used
+  bool crossover = false;       // only the absorbed vs non-absorbed sweep
+  bool attention_only = false;  // wgmma vs wgmma_ws, attention alone
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json_path = argv[++i];
@@ -176,6 +180,8 @@ int main(int argc, char** argv) {
       mma_sync_only = true;
     else if (!std::strcmp(argv[i], "--crossover"))
       crossover = true;
+    else if (!std::strcmp(argv[i], "--attention-only"))
+      attention_only = true;
   }
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -277,6 +283,15 @@ int main(int argc, char** argv) {
       add("prefill-attention", shape,
           median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
           attn_flops);
+    if (attention_only) {
+      p.kernel = mla::cuda::prefill::FlashKernel::wgmma_ws;
+      add("prefill-attention-ws", shape,
+          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
+          attn_flops);
+      for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) BENCH_CUDA(cudaFree(ptr));
+      BENCH_CUDA(cudaFree(lse));
+      continue;
+    }
     p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
     add("prefill-attention-mmasync", shape,
         median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
@@ -297,7 +312,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
-  std::vector<int> prefixes = quick || mma_sync_only || crossover
+  std::vector<int> prefixes = quick || mma_sync_only || crossover || attention_only
                                   ? std::vector<int>{}  // chunked uses wgmma
                                   : std::vector<int>{0, 16384, 65536};
   for (int P : prefixes) {

@@ -177,13 +177,16 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   p.batch = int(c.len_q.size());
   p.heads = h;
   p.max_seqlen_q = max_q;
+  p.total_q = T;
+  p.total_k = Tk;
   p.softmax_scale = float(scale);
   p.causal = c.causal;
   std::vector<double> ref_out, ref_lse;
   reference_mha(as_doubles(q), as_doubles(kfull), as_doubles(v), cu_q, cu_k, h,
                 double(float(scale)), c.causal, ref_out, ref_lse);
-  // Both kernels, each on freshly poisoned outputs.
-  for (auto kernel : {cuda::prefill::FlashKernel::wgmma, cuda::prefill::FlashKernel::mma_sync}) {
+  // Every kernel, each on freshly poisoned outputs.
+  using cuda::prefill::FlashKernel;
+  for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws}) {
     dout.poison();
     dlse.poison();
     p.kernel = kernel;
@@ -192,9 +195,10 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
     HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
     dout.to_host(out);
     dlse.to_host(lse);
-    expect_close(
-        out, ref_out, lse, ref_lse,
-        kernel == cuda::prefill::FlashKernel::wgmma ? "attention (wgmma)" : "attention (mma.sync)");
+    expect_close(out, ref_out, lse, ref_lse,
+                 kernel == FlashKernel::wgmma      ? "attention (wgmma)"
+                 : kernel == FlashKernel::wgmma_ws ? "attention (wgmma_ws)"
+                                                   : "attention (mma.sync)");
   }
 }
 

@@ -6,6 +6,7 @@
 #include "cuda/prefill/flash_fwd_kernel.cuh"
 #include "cuda/prefill/flash_fwd_launch.hpp"
 #include "cuda/prefill/flash_fwd_wgmma_kernel.cuh"
+#include "cuda/prefill/flash_fwd_ws_kernel.cuh"
 
 namespace mla::cuda::prefill {
 
@@ -21,7 +22,27 @@ static cudaError_t launch(Kernel kernel, const FlashFwdParams& p, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, cudaStream_t stream) {
+// Grid of the warp-specialised kernel: heads fastest, then query tiles from the
+// heaviest, so every wave holds tiles of similar cost.
+template <class Kernel>
+static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const FlashWsMaps& maps,
+                             cudaStream_t stream) {
+  using Tr = FlashWsTraits;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(p.heads, (p.max_seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.batch);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  return cudaGetLastError();
+}
+
+cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, const FlashWsMaps* maps,
+                                 cudaStream_t stream) {
+  if (p.kernel == FlashKernel::wgmma_ws) {
+    if (maps == nullptr) return cudaErrorInvalidValue;
+    return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true>, p, *maps, stream)
+                     : launch_ws(flash_fwd_ws_kernel<false>, p, *maps, stream);
+  }
   if (p.kernel == FlashKernel::mma_sync)
     return p.out_f32 ? launch<FlashFwdTraits>(flash_fwd_kernel<true>, p, stream)
                      : launch<FlashFwdTraits>(flash_fwd_kernel<false>, p, stream);
