@@ -8,7 +8,7 @@
 //   --crossover: only the absorbed (mla_decode, s_q = n) vs non-absorbed (chunked
 //   prefill) sweep over n new tokens at a 4K / 32K prefix
 //   --attention-only: only attention alone at 8K/16K/32K, the wgmma kernel and
-//   the warp-specialised wgmma_ws one in the same run
+//   the warp-specialised wgmma_ws / wgmma_ws_pingpong ones in the same run
 // Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only] [--crossover]
 //                          [--attention-only]
 #include <cublas_v2.h>
@@ -288,6 +288,11 @@ int main(int argc, char** argv) {
       add("prefill-attention-ws", shape,
           median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
           attn_flops);
+      p.kernel = mla::cuda::prefill::FlashKernel::wgmma_ws_pingpong;
+      add("prefill-attention-ws-pp", shape,
+          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
+          attn_flops);
+      p.kernel = mla::cuda::prefill::FlashKernel::wgmma;
       for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) BENCH_CUDA(cudaFree(ptr));
       BENCH_CUDA(cudaFree(lse));
       continue;

@@ -186,7 +186,8 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
                 double(float(scale)), c.causal, ref_out, ref_lse);
   // Every kernel, each on freshly poisoned outputs.
   using cuda::prefill::FlashKernel;
-  for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws}) {
+  for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws,
+                      FlashKernel::wgmma_ws_pingpong}) {
     dout.poison();
     dlse.poison();
     p.kernel = kernel;
@@ -196,10 +197,11 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
     dout.to_host(out);
     dlse.to_host(lse);
     expect_close(out, ref_out, lse, ref_lse,
-                 kernel == FlashKernel::wgmma      ? "attention (wgmma)"
-                 : kernel == FlashKernel::wgmma_ws ? "attention (wgmma_ws)"
-                                                   : "attention (mma.sync)");
-    if (kernel == FlashKernel::wgmma_ws) {
+                 kernel == FlashKernel::wgmma               ? "attention (wgmma)"
+                 : kernel == FlashKernel::wgmma_ws          ? "attention (wgmma_ws)"
+                 : kernel == FlashKernel::wgmma_ws_pingpong ? "attention (wgmma_ws_pingpong)"
+                                                            : "attention (mma.sync)");
+    if (kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong) {
       // The pipelined kernel's reductions have a fixed order: repeated calls
       // give the same bytes (a race in the barrier ring would show here).
       const auto first_out = dout.download<uint16_t>(size_t(T) * h * 128);

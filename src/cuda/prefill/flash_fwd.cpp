@@ -14,6 +14,8 @@ FlashKernel default_flash_kernel() {
   static const FlashKernel k = [] {
     const char* e = std::getenv("MLA_PREFILL_KERNEL");
     if (e != nullptr && std::strcmp(e, "wgmma_ws") == 0) return FlashKernel::wgmma_ws;
+    if (e != nullptr && std::strcmp(e, "wgmma_ws_pingpong") == 0)
+      return FlashKernel::wgmma_ws_pingpong;
     if (e != nullptr && std::strcmp(e, "mma_sync") == 0) return FlashKernel::mma_sync;
     return FlashKernel::wgmma;
   }();
@@ -57,7 +59,8 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
                          "prefill attention: heads {} or batch {} past the grid limit 65535",
                          p.heads, p.batch);
   FlashWsMaps maps;
-  if (p.kernel == FlashKernel::wgmma_ws && !encode_flash_ws_maps(p, &maps))
+  const bool ws = p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong;
+  if (ws && !encode_flash_ws_maps(p, &maps))
     return detail::error(
         Errc::unsupported,
         "prefill attention (wgmma_ws): no TMA tensor maps for these tensors (total_q {}, "

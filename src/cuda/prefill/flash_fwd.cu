@@ -38,10 +38,13 @@ static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const Flash
 
 cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, const FlashWsMaps* maps,
                                  cudaStream_t stream) {
-  if (p.kernel == FlashKernel::wgmma_ws) {
+  if (p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong) {
     if (maps == nullptr) return cudaErrorInvalidValue;
-    return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true>, p, *maps, stream)
-                     : launch_ws(flash_fwd_ws_kernel<false>, p, *maps, stream);
+    if (p.kernel == FlashKernel::wgmma_ws_pingpong)
+      return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true, true>, p, *maps, stream)
+                       : launch_ws(flash_fwd_ws_kernel<false, true>, p, *maps, stream);
+    return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true, false>, p, *maps, stream)
+                     : launch_ws(flash_fwd_ws_kernel<false, false>, p, *maps, stream);
   }
   if (p.kernel == FlashKernel::mma_sync)
     return p.out_f32 ? launch<FlashFwdTraits>(flash_fwd_kernel<true>, p, stream)

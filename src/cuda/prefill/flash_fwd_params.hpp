@@ -10,8 +10,10 @@ namespace mla::cuda::prefill {
 // one (FA2 scheme), kept as a cross-check and for comparison, or wgmma_ws
 // (warp-specialised: a TMA producer warp feeding two consumer warpgroups over
 // 128-key tiles, S of the next tile overlapping P.V of the previous one; see
-// flash_fwd_ws_kernel.cuh), selectable until measured faster.
-enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1, wgmma_ws = 2 };
+// flash_fwd_ws_kernel.cuh), and wgmma_ws_pingpong (the same with the two
+// consumer warpgroups taking turns on the tensor cores), selectable until
+// measured faster.
+enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1, wgmma_ws = 2, wgmma_ws_pingpong = 3 };
 
 struct FlashFwdParams {
   FlashKernel kernel = FlashKernel::wgmma;

@@ -12,6 +12,10 @@
 //     flight: the tensor cores see one product queued behind the other.
 // The producer gives registers back (setmaxnreg) so that each consumer thread
 // holds S (64 fp32), O (64 fp32) and P (32 bf16x2) without spilling.
+// kPingPong adds FA3's inter-warpgroup schedule: the consumers take turns to
+// issue their products (two named barriers pass the turn), so that one
+// warpgroup's softmax runs while the other's products occupy the tensor cores
+// instead of both competing for them at the same moments.
 //
 // K = [k_nope (per head) ; k_rope (shared by the heads in MLA)]: one K stage is
 // three 64-column SW128 blocks, two from the k_nope map and one from the k_rope
@@ -62,7 +66,7 @@ struct FlashWsTraits {
                 "setmaxnreg budgets must fit the register file");
 };
 
-template <bool kOutF32>
+template <bool kOutF32, bool kPingPong>
 __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     flash_fwd_ws_kernel(const __grid_constant__ FlashFwdParams p,
                         const __grid_constant__ FlashWsMaps maps) {
@@ -163,7 +167,6 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     };
     auto issue_pv = [&](int st) {
       const uint32_t v_addr = smem_addr(sV + st * T::kSmemV);
-      wgmma::fence();  // P and the rescaled O were written by ordinary instructions
 #pragma unroll
       for (int kk = 0; kk < T::kBlockN / 16; ++kk)  // 16 keys = 2 KB further; LBO: next 64 dims
         wgmma::m64n128k16_rs_tb(
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
       const bool need_mask =
           n0 + T::kBlockN > tc.seq_k || (p.causal && n0 + T::kBlockN - 1 > wg_row0 + tc.diag);
       if (need_mask) mask_scores(s, n0, cq, lim);
-      softmax_exp(s, row_max, row_sum, scale_log2, alpha);
+      softmax_exp</*kFtzExp=*/true>(s, row_max, row_sum, scale_log2, alpha);
     };
     auto fence_pf = [&] {
 #pragma unroll
@@ -186,11 +189,28 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pf[i][e])::"memory");
     };
 
+    // Ping-pong turns: barrier 1 + c is "consumer c may issue"; it completes
+    // when c's 128 threads sync and the other consumer's 128 have arrived.
+    // Consumer 0 goes first (consumer 1 arrives once up front); consumer 1
+    // skips its last hand-over, so that arrivals and syncs match exactly.
+    constexpr int kTurnThreads = 2 * 128;
+    auto take_turn = [&] {
+      if constexpr (kPingPong) named_barrier_sync(1 + cw, kTurnThreads);
+    };
+    auto pass_turn = [&](bool last) {
+      if constexpr (kPingPong)
+        if (!(last && cw == 1)) named_barrier_arrive(2 - cw, kTurnThreads);
+    };
+    if constexpr (kPingPong)
+      if (cw == 1) named_barrier_arrive(1, kTurnThreads);
+
     mbar_wait(q_full, 0);
     // Step 0: S alone.
     mbar_wait(&k_full[0], 0);
+    take_turn();
     wgmma::fence();
     issue_s(0);
+    pass_turn(false);
     wgmma::wait<0>();
     wgmma::fence_regs(s);
     mbar_arrive(&k_empty[0]);
@@ -203,10 +223,12 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
       const int st = it % T::kStages, pst = (it - 1) % T::kStages;
       const uint32_t ph = (it / T::kStages) & 1, pph = ((it - 1) / T::kStages) & 1;
       mbar_wait(&k_full[st], ph);
-      wgmma::fence();
-      issue_s(st);  // S(it) queued first ...
       mbar_wait(&v_full[pst], pph);
+      take_turn();
+      wgmma::fence();
+      issue_s(st);    // S(it) queued first ...
       issue_pv(pst);  // ... then P.V(it - 1)
+      pass_turn(false);
       wgmma::wait<1>();
       wgmma::fence_regs(s);
       mbar_arrive(&k_empty[st]);
@@ -221,7 +243,10 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     }
     const int lst = (n_tiles - 1) % T::kStages;
     mbar_wait(&v_full[lst], ((n_tiles - 1) / T::kStages) & 1);
+    take_turn();
+    wgmma::fence();
     issue_pv(lst);
+    pass_turn(true);
     wgmma::wait<0>();
     wgmma::fence_regs(o);
     mbar_arrive(&v_empty[lst]);

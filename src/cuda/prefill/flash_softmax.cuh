@@ -33,10 +33,15 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int n0, int cq,
 //   rescale_rows:  o *= alpha, row by row;
 //   pack_p:        the probabilities as bf16 A fragments (k16 steps) for P.V
 //                  (the accumulator layout of S is the A-fragment layout of P).
-template <int NT>
+//
+// kFtzExp: exp2 as the bare ex2.approx.ftz instruction (results below 2^-126
+// flush to 0: such a p is far under the bf16 rounding of the sum it joins)
+// rather than exp2f, whose denormal handling adds instructions per element.
+template <bool kFtzExp = false, int NT>
 __device__ __forceinline__ void softmax_exp(float (&s)[NT][4], float (&row_max)[2],
                                             float (&row_sum)[2], float scale_log2,
                                             float (&alpha)[2]) {
+  auto ex2 = [](float x) { return kFtzExp ? ptx::fast_exp2(x) : exp2f(x); };
   float scaled_max[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -48,7 +53,7 @@ __device__ __forceinline__ void softmax_exp(float (&s)[NT][4], float (&row_max)[
     // A row that has seen only masked keys keeps max -inf: use 0 so that
     // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
     const float ms = m == -INFINITY ? 0.f : m * scale_log2;
-    alpha[r] = exp2f(row_max[r] * scale_log2 - ms);  // old max -inf -> 0
+    alpha[r] = ex2(row_max[r] * scale_log2 - ms);  // old max -inf -> 0
     row_max[r] = m;
     scaled_max[r] = ms;
     row_sum[r] *= alpha[r];
@@ -56,7 +61,7 @@ __device__ __forceinline__ void softmax_exp(float (&s)[NT][4], float (&row_max)[
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -scaled_max[e / 2]));
+    for (int e = 0; e < 4; ++e) s[nt][e] = ex2(fmaf(s[nt][e], scale_log2, -scaled_max[e / 2]));
     row_sum[0] += s[nt][0] + s[nt][1];
     row_sum[1] += s[nt][2] + s[nt][3];
   }
