@@ -3,6 +3,10 @@
 // compile under nvcc, so .cu files stay free of fmt.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "cuda/prefill/flash_fwd_kernel.cuh"
 #include "cuda/prefill/flash_fwd_launch.hpp"
 #include "cuda/prefill/flash_fwd_wgmma_kernel.cuh"
@@ -22,8 +26,9 @@ static cudaError_t launch(Kernel kernel, const FlashFwdParams& p, cudaStream_t s
   return cudaGetLastError();
 }
 
-// Grid of the warp-specialised kernel: heads fastest, then query tiles from the
-// heaviest, so every wave holds tiles of similar cost.
+// The warp-specialised kernel: a 1-D grid in the order of ws_block, heads
+// grouped by how many heads' K/V fit in FlashWsTraits::kL2GroupBytes (with
+// varlen, sized from all keys of the batch: a conservative group).
 template <class Kernel>
 static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const FlashWsMaps& maps,
                              cudaStream_t stream) {
@@ -31,8 +36,14 @@ static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const Flash
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  const dim3 grid(p.heads, (p.max_seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+  const int64_t m_blocks = (p.max_seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  const int64_t blocks = m_blocks * p.heads * p.batch;
+  if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+  const int64_t keys = p.total_k > 0 ? p.total_k : p.seqlen_k;
+  const int64_t head_bytes = std::max<int64_t>(keys, 1) * (Tr::kDnope + Tr::kDv) * 2;
+  const int head_group =
+      int(std::clamp<int64_t>(Tr::kL2GroupBytes / head_bytes, 1, std::max(p.heads, 1)));
+  kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, head_group);
   return cudaGetLastError();
 }
 

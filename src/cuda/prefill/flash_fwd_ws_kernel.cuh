@@ -57,6 +57,10 @@ struct FlashWsTraits {
       1024 /* alignment slack */ + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kBarriers;
   // Producer low, consumers high; the sum stays within the SM's 64K registers.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // Heads are scheduled in groups whose k_nope + v (bytes per head: keys x
+  // (128 + 128) x 2) fit in this much L2 together (about half of Hopper's L2,
+  // leaving room for the Q / O streams and the shared k_rope).
+  static constexpr int64_t kL2GroupBytes = int64_t(24) << 20;
   static_assert(kBlockM == kConsumers * 64, "a consumer warpgroup owns 64 query rows (wgmma M)");
   static_assert(kBlockN <= 256 && kBlockM <= 256, "a TMA box spans at most 256 rows");
   static_assert(kDnope % kCol == 0 && kDrope == kCol && kDv % kCol == 0,
@@ -66,10 +70,32 @@ struct FlashWsTraits {
                 "setmaxnreg budgets must fit the register file");
 };
 
+// Block order (a 1-D grid): sequence outermost; then heads in groups of
+// `head_group`; inside a group, query tiles from the heaviest (the last
+// queries), all heads of the group at each tile. The CTAs resident at one
+// time then read the key prefixes of a few heads, which stay in L2 (heads
+// fastest over all heads would stream every head's K/V from HBM once per
+// query tile), and the grid still ends on the lightest tiles.
+struct WsBlock {
+  int b, m_block, head;
+};
+__device__ __forceinline__ WsBlock ws_block(int lin, int m_blocks, int heads, int head_group) {
+  WsBlock w;
+  const int per_seq = m_blocks * heads;
+  w.b = lin / per_seq;
+  int r = lin - w.b * per_seq;
+  const int g0 = r / (m_blocks * head_group) * head_group;  // first head of the group
+  const int gsize = min(head_group, heads - g0);            // the last group may be short
+  r -= g0 * m_blocks;
+  w.m_block = r / gsize;
+  w.head = g0 + r % gsize;
+  return w;
+}
+
 template <bool kOutF32, bool kPingPong>
 __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     flash_fwd_ws_kernel(const __grid_constant__ FlashFwdParams p,
-                        const __grid_constant__ FlashWsMaps maps) {
+                        const __grid_constant__ FlashWsMaps maps, int head_group) {
   using T = FlashWsTraits;
   using namespace ptx;
   extern __shared__ unsigned char smem_raw[];
@@ -84,11 +110,11 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
   uint64_t* const k_empty = v_full + T::kStages;
   uint64_t* const v_empty = k_empty + T::kStages;
 
-  // Grid: x = head, y = query tile (heaviest first), z = sequence, so that
-  // the first wave holds the heavy tiles of every head.
-  const TileCoords tc = tile_coords<T::kBlockM, T::kBlockN>(p, int(blockIdx.y), int(blockIdx.z));
+  const int m_blocks = (p.max_seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const WsBlock blk = ws_block(int(blockIdx.x), m_blocks, p.heads, head_group);
+  const TileCoords tc = tile_coords<T::kBlockM, T::kBlockN>(p, blk.m_block, blk.b);
   if (!tc.valid) return;
-  const int head = blockIdx.x;
+  const int head = blk.head;
   const int tid = threadIdx.x, wg = tid / 128;
   const int n_tiles = tc.n_tiles;
 
