@@ -6,7 +6,8 @@
 #   1. attention + public tests, library paths on wgmma_ws            (<= 30 s)
 #   2. chunked-prefill tests, library paths on wgmma_ws_pingpong      (<= 25 s)
 #   3. compute-sanitizer memcheck + racecheck, small filters          (<= 15 + 15 s)
-#   4. mla_bench_prefill --attention-only: wgmma vs wgmma_ws vs wgmma_ws_pingpong,
+#   4. mla_bench_prefill --attention-only: wgmma vs wgmma_ws vs wgmma_ws_pingpong (each
+#      checked against wgmma first: all lse, first/last 256 rows of out),
 #      8K/16K/32K, h128, causal                                       (<= 35 s)
 # A test step that times out (a pipeline deadlock) skips the rest.
 # Usage (repo root): OUT=<dir> bash scripts/s3/prefill2.sh <carried-build-dir>
@@ -51,4 +52,4 @@ fi
 echo "== prefill2 summary"
 grep -hE "^\[  (PASSED|FAILED) " "$D/tests_attn.txt" "$D/tests_chunked.txt" 2>/dev/null | head -12
 echo "tests attn rc=$RC1 chunked rc=$RC2 memcheck rc=$SAN_M racecheck rc=$SAN_R bench rc=$BENCH_RC"
-grep -E "^ceiling|^prefill-attention" "$D/bench.txt" 2>/dev/null
+grep -E "^ceiling|^check|^prefill-attention" "$D/bench.txt" 2>/dev/null
