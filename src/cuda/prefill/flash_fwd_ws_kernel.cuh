@@ -264,7 +264,9 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
       wgmma::fence_regs(o);
       fence_pf();  // the old P stays in its registers until P.V(it - 1) has read it
       mbar_arrive(&v_empty[pst]);
-      rescale_rows(o, alpha);
+      // Past the first tiles the running max rarely moves: a warp whose rows
+      // all kept theirs (alpha exactly 1) skips the 64 multiplies by 1.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
       pack_p(s, pf);
     }
     const int lst = (n_tiles - 1) % T::kStages;
