@@ -177,13 +177,17 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   p.batch = int(c.len_q.size());
   p.heads = h;
   p.max_seqlen_q = max_q;
+  p.total_q = T;
+  p.total_k = Tk;
   p.softmax_scale = float(scale);
   p.causal = c.causal;
   std::vector<double> ref_out, ref_lse;
   reference_mha(as_doubles(q), as_doubles(kfull), as_doubles(v), cu_q, cu_k, h,
                 double(float(scale)), c.causal, ref_out, ref_lse);
-  // Both kernels, each on freshly poisoned outputs.
-  for (auto kernel : {cuda::prefill::FlashKernel::wgmma, cuda::prefill::FlashKernel::mma_sync}) {
+  // Every kernel, each on freshly poisoned outputs.
+  using cuda::prefill::FlashKernel;
+  for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws,
+                      FlashKernel::wgmma_ws_pingpong}) {
     dout.poison();
     dlse.poison();
     p.kernel = kernel;
@@ -192,9 +196,25 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
     HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
     dout.to_host(out);
     dlse.to_host(lse);
-    expect_close(
-        out, ref_out, lse, ref_lse,
-        kernel == cuda::prefill::FlashKernel::wgmma ? "attention (wgmma)" : "attention (mma.sync)");
+    expect_close(out, ref_out, lse, ref_lse,
+                 kernel == FlashKernel::wgmma               ? "attention (wgmma)"
+                 : kernel == FlashKernel::wgmma_ws          ? "attention (wgmma_ws)"
+                 : kernel == FlashKernel::wgmma_ws_pingpong ? "attention (wgmma_ws_pingpong)"
+                                                            : "attention (mma.sync)");
+    if (kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong) {
+      // The pipelined kernel's reductions have a fixed order: repeated calls
+      // give the same bytes (a race in the barrier ring would show here).
+      const auto first_out = dout.download<uint16_t>(size_t(T) * h * 128);
+      const auto first_lse = dlse.download<uint32_t>(size_t(h) * T);
+      for (int rep = 0; rep < 20; ++rep) {
+        dout.poison();
+        dlse.poison();
+        ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        ASSERT_EQ(dout.download<uint16_t>(first_out.size()), first_out) << "repeat " << rep;
+        ASSERT_EQ(dlse.download<uint32_t>(first_lse.size()), first_lse) << "repeat " << rep;
+      }
+    }
   }
 }
 

@@ -102,5 +102,10 @@ __device__ __forceinline__ void cluster_wait() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive at named barrier `id` without waiting: the signalling half of a
+// hand-over between warp groups (the other group's bar.sync waits for it).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace mla::cuda::ptx

@@ -16,4 +16,12 @@ namespace mla::cuda {
 bool encode_kv_bf16_map(CUtensorMap* map, const void* kv, int64_t num_pages, int64_t page_size,
                         int64_t token_stride_bytes, int64_t page_stride_bytes);
 
+// A 3-D bf16 tensor [dim2][dim1][dim0] (dim0 contiguous; byte strides of dim1
+// and dim2) read in boxes of box0 x 1 x box2 with 128-byte swizzle: box0 is
+// 64 (one 128-byte row), so a box lands as the K-major SW128 block of box2
+// rows that the wgmma descriptors describe. Rows past dim2 read as zeros.
+// False as above when the driver rejects the layout.
+bool encode_bf16_3d_map(CUtensorMap* map, const void* base, const int64_t (&dims)[3],
+                        const int64_t (&stride_bytes)[2], const uint32_t (&box)[3]);
+
 }  // namespace mla::cuda

@@ -147,6 +147,7 @@ Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecCont
     }
     const bool only = n_chunks == 1, first = c == 0, last = c == n_chunks - 1;
     prefill::FlashFwdParams p;
+    p.kernel = prefill::default_flash_kernel();
     p.q = a.q.data;
     p.q_row_stride = a.q.stride(0);
     p.q_head_stride = a.q.stride(1);

@@ -1,9 +1,52 @@
 #include "cuda/prefill/flash_fwd.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/validate.hpp"
+#include "cuda/common/tma_map.hpp"
 #include "cuda/prefill/flash_fwd_launch.hpp"
 
 namespace mla::cuda::prefill {
+
+FlashKernel default_flash_kernel() {
+  static const FlashKernel k = [] {
+    const char* e = std::getenv("MLA_PREFILL_KERNEL");
+    if (e != nullptr && std::strcmp(e, "wgmma_ws") == 0) return FlashKernel::wgmma_ws;
+    if (e != nullptr && std::strcmp(e, "wgmma_ws_pingpong") == 0)
+      return FlashKernel::wgmma_ws_pingpong;
+    if (e != nullptr && std::strcmp(e, "mma_sync") == 0) return FlashKernel::mma_sync;
+    return FlashKernel::wgmma;
+  }();
+  return k;
+}
+
+bool encode_flash_ws_maps(const FlashFwdParams& p, FlashWsMaps* m) {
+  const int64_t tq = p.total_q > 0 ? p.total_q : (p.cu_seqlens_q ? 0 : p.max_seqlen_q);
+  // No keys at all: every tile count is 0 and the maps are never read, but
+  // the encoder needs a non-empty tensor.
+  const int64_t tk =
+      std::max<int64_t>(1, p.total_k > 0 ? p.total_k : (p.cu_seqlens_k ? 0 : p.seqlen_k));
+  if (tq < 1 || (p.cu_seqlens_k != nullptr && p.total_k <= 0)) return false;
+  const uint32_t box[3] = {64, 1, 128};
+  const int64_t h = p.heads;
+  const bool shared_rope = p.k_rope_head_stride == 0;
+  const int64_t q_dims[3] = {192, h, tq}, kn_dims[3] = {128, h, tk},
+                kr_dims[3] = {64, shared_rope ? 1 : h, tk}, v_dims[3] = {128, h, tk};
+  // With one head the head stride is never stepped; any legal value will do.
+  auto hs = [&](int64_t heads, int64_t head_stride, int64_t dim) {
+    return heads > 1 ? head_stride * 2 : dim * 2;
+  };
+  const int64_t q_str[2] = {hs(h, p.q_head_stride, 192), p.q_row_stride * 2};
+  const int64_t kn_str[2] = {hs(h, p.k_nope_head_stride, 128), p.k_nope_row_stride * 2};
+  const int64_t kr_str[2] = {hs(kr_dims[1], p.k_rope_head_stride, 64), p.k_rope_row_stride * 2};
+  const int64_t v_str[2] = {hs(h, p.v_head_stride, 128), p.v_row_stride * 2};
+  return encode_bf16_3d_map(&m->q, p.q, q_dims, q_str, box) &&
+         encode_bf16_3d_map(&m->k_nope, p.k_nope, kn_dims, kn_str, box) &&
+         encode_bf16_3d_map(&m->k_rope, p.k_rope, kr_dims, kr_str, box) &&
+         encode_bf16_3d_map(&m->v, p.v, v_dims, v_str, box);
+}
 
 Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
   if (p.batch < 0 || p.heads < 0 || p.max_seqlen_q < 0)
@@ -15,7 +58,16 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
     return detail::error(Errc::unsupported,
                          "prefill attention: heads {} or batch {} past the grid limit 65535",
                          p.heads, p.batch);
-  const cudaError_t e = flash_fwd_launch_raw(p, static_cast<cudaStream_t>(stream));
+  FlashWsMaps maps;
+  const bool ws = p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong;
+  if (ws && !encode_flash_ws_maps(p, &maps))
+    return detail::error(
+        Errc::unsupported,
+        "prefill attention (wgmma_ws): no TMA tensor maps for these tensors (total_q {}, "
+        "total_k {} with varlen must be given; bases 16-byte aligned, strides multiples of 8 "
+        "elements)",
+        p.total_q, p.total_k);
+  const cudaError_t e = flash_fwd_launch_raw(p, &maps, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess)
     return detail::error(Errc::cuda_error,
                          "prefill attention launch (B {}, h {}, max_seqlen_q {}): {}", p.batch,

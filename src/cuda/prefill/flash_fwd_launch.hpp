@@ -3,7 +3,10 @@
 #include <cuda_runtime.h>
 
 #include "cuda/prefill/flash_fwd_params.hpp"
+#include "cuda/prefill/flash_fwd_ws_maps.hpp"
 
 namespace mla::cuda::prefill {
-cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, cudaStream_t stream);
+// `maps` is used by FlashKernel::wgmma_ws only (null there: invalid value).
+cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, const FlashWsMaps* maps,
+                                 cudaStream_t stream);
 }  // namespace mla::cuda::prefill

@@ -6,9 +6,14 @@
 
 namespace mla::cuda::prefill {
 
-// Which kernel runs: wgmma (Hopper warpgroup MMA, the default) or the
-// mma.sync one (FA2 scheme), kept as a cross-check and for comparison.
-enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1 };
+// Which kernel runs: wgmma (Hopper warpgroup MMA, the default), the mma.sync
+// one (FA2 scheme), kept as a cross-check and for comparison, or wgmma_ws
+// (warp-specialised: a TMA producer warp feeding two consumer warpgroups over
+// 128-key tiles, S of the next tile overlapping P.V of the previous one; see
+// flash_fwd_ws_kernel.cuh), and wgmma_ws_pingpong (the same with the two
+// consumer warpgroups taking turns on the tensor cores), selectable until
+// measured faster.
+enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1, wgmma_ws = 2, wgmma_ws_pingpong = 3 };
 
 struct FlashFwdParams {
   FlashKernel kernel = FlashKernel::wgmma;
@@ -38,6 +43,10 @@ struct FlashFwdParams {
   int32_t batch = 0;
   int32_t heads = 0;
   int32_t max_seqlen_q = 0;  // sizes the grid; sequences shorter exit early
+  // Rows of the q and k/v tensors (cu_seqlens_q[B], cu_seqlens_k[B]): the
+  // bounds of wgmma_ws's tensor maps. 0 with null cu_seqlens means
+  // max_seqlen_q / seqlen_k; with cu_seqlens they must be given for wgmma_ws.
+  int64_t total_q = 0, total_k = 0;
   float softmax_scale = 0.f;
   // Causal, bottom-right aligned: query i of a sequence with Tq queries and Tk
   // keys sees keys j <= i + (Tk - Tq). A query seeing no key gets out 0, lse -inf.

@@ -97,6 +97,7 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   for (int64_t b = 0; b < B; ++b) max_q = std::max(max_q, cu_q[b + 1] - cu_q[b]);
 
   prefill::FlashFwdParams p;
+  p.kernel = prefill::default_flash_kernel();
   p.q = a.q.data;
   p.q_row_stride = a.q.strides[0];
   p.q_head_stride = a.q.strides[1];
@@ -121,6 +122,8 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   p.batch = int32_t(B);
   p.heads = int32_t(H);
   p.max_seqlen_q = max_q;
+  p.total_q = T;
+  p.total_k = Tk;
   p.softmax_scale = a.softmax_scale;
   p.causal = a.causal;
   return prefill::launch_flash_fwd(p, stream);
