@@ -172,8 +172,10 @@ void report(const std::string& suite, const std::string& shape, double us, doubl
 }
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
+// variant: IndexerLogitsParams::timing_variant (wgmma kernel: 1 copies only,
+// 2 copies + wgmma; neither writes the logits).
 double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
-                            bool mma_sync = false) {
+                            bool mma_sync = false, int variant = 0) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
   fill(cache, pages * 8448, kBytesE4m3, 1);
@@ -193,13 +195,19 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
   p.cache = {cache, 8448, 64, pages};
   p.decode_mma_sync = mma_sync;
+  p.timing_variant = variant;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
   const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
   const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
-    report(mma_sync ? "indexer-dec-v1" : "indexer-decode",
+    report(mma_sync  ? "indexer-dec-v1"
+           : variant ? "indexer-stage"
+                     : "indexer-decode",
            "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
-               std::to_string(L / 1024) + "K",
+               std::to_string(L / 1024) + "K" +
+               (variant == 1   ? " copies only"
+                : variant == 2 ? " copies+wgmma (no epilogue)"
+                               : ""),
            us, flops, bytes, false, kFp8TF);
   cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
   return us;
@@ -449,6 +457,10 @@ int main(int argc, char** argv) {
         bench_indexer_decode(tm, 128, s_q, L, true, true);  // the mma.sync kernel, same run
       }
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
+    // Where the wgmma kernel's time goes (66% of the copy bandwidth at s_q 1):
+    // the copies alone, then with the MMAs, against the whole kernel above.
+    for (int s_q : {1, 2})
+      for (int v : {1, 2}) bench_indexer_decode(tm, 128, s_q, 131072L, true, false, v);
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {

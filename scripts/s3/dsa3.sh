@@ -7,10 +7,11 @@
 #      path and MLA_SPARSE_KERNEL=mma, h 16-128, -1 entries, short rows, s_kv 1 to 70000)
 #   2. dense decode after the partial-slot bound (decode_workspace_layout): DecodeGpu.*
 #   3. bench sparse-prefill: old (mma) vs new (wgmma) at s_q 4096 top-2048
-#   4. compute-sanitizer racecheck on the streaming top-k, v3 then v2 forced
-#      (MLA_TEST_TOPK_ALGO), memcheck on both
-#   5. top-k GPU tests (all versions), bench topk (v1/v2/v3 + stages)
-#   6. the rest of the DSA GPU tests, memcheck on sparse prefill
+#   4. memcheck on the sparse prefill test; compute-sanitizer racecheck on the
+#      streaming top-k, v3, v2, v4 forced (MLA_TEST_TOPK_ALGO), memcheck on all
+#   5. top-k GPU tests (all versions), bench topk (v1-v4 + stages)
+#   6. bench indexer (wgmma decode vs its copies-only / copies+wgmma stages: what
+#      holds it at 66% of the copy bandwidth), the rest of the DSA GPU tests
 # Logs and JSON under $OUT/dsa3/; a short summary table last.
 set -u
 B=${1:?usage: OUT=<dir> bash scripts/s3/dsa3.sh <build-dir>}
@@ -47,18 +48,19 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >"$D/gpu.
 run_step prefill_tests 50 "$T" --gtest_filter='DsaGpu.SparsePrefill*:DsaGpu.SparseApiRejects*'
 run_step decode_tests 35 "$T" --gtest_filter='DecodeGpu.*'
 run_step bench_prefill 30 "$B/mla_bench_dsa" "$D/bench_prefill.json" sparse-prefill
+run_step memcheck_prefill 25 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
+  --gtest_filter='DsaGpu.SparsePrefillApiMatchesReference'
 STREAM='DsaGpu.TopkStreamingPool*:DsaGpu.TopkCandidateOverflow*'
-MLA_TEST_TOPK_ALGO=3 run_step racecheck_v3 25 compute-sanitizer --tool racecheck \
-  --racecheck-report all --print-limit 40 "$T" --gtest_filter="$STREAM"
-MLA_TEST_TOPK_ALGO=2 run_step racecheck_v2 25 compute-sanitizer --tool racecheck \
-  --racecheck-report all --print-limit 40 "$T" --gtest_filter="$STREAM"
+for v in 3 2 4; do
+  MLA_TEST_TOPK_ALGO=$v run_step racecheck_v$v 20 compute-sanitizer --tool racecheck \
+    --racecheck-report all --print-limit 40 "$T" --gtest_filter="$STREAM"
+done
 run_step memcheck_topk 20 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
   --gtest_filter="$STREAM"
 run_step topk_tests 15 "$T" --gtest_filter='DsaGpu.Topk*'
 run_step bench_topk 15 "$B/mla_bench_dsa" "$D/bench_topk.json" topk
+run_step bench_indexer 15 "$B/mla_bench_dsa" "$D/bench_indexer.json" indexer
 run_step dsa_tests 30 "$T" --gtest_filter='DsaGpu.*:DsaStepGpu.*:-DsaGpu.Topk*:DsaGpu.SparsePrefill*'
-run_step memcheck_prefill 25 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
-  --gtest_filter='DsaGpu.SparsePrefillApiMatchesReference'
 
 echo
 echo "=== summary (t+$(elapsed)s; gpu: $(cat "$D/gpu.txt"))"
@@ -69,12 +71,13 @@ for s in prefill_tests decode_tests topk_tests dsa_tests; do
 done
 grep -hE 'Failure|Expected|Which is|kernel (default|mma)' "$D/prefill_tests.log" 2>/dev/null |
   head -8
-for s in racecheck_v3 racecheck_v2 memcheck_topk memcheck_prefill; do
+for s in memcheck_prefill racecheck_v3 racecheck_v2 racecheck_v4 memcheck_topk bench_prefill \
+  bench_topk bench_indexer; do
   printf '%-16s rc=%-7s %s\n' "$s" "${RC[$s]:-none}" \
     "$(grep -hE 'RACECHECK SUMMARY|ERROR SUMMARY' "$D/$s.log" 2>/dev/null | tr '\n' ' ')"
 done
 # Where the reported hazards are (kernel source lines), most frequent first.
-for s in racecheck_v3 racecheck_v2; do
+for s in racecheck_v3 racecheck_v2 racecheck_v4; do
   echo "-- $s locations:"
   grep -oE '(topk|mbarrier)\.cu[h]?:[0-9]+' "$D/$s.log" 2>/dev/null | sort | uniq -c |
     sort -rn | head -6
@@ -83,3 +86,4 @@ done
 echo "-- bench (us, TF/s):"
 grep -hE '^(sparse-prefill|topk|sm clock)' "$D/bench_prefill.log" "$D/bench_topk.log" \
   2>/dev/null | cut -c1-120 | head -40
+grep -hE '^indexer-(decode|stage)' "$D/bench_indexer.log" 2>/dev/null | cut -c1-120 | head -12
