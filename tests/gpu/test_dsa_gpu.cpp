@@ -631,13 +631,19 @@ TEST(DsaGpu, SparseDecodeApiMatchesReference) {
 // row 1 all -1 (out 0, lse -inf), row 2 with only its first 3 entries valid,
 // row 3 holding one row of kv `topk` times (duplicates count, as in the
 // reference). The kernel is the API's default (the wgmma decode kernel) or
-// forced through MLA_SPARSE_KERNEL ("mma": sparse_attn.cu's kernel).
+// forced through MLA_SPARSE_KERNEL ("mma": sparse_attn.cu's kernel); each also
+// in launches of 3 query tokens (MLA_SPARSE_PREFILL_CHUNK: the path of s_q past
+// 65535, whose chunk offsets and workspace sizing a real s_q that long would
+// need > 1 GB of q to test).
 struct PrefillCase {
   int h, s_q, s_kv, topk;
 };
 
 // The reference runs once per case; every kernel is checked against it.
 void run_prefill_case(Rng& rng, const PrefillCase& c) {
+  struct EnvReset {  // an ASSERT leaving early must not leave a kernel forced for later tests
+    ~EnvReset() { unsetenv("MLA_SPARSE_KERNEL"), unsetenv("MLA_SPARSE_PREFILL_CHUNK"); }
+  } env_reset;
   const int h = c.h, s_q = c.s_q, s_kv = c.s_kv, topk = c.topk;
   HostTensor q = random_tensor(rng, DType::bf16, {s_q, h, 576}, -2, 2);
   HostTensor kv = random_tensor(rng, DType::bf16, {s_kv, 576}, -2, 2);
@@ -654,61 +660,66 @@ void run_prefill_case(Rng& rng, const PrefillCase& c) {
   ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
   ra.out = ro.view(), ra.lse = rl.view();
   ASSERT_MLA_OK(sparse_prefill(ra));
-  for (const char* kernel : {"default", "mma"}) {
-    SCOPED_TRACE(::testing::Message() << "kernel " << kernel << " h " << h << " s_q " << s_q
-                                      << " s_kv " << s_kv << " topk " << topk);
-    if (std::string(kernel) == "default")
-      unsetenv("MLA_SPARSE_KERNEL");
-    else
-      ASSERT_EQ(setenv("MLA_SPARSE_KERNEL", kernel, 1), 0);
-    HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
-    DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
-    dout.poison(), dlse.poison();
-    SparsePrefillArgs a = ra;
-    a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
-    a.lse = dlse.view(lse);
-    size_t need = 0;
-    ASSERT_MLA_OK(sparse_workspace_size(a, &need));
-    void* ws = nullptr;
-    if (need) MLA_CUDA_CHECK(cudaMalloc(&ws, need));
-    if (need) {  // the size is what the call uses: one byte less is an error, before any launch
-      const Status st = sparse_prefill(a, Workspace{ws, need - 1});
-      EXPECT_EQ(st.code(), Errc::insufficient_workspace) << st.to_string();
-    }
-    ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(out), dlse.to_host(lse);
-    // A second call gives the same bits (no split depends on timing).
-    HostTensor out2(DType::bf16, {s_q, h, 512}), lse2(DType::f32, {s_q, h});
-    dout.poison(), dlse.poison();
-    ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    cudaFree(ws);
-    dout.to_host(out2), dlse.to_host(lse2);
-    EXPECT_TRUE(same_bytes(out, out2) && same_bytes(lse, lse2)) << "a second call differs";
-    double err2 = 0, ref2 = 0, lerr = 0;
-    int bad_inf = 0, bad_zero = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      const double d = out.get(i) - ro.get(i);
-      err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
-    }
-    if (s_q > 1)
-      for (int64_t i = 0; i < int64_t(h) * 512; ++i)
-        bad_zero += out.get(int64_t(h) * 512 + i) != 0.0;
-    for (int64_t i = 0; i < lse.numel(); ++i) {
-      if (std::isinf(rl.get(i)))
-        bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
+  for (const char* kernel : {"default", "mma"})
+    for (const char* chunk : {"", "3"}) {  // "3": launches of 3 query tokens (the chunked path)
+      SCOPED_TRACE(::testing::Message() << "kernel " << kernel << " chunk '" << chunk << "' h " << h
+                                        << " s_q " << s_q << " s_kv " << s_kv << " topk " << topk);
+      if (std::string(kernel) == "default")
+        unsetenv("MLA_SPARSE_KERNEL");
       else
-        lerr = std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
+        ASSERT_EQ(setenv("MLA_SPARSE_KERNEL", kernel, 1), 0);
+      if (*chunk)
+        ASSERT_EQ(setenv("MLA_SPARSE_PREFILL_CHUNK", chunk, 1), 0);
+      else
+        unsetenv("MLA_SPARSE_PREFILL_CHUNK");
+      HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
+      DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+      dout.poison(), dlse.poison();
+      SparsePrefillArgs a = ra;
+      a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
+      a.lse = dlse.view(lse);
+      size_t need = 0;
+      ASSERT_MLA_OK(sparse_workspace_size(a, &need));
+      void* ws = nullptr;
+      if (need) MLA_CUDA_CHECK(cudaMalloc(&ws, need));
+      if (need) {  // the size is what the call uses: one byte less is an error, before any launch
+        const Status st = sparse_prefill(a, Workspace{ws, need - 1});
+        EXPECT_EQ(st.code(), Errc::insufficient_workspace) << st.to_string();
+      }
+      ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(out), dlse.to_host(lse);
+      // A second call gives the same bits (no split depends on timing).
+      HostTensor out2(DType::bf16, {s_q, h, 512}), lse2(DType::f32, {s_q, h});
+      dout.poison(), dlse.poison();
+      ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      cudaFree(ws);
+      dout.to_host(out2), dlse.to_host(lse2);
+      EXPECT_TRUE(same_bytes(out, out2) && same_bytes(lse, lse2)) << "a second call differs";
+      double err2 = 0, ref2 = 0, lerr = 0;
+      int bad_inf = 0, bad_zero = 0;
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double d = out.get(i) - ro.get(i);
+        err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
+      }
+      if (s_q > 1)
+        for (int64_t i = 0; i < int64_t(h) * 512; ++i)
+          bad_zero += out.get(int64_t(h) * 512 + i) != 0.0;
+      for (int64_t i = 0; i < lse.numel(); ++i) {
+        if (std::isinf(rl.get(i)))
+          bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
+        else
+          lerr =
+              std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
+      }
+      // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm; lse is
+      // accumulated in f32 over <= 2048 terms.
+      EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
+      EXPECT_LT(lerr, 1e-3);
+      EXPECT_EQ(bad_inf, 0) << "the all-invalid row must give lse -inf";
+      EXPECT_EQ(bad_zero, 0) << "the all-invalid row must give out 0";
     }
-    // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm; lse is
-    // accumulated in f32 over <= 2048 terms.
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
-    EXPECT_LT(lerr, 1e-3);
-    EXPECT_EQ(bad_inf, 0) << "the all-invalid row must give lse -inf";
-    EXPECT_EQ(bad_zero, 0) << "the all-invalid row must give out 0";
-  }
-  unsetenv("MLA_SPARSE_KERNEL");
 }
 
 TEST(DsaGpu, SparsePrefillApiMatchesReference) {

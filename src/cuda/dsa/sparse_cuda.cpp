@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/validate.hpp"
 #include "cuda/decode/decode_sparse.hpp"
@@ -165,11 +166,22 @@ Status prefill_params(const SparsePrefillArgs& a, k::SparseAttnParams* p) {
   return Status::Ok();
 }
 
-// The params of prefill chunk c (rows [c * kMax, min(s_q, (c + 1) * kMax))).
-k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, int64_t c) {
+// Query tokens per prefill launch: kMaxRowsPerLaunch, or fewer with
+// MLA_SPARSE_PREFILL_CHUNK=<rows> (tests: the chunked path at a small s_q).
+int64_t prefill_chunk_rows() {
+  if (const char* env = std::getenv("MLA_SPARSE_PREFILL_CHUNK")) {
+    const long long v = std::atoll(env);
+    if (v >= 1 && v < kMaxRowsPerLaunch) return v;
+  }
+  return kMaxRowsPerLaunch;
+}
+
+// The params of prefill chunk c (rows [c * rows, min(s_q, (c + 1) * rows))).
+k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, int64_t c,
+                                  int64_t rows) {
   k::SparseAttnParams p = p0;
-  const int64_t r0 = c * kMaxRowsPerLaunch;
-  p.batch = int(std::min(kMaxRowsPerLaunch, s_q - r0));
+  const int64_t r0 = c * rows;
+  p.batch = int(std::min(rows, s_q - r0));
   p.q = static_cast<const uint16_t*>(p0.q) + r0 * p0.q_sb;
   p.indices = p0.indices + r0 * p0.idx_sb;
   p.out = static_cast<uint16_t*>(p0.out) + r0 * p0.out_sb;
@@ -177,8 +189,8 @@ k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, in
   return p;
 }
 
-int64_t prefill_chunks(int64_t s_q) {
-  return (s_q + kMaxRowsPerLaunch - 1) / kMaxRowsPerLaunch;
+int64_t prefill_chunks(int64_t s_q, int64_t rows) {
+  return (s_q + rows - 1) / rows;
 }
 
 // The kernel a prefill call runs and the scratch it needs, computed the same
@@ -188,15 +200,17 @@ int64_t prefill_chunks(int64_t s_q) {
 struct PrefillPlan {
   bool wgmma = false;
   size_t need = 0;
+  int64_t rows = kMaxRowsPerLaunch;  // query tokens per launch
 };
 
 Status prefill_plan(const k::SparseAttnParams& p0, int64_t s_q, PrefillPlan* plan) {
   plan->wgmma = mla::cuda::decode::sparse_wgmma_chosen(p0);
   plan->need = 0;
+  plan->rows = prefill_chunk_rows();
   if (s_q == 0) return Status::Ok();
   // Only the first and the last chunk differ in size.
-  for (const int64_t c : {int64_t(0), prefill_chunks(s_q) - 1}) {
-    const k::SparseAttnParams pc = prefill_chunk(p0, s_q, c);
+  for (const int64_t c : {int64_t(0), prefill_chunks(s_q, plan->rows) - 1}) {
+    const k::SparseAttnParams pc = prefill_chunk(p0, s_q, c, plan->rows);
     size_t n = 0;
     if (plan->wgmma)
       MLA_TRY(mla::cuda::decode::sparse_wgmma_workspace_size(pc, &n));
@@ -263,8 +277,8 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   MLA_TRY(prefill_plan(p, s_q, &plan));
   MLA_TRY(expect_workspace(ws, plan.need, "sparse_workspace_size"));
   // Chunks run one after another on the stream, so they can share the scratch.
-  for (int64_t c = 0; c < prefill_chunks(s_q); ++c) {
-    const k::SparseAttnParams pc = prefill_chunk(p, s_q, c);
+  for (int64_t c = 0; c < prefill_chunks(s_q, plan.rows); ++c) {
+    const k::SparseAttnParams pc = prefill_chunk(p, s_q, c, plan.rows);
     MLA_TRY(plan.wgmma
                 ? mla::cuda::decode::launch_sparse_wgmma(pc, ws.data, ws.bytes, stream_of(ctx))
                 : k::launch_sparse_attn(pc, ws.data, ws.bytes, stream_of(ctx)));
