@@ -18,7 +18,8 @@ B=${1:?usage: OUT=<dir> bash scripts/s3/dsa3.sh <build-dir>}
 OUT=${OUT:-/tmp/mla_out}
 D="$OUT/dsa3"
 mkdir -p "$D"
-export LD_LIBRARY_PATH="$PWD/$B:$PWD/$B/rt:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+B=$(cd "$B" && pwd)  # relative (to the repo root) or absolute
+export LD_LIBRARY_PATH="$B:$B/rt:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 BUDGET=${BUDGET:-145}
 T0=$(date +%s)
 elapsed() { echo $(($(date +%s) - T0)); }
