@@ -20,6 +20,7 @@
 #include "cuda/dsa/topk_launch.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
+#include "mla/sparse.hpp"
 
 namespace dsa = mla::cuda::dsa;
 
@@ -171,8 +172,10 @@ void report(const std::string& suite, const std::string& shape, double us, doubl
 }
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
+// variant: IndexerLogitsParams::timing_variant (wgmma kernel: 1 copies only,
+// 2 copies + wgmma; neither writes the logits).
 double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
-                            bool mma_sync = false) {
+                            bool mma_sync = false, int variant = 0) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
   fill(cache, pages * 8448, kBytesE4m3, 1);
@@ -192,13 +195,19 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
   p.cache = {cache, 8448, 64, pages};
   p.decode_mma_sync = mma_sync;
+  p.timing_variant = variant;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
   const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
   const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
-    report(mma_sync ? "indexer-dec-v1" : "indexer-decode",
+    report(mma_sync  ? "indexer-dec-v1"
+           : variant ? "indexer-stage"
+                     : "indexer-decode",
            "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
-               std::to_string(L / 1024) + "K",
+               std::to_string(L / 1024) + "K" +
+               (variant == 1   ? " copies only"
+                : variant == 2 ? " copies+wgmma (no epilogue)"
+                               : ""),
            us, flops, bytes, false, kFp8TF);
   cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
   return us;
@@ -233,7 +242,8 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
 }
 
 // algo: TopkParams::algo (0: its default; 1 three-pass, 2 two-pass streaming,
-// 3 sampled single pass). variant: TopkParams::timing_variant (stages).
+// 3 sampled single pass, 4 = 3 with per-warp pool slices). variant: TopkParams::timing_variant
+// (stages).
 double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0,
                   int algo = 0) {
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
@@ -249,7 +259,7 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int
                                      : variant == 2 ? " pass1 no-conflict"
                                      : variant == 3 ? " pass1+2 only"
                                                     : "")
-                      : algo == 3 ? (variant == 1   ? " sample+pass only"
+                      : algo >= 3 ? (variant == 1   ? " sample+pass only"
                                      : variant == 3 ? " to leader pool (no select/sort)"
                                      : variant == 8 ? " shared-memory sort of the pool"
                                      : variant == 9 ? " leader always rank 0"
@@ -298,10 +308,9 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512,
   p.out_ss = int64_t(h) * 512, p.out_sh = 512;
   p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
-  // Decode rows run the kernel the API picks (sparse_wgmma_chosen: the wgmma
-  // decode kernel unless MLA_SPARSE_KERNEL=mma); prefill the mma.sync kernel.
-  const bool wgmma =
-      std::string(suite) != "sparse-prefill" && mla::cuda::decode::sparse_wgmma_chosen(p);
+  // The kernel the API picks (sparse_wgmma_chosen: the wgmma decode kernel
+  // unless MLA_SPARSE_KERNEL=mma).
+  const bool wgmma = mla::cuda::decode::sparse_wgmma_chosen(p);
   size_t wsb = dsa::sparse_attn_workspace_size(p);
   if (wgmma) BENCH_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
@@ -319,6 +328,48 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
                " s_q" + std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" +
                std::to_string(L / 1024) + "K top" + std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
+  cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
+  return us;
+}
+
+// Sparse prefill through the public API (mla::sparse_prefill): q [s_q, h, 576]
+// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
+// kernel is the API's choice: `mma` sets MLA_SPARSE_KERNEL=mma (sparse_attn.cu's
+// kernel, the old path), else the default (the wgmma decode kernel).
+double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
+  const mla::Device dev = mla::Device::cuda(0);
+  auto* kv = dalloc(s_kv * 576 * 2);
+  fill(kv, s_kv * 576, kBf16, 9);
+  auto* q = dalloc(s_q * h * 576 * 2);
+  fill(q, s_q * h * 576, kBf16, 10);
+  auto* idx = static_cast<int32_t*>(dalloc(s_q * topk * 4));
+  fill_indices<<<2048, 256>>>(idx, s_q, topk, int(s_q), s_kv, 11);
+  auto* out = dalloc(s_q * h * 512 * 2);
+  auto* lse = dalloc(s_q * h * 4);
+  mla::SparsePrefillArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {s_q, h, 576}, dev);
+  a.kv = mla::TensorView::make(kv, mla::DType::bf16, {s_kv, 576}, dev);
+  a.indices = mla::TensorView::make(idx, mla::DType::i32, {s_q, topk}, dev);
+  a.softmax_scale = 0.1352f;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
+  if (mma) setenv("MLA_SPARSE_KERNEL", "mma", 1);
+  size_t wsb = 0;
+  BENCH_OK(mla::sparse_workspace_size(a, &wsb));
+  void* ws = wsb ? dalloc(wsb) : nullptr;
+  const double us = tm.time(
+      [&] {
+        BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
+      },
+      mma ? 5 : 9);
+  if (mma) unsetenv("MLA_SPARSE_KERNEL");
+  const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
+  const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
+  report("sparse-prefill",
+         std::string(mma ? "mma " : "wgmma ") + "s_q" + std::to_string(s_q) + " h" +
+             std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
+             std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
+         us, flops, bytes, true, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
 }
@@ -406,19 +457,24 @@ int main(int argc, char** argv) {
         bench_indexer_decode(tm, 128, s_q, L, true, true);  // the mma.sync kernel, same run
       }
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
+    // Where the wgmma kernel's time goes (66% of the copy bandwidth at s_q 1):
+    // the copies alone, then with the MMAs, against the whole kernel above.
+    for (int s_q : {1, 2})
+      for (int v : {1, 2}) bench_indexer_decode(tm, 128, s_q, 131072L, true, false, v);
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
-    // v1, v2 (two reads) and v3 (sampled, one read) in one run; the SM clock
-    // read before and after (run 2: 1981 MHz throughout, cold = warm).
+    // v1, v2 (two reads), v3 (sampled, one read) and v4 (v3, per-warp slices) in one run; the SM
+    // clock read before and after (run 2: 1981 MHz throughout, cold = warm).
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
     warm_gpu(200);
-    for (int algo : {1, 2, 3}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
+    for (int algo : {1, 2, 3, 4}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
     for (int v : {6, 1, 7, 3, 8})
       bench_topk(tm, 128, 131072, 2048, true, v, 2);  // v2: where the time goes
-    for (int v : {1, 3, 8, 9})
-      bench_topk(tm, 128, 131072, 2048, true, v, 3);  // v3: where the time goes
-    for (int algo : {1, 2, 3}) {
+    for (int algo : {3, 4})
+      for (int v : {1, 3})  // v3 and v4: the pass alone (their collects), up to the leader's pool
+        bench_topk(tm, 128, 131072, 2048, true, v, algo);
+    for (int algo : {1, 2, 3, 4}) {
       bench_topk(tm, 4096, 32768, 2048, true, 0, algo);
       bench_topk(tm, 1, 262144, 2048, true, 0, algo);
       bench_topk(tm, 128, 65536, 2048, true, 0, algo);
@@ -434,9 +490,13 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  if (want("sparse-prefill"))
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the old kernel
+  // (MLA_SPARSE_KERNEL=mma) and the default, same run.
+  if (want("sparse-prefill")) {
     for (int64_t skv : {8192L, 32768L, 131072L})
-      bench_sparse(tm, "sparse-prefill", 1, 4096, 128, skv, 2048, false);
+      for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);
+    for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, mma);
+  }
   // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16
   // dense is the two rows' ratio). Stage by stage: the "stages" mode.

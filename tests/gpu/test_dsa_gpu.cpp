@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/random.hpp"
@@ -244,6 +246,19 @@ TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
 
 // ------------------------------------------------------------------ top-k ----
 
+// The top-k versions a test runs: `all`, or only MLA_TEST_TOPK_ALGO when set
+// (compute-sanitizer runs force one version at a time; a test left with none
+// fails rather than passing empty).
+std::vector<int> topk_algos(std::initializer_list<int> all) {
+  const char* env = std::getenv("MLA_TEST_TOPK_ALGO");
+  if (env == nullptr) return std::vector<int>(all);
+  std::vector<int> v;
+  for (int a : all)
+    if (a == std::atoi(env)) v.push_back(a);
+  EXPECT_FALSE(v.empty()) << "MLA_TEST_TOPK_ALGO=" << env << " is not among this test's versions";
+  return v;
+}
+
 // ties: 21 levels (many equal keys); heavy_ties: 3 levels (more ties than
 // the sort buffer's slack: the ordered fallback). algo: TopkParams::algo.
 void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool translate,
@@ -301,7 +316,7 @@ void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool t
 
 // Every kernel (algo 3, 2 and 1) on the same cases.
 TEST(DsaGpu, TopkMatchesReferenceExactly) {
-  for (int algo : {3, 2, 1}) {
+  for (int algo : topk_algos({4, 3, 2, 1})) {
     Rng rng(105);
     for (int cluster : {1, 2, 4, 8}) {
       run_topk_case(rng, 7, 5000, 64, cluster, false, false, false, algo);
@@ -337,7 +352,7 @@ TEST(DsaGpu, TopkStreamingPoolMatchesReference) {
     TopkArgs a;
     a.logits = logits.view(), a.k = k, a.indices = ref.view();
     ASSERT_MLA_OK(topk_indices(a));
-    for (int algo : {2, 3}) {
+    for (int algo : topk_algos({2, 3, 4})) {
       DeviceBuffer dl(logits), dout(got);
       dout.poison();
       dsa::TopkParams p;
@@ -366,7 +381,7 @@ TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
   TopkArgs a;
   a.logits = logits.view(), a.k = k, a.indices = ref.view();
   ASSERT_MLA_OK(topk_indices(a));
-  for (int algo : {3, 2, 1})  // algo 2 falls back to algo 1 here (3 need not)
+  for (int algo : topk_algos({4, 3, 2, 1}))  // algo 2 falls back to algo 1 here (3, 4 need not)
     for (int cluster : {1, 4}) {
       DeviceBuffer dl(logits), dout(got);
       dout.poison();
@@ -612,54 +627,113 @@ TEST(DsaGpu, SparseDecodeApiMatchesReference) {
 }
 
 // mla::sparse_prefill on CUDA tensors against the same API on CPU tensors
-// (the fp64 reference): -1 entries, an all-invalid row, 16 to 128 heads.
+// (the fp64 reference). Index lists: random rows of kv with 1 in 8 entries -1,
+// row 1 all -1 (out 0, lse -inf), row 2 with only its first 3 entries valid,
+// row 3 holding one row of kv `topk` times (duplicates count, as in the
+// reference). The kernel is the API's default (the wgmma decode kernel) or
+// forced through MLA_SPARSE_KERNEL ("mma": sparse_attn.cu's kernel); each also
+// in launches of 3 query tokens (MLA_SPARSE_PREFILL_CHUNK: the path of s_q past
+// 65535, whose chunk offsets and workspace sizing a real s_q that long would
+// need > 1 GB of q to test).
+struct PrefillCase {
+  int h, s_q, s_kv, topk;
+};
+
+// The reference runs once per case; every kernel is checked against it.
+void run_prefill_case(Rng& rng, const PrefillCase& c) {
+  struct EnvReset {  // an ASSERT leaving early must not leave a kernel forced for later tests
+    ~EnvReset() { unsetenv("MLA_SPARSE_KERNEL"), unsetenv("MLA_SPARSE_PREFILL_CHUNK"); }
+  } env_reset;
+  const int h = c.h, s_q = c.s_q, s_kv = c.s_kv, topk = c.topk;
+  HostTensor q = random_tensor(rng, DType::bf16, {s_q, h, 576}, -2, 2);
+  HostTensor kv = random_tensor(rng, DType::bf16, {s_kv, 576}, -2, 2);
+  HostTensor idx(DType::i32, {s_q, topk});
+  for (int i = 0; i < s_q; ++i)
+    for (int j = 0; j < topk; ++j) {
+      double v = double(rng.randint(0, s_kv - 1));
+      if (i == 1 || (i == 2 && j >= 3) || rng.randint(0, 7) == 0) v = -1.0;
+      if (i == 3) v = double(s_kv - 1);
+      idx.set(int64_t(i) * topk + j, v);
+    }
+  HostTensor ro(DType::f64, {s_q, h, 512}), rl(DType::f64, {s_q, h});
+  SparsePrefillArgs ra;
+  ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
+  ra.out = ro.view(), ra.lse = rl.view();
+  ASSERT_MLA_OK(sparse_prefill(ra));
+  for (const char* kernel : {"default", "mma"})
+    for (const char* chunk : {"", "3"}) {  // "3": launches of 3 query tokens (the chunked path)
+      SCOPED_TRACE(::testing::Message() << "kernel " << kernel << " chunk '" << chunk << "' h " << h
+                                        << " s_q " << s_q << " s_kv " << s_kv << " topk " << topk);
+      if (std::string(kernel) == "default")
+        unsetenv("MLA_SPARSE_KERNEL");
+      else
+        ASSERT_EQ(setenv("MLA_SPARSE_KERNEL", kernel, 1), 0);
+      if (*chunk)
+        ASSERT_EQ(setenv("MLA_SPARSE_PREFILL_CHUNK", chunk, 1), 0);
+      else
+        unsetenv("MLA_SPARSE_PREFILL_CHUNK");
+      HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
+      DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
+      dout.poison(), dlse.poison();
+      SparsePrefillArgs a = ra;
+      a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
+      a.lse = dlse.view(lse);
+      size_t need = 0;
+      ASSERT_MLA_OK(sparse_workspace_size(a, &need));
+      void* ws = nullptr;
+      if (need) MLA_CUDA_CHECK(cudaMalloc(&ws, need));
+      if (need) {  // the size is what the call uses: one byte less is an error, before any launch
+        const Status st = sparse_prefill(a, Workspace{ws, need - 1});
+        EXPECT_EQ(st.code(), Errc::insufficient_workspace) << st.to_string();
+      }
+      ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(out), dlse.to_host(lse);
+      // A second call gives the same bits (no split depends on timing).
+      HostTensor out2(DType::bf16, {s_q, h, 512}), lse2(DType::f32, {s_q, h});
+      dout.poison(), dlse.poison();
+      ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      cudaFree(ws);
+      dout.to_host(out2), dlse.to_host(lse2);
+      EXPECT_TRUE(same_bytes(out, out2) && same_bytes(lse, lse2)) << "a second call differs";
+      double err2 = 0, ref2 = 0, lerr = 0;
+      int bad_inf = 0, bad_zero = 0;
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double d = out.get(i) - ro.get(i);
+        err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
+      }
+      if (s_q > 1)
+        for (int64_t i = 0; i < int64_t(h) * 512; ++i)
+          bad_zero += out.get(int64_t(h) * 512 + i) != 0.0;
+      for (int64_t i = 0; i < lse.numel(); ++i) {
+        if (std::isinf(rl.get(i)))
+          bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
+        else
+          lerr =
+              std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
+      }
+      // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm; lse is
+      // accumulated in f32 over <= 2048 terms.
+      EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
+      EXPECT_LT(lerr, 1e-3);
+      EXPECT_EQ(bad_inf, 0) << "the all-invalid row must give lse -inf";
+      EXPECT_EQ(bad_zero, 0) << "the all-invalid row must give out 0";
+    }
+}
+
 TEST(DsaGpu, SparsePrefillApiMatchesReference) {
   Rng rng(111);
-  for (int h : {16, 64, 128}) {
-    const int s_q = h == 16 ? 300 : 5, s_kv = 777, topk = 192;
-    HostTensor q = random_tensor(rng, DType::bf16, {s_q, h, 576}, -2, 2);
-    HostTensor kv = random_tensor(rng, DType::bf16, {s_kv, 576}, -2, 2);
-    HostTensor idx(DType::i32, {s_q, topk});
-    for (int i = 0; i < s_q; ++i)
-      for (int j = 0; j < topk; ++j)
-        idx.set(int64_t(i) * topk + j,
-                i == 1 || rng.randint(0, 7) == 0 ? -1.0 : double(rng.randint(0, s_kv - 1)));
-    HostTensor ro(DType::f64, {s_q, h, 512}), rl(DType::f64, {s_q, h});
-    SparsePrefillArgs ra;
-    ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
-    ra.out = ro.view(), ra.lse = rl.view();
-    ASSERT_MLA_OK(sparse_prefill(ra));
-    HostTensor out(DType::bf16, {s_q, h, 512}), lse(DType::f32, {s_q, h});
-    DeviceBuffer dq(q), dkv(kv), didx(idx), dout(out), dlse(lse);
-    dout.poison(), dlse.poison();
-    SparsePrefillArgs a = ra;
-    a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
-    a.lse = dlse.view(lse);
-    size_t need = 0;
-    ASSERT_MLA_OK(sparse_workspace_size(a, &need));
-    void* ws = nullptr;
-    if (need) MLA_CUDA_CHECK(cudaMalloc(&ws, need));
-    ASSERT_MLA_OK(sparse_prefill(a, Workspace{ws, need}));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    cudaFree(ws);
-    dout.to_host(out), dlse.to_host(lse);
-    double err2 = 0, ref2 = 0, lerr = 0;
-    int bad_inf = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      const double d = out.get(i) - ro.get(i);
-      err2 += std::isfinite(d) ? d * d : 1e9, ref2 += ro.get(i) * ro.get(i);
-    }
-    for (int64_t i = 0; i < lse.numel(); ++i) {
-      if (std::isinf(rl.get(i)))
-        bad_inf += !(std::isinf(lse.get(i)) && lse.get(i) < 0);
-      else
-        lerr = std::max(lerr, std::isfinite(lse.get(i)) ? std::fabs(lse.get(i) - rl.get(i)) : 1e9);
-    }
-    // bf16 P and bf16 output (as the decode cases): 1e-2 of the norm
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2) << "h " << h;
-    EXPECT_LT(lerr, 1e-3) << "h " << h;
-    EXPECT_EQ(bad_inf, 0) << "the all-invalid row must give lse -inf";
-  }
+  const PrefillCase cases[] = {
+      {16, 300, 777, 192},   // more tokens than workers, topk a multiple of 64
+      {64, 5, 777, 192},     // few tokens: split over workers (fp32 partials)
+      {128, 5, 777, 192},    // two row blocks of 64 heads
+      {128, 6, 40, 100},     // s_kv below topk (repeats), topk not a multiple of 64
+      {32, 4, 1, 7},         // a one-row kv, a list shorter than one tile
+      {64, 8, 70000, 2048},  // DeepSeek-V3.2's top-2048, kv rows past 65536
+      {128, 150, 4096, 64},  // one tile per token, 150 tokens > 66 workers
+  };
+  for (const PrefillCase& c : cases) run_prefill_case(rng, c);
 }
 
 // What the CUDA path cannot take is an error naming the argument, before any launch.

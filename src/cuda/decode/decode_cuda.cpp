@@ -5,6 +5,7 @@
 // contents (the schedule is recomputed on the device at every replay).
 #include "cuda/decode/decode_cuda.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -187,7 +188,12 @@ WorkspaceLayout decode_workspace_layout(int64_t B, int64_t rows, int64_t P, bool
                                         bool token_lengths) {
   WorkspaceLayout L;
   L.max_pieces = batch_invariant ? B * kInvariantMaxSplits : B + P;
-  L.max_slots = L.max_pieces;
+  // Balanced mode gives partial slots only to split requests, and a request is
+  // split only where one of the P - 1 span boundaries falls inside its cost run
+  // (decode_schedule.cu): the split requests hold at most P - 1 of them plus
+  // one piece each, < 2P slots at any B. Without this bound the fp32 partials
+  // grow with B (sparse prefill: 4096 tokens x 128 heads = 1 GiB for B + P).
+  L.max_slots = batch_invariant ? L.max_pieces : std::min(L.max_pieces, 2 * P);
   size_t off = 0;
   L.pieces = off;
   off = align_up(off + sizeof(Piece) * L.max_pieces);

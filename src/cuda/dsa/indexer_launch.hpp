@@ -93,6 +93,11 @@ struct IndexerLogitsParams {
   // Decode kernel choice: the wgmma kernel (default) or the first mma.sync one,
   // kept so the benchmark and the tests can compare the two in one run.
   bool decode_mma_sync = false;
+  // Benchmark-only timing variants of the wgmma decode (bench_dsa sets them to
+  // place the time; those that stop early do NOT write the logits): 0 = the
+  // real kernel; 1 = the page copies alone (no wgmma, no epilogue); 2 = copies
+  // and wgmma (no epilogue, no stores).
+  int timing_variant = 0;
 };
 Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
 // The wgmma form of the decode (indexer_decode_wgmma.cu); the entry above

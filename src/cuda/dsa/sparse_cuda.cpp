@@ -3,11 +3,14 @@
 // checks (bf16 q and out, h_q a multiple of 16, 16-byte aligned rows for its
 // cp.async loads) is checked here and answered with a Status naming the
 // argument. Decode and prefill share everything but the key addressing:
-// prefill's flat kv [s_kv, 576] is a cache of pages of one token.
+// prefill's flat kv [s_kv, 576] is a cache of pages of one token. Both run
+// the wgmma decode kernel with the Indexed key source (decode_sparse.hpp)
+// where it takes the call; MLA_SPARSE_KERNEL=mma forces sparse_attn.cu's.
 #include "cuda/dsa/sparse_cuda.hpp"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/validate.hpp"
 #include "cuda/decode/decode_sparse.hpp"
@@ -20,7 +23,11 @@ namespace k = mla::cuda::dsa;
 
 namespace {
 
-// The kernel's grid has one y-row per query row; CUDA allows 65535.
+// The mma.sync kernel's grid has one y-row per query row; CUDA allows 65535.
+// Prefill cuts its query tokens into chunks of this size for both kernels: the
+// wgmma path has no such limit, but a chunk of 65535 tokens is ~40 TFLOP at
+// top-2048 / 128 heads, so the drain between chunks costs nothing measurable
+// and one chunking rule serves both.
 constexpr int64_t kMaxRowsPerLaunch = 65535;
 
 Status expect_kernel_dtypes(const TensorView& q, const TensorView& out, const TensorView& lse) {
@@ -119,8 +126,10 @@ Status decode_params(const SparseDecodeArgs& a, k::SparseAttnParams* p) {
 }
 
 // Prefill as decode: every query token is a "request" of one query, kv is a
-// cache of s_kv pages of one token (slot = row). Rows past the grid's limit
-// go in several launches; chunk c covers rows [c * kMax, ...).
+// cache of s_kv pages of one token (slot = row). Rows past kMaxRowsPerLaunch
+// go in several launches; chunk c covers rows [c * kMax, ...). These params
+// feed either kernel: sparse_attn.cu's, or the wgmma decode kernel's Indexed
+// key source (page_size 1, page_stride = the row stride).
 Status prefill_params(const SparsePrefillArgs& a, k::SparseAttnParams* p) {
   MLA_TRY(expect_kernel_dtypes(a.q, a.out, a.lse));
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];
@@ -157,11 +166,22 @@ Status prefill_params(const SparsePrefillArgs& a, k::SparseAttnParams* p) {
   return Status::Ok();
 }
 
-// The params of prefill chunk c (rows [c * kMax, min(s_q, (c + 1) * kMax))).
-k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, int64_t c) {
+// Query tokens per prefill launch: kMaxRowsPerLaunch, or fewer with
+// MLA_SPARSE_PREFILL_CHUNK=<rows> (tests: the chunked path at a small s_q).
+int64_t prefill_chunk_rows() {
+  if (const char* env = std::getenv("MLA_SPARSE_PREFILL_CHUNK")) {
+    const long long v = std::atoll(env);
+    if (v >= 1 && v < kMaxRowsPerLaunch) return v;
+  }
+  return kMaxRowsPerLaunch;
+}
+
+// The params of prefill chunk c (rows [c * rows, min(s_q, (c + 1) * rows))).
+k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, int64_t c,
+                                  int64_t rows) {
   k::SparseAttnParams p = p0;
-  const int64_t r0 = c * kMaxRowsPerLaunch;
-  p.batch = int(std::min(kMaxRowsPerLaunch, s_q - r0));
+  const int64_t r0 = c * rows;
+  p.batch = int(std::min(rows, s_q - r0));
   p.q = static_cast<const uint16_t*>(p0.q) + r0 * p0.q_sb;
   p.indices = p0.indices + r0 * p0.idx_sb;
   p.out = static_cast<uint16_t*>(p0.out) + r0 * p0.out_sb;
@@ -169,18 +189,36 @@ k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, in
   return p;
 }
 
-int64_t prefill_chunks(int64_t s_q) {
-  return (s_q + kMaxRowsPerLaunch - 1) / kMaxRowsPerLaunch;
+int64_t prefill_chunks(int64_t s_q, int64_t rows) {
+  return (s_q + rows - 1) / rows;
 }
 
-size_t prefill_workspace(const k::SparseAttnParams& p0, int64_t s_q) {
-  size_t need = 0;  // only the first and the last chunk differ in size
-  if (s_q > 0) {
-    need = k::sparse_attn_workspace_size(prefill_chunk(p0, s_q, 0));
-    need = std::max(need,
-                    k::sparse_attn_workspace_size(prefill_chunk(p0, s_q, prefill_chunks(s_q) - 1)));
+// The kernel a prefill call runs and the scratch it needs, computed the same
+// way by the sizing call and by the call itself. The wgmma decode kernel
+// (decode_sparse.hpp: each query token is a request of one query, kv a cache
+// of pages of one token) unless MLA_SPARSE_KERNEL=mma or it cannot take p.
+struct PrefillPlan {
+  bool wgmma = false;
+  size_t need = 0;
+  int64_t rows = kMaxRowsPerLaunch;  // query tokens per launch
+};
+
+Status prefill_plan(const k::SparseAttnParams& p0, int64_t s_q, PrefillPlan* plan) {
+  plan->wgmma = mla::cuda::decode::sparse_wgmma_chosen(p0);
+  plan->need = 0;
+  plan->rows = prefill_chunk_rows();
+  if (s_q == 0) return Status::Ok();
+  // Only the first and the last chunk differ in size.
+  for (const int64_t c : {int64_t(0), prefill_chunks(s_q, plan->rows) - 1}) {
+    const k::SparseAttnParams pc = prefill_chunk(p0, s_q, c, plan->rows);
+    size_t n = 0;
+    if (plan->wgmma)
+      MLA_TRY(mla::cuda::decode::sparse_wgmma_workspace_size(pc, &n));
+    else
+      n = k::sparse_attn_workspace_size(pc);
+    plan->need = std::max(plan->need, n);
   }
-  return need;
+  return Status::Ok();
 }
 
 // The kernel works without scratch too (no split), but the API promises the
@@ -225,7 +263,9 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
 Status sparse_prefill_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   k::SparseAttnParams p;
   MLA_TRY(prefill_params(a, &p));
-  *bytes = prefill_workspace(p, a.q.shape[0]);
+  PrefillPlan plan;
+  MLA_TRY(prefill_plan(p, a.q.shape[0], &plan));
+  *bytes = plan.need;
   return Status::Ok();
 }
 
@@ -233,10 +273,16 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   k::SparseAttnParams p;
   MLA_TRY(prefill_params(a, &p));
   const int64_t s_q = a.q.shape[0];
-  MLA_TRY(expect_workspace(ws, prefill_workspace(p, s_q), "sparse_workspace_size"));
+  PrefillPlan plan;
+  MLA_TRY(prefill_plan(p, s_q, &plan));
+  MLA_TRY(expect_workspace(ws, plan.need, "sparse_workspace_size"));
   // Chunks run one after another on the stream, so they can share the scratch.
-  for (int64_t c = 0; c < prefill_chunks(s_q); ++c)
-    MLA_TRY(k::launch_sparse_attn(prefill_chunk(p, s_q, c), ws.data, ws.bytes, stream_of(ctx)));
+  for (int64_t c = 0; c < prefill_chunks(s_q, plan.rows); ++c) {
+    const k::SparseAttnParams pc = prefill_chunk(p, s_q, c, plan.rows);
+    MLA_TRY(plan.wgmma
+                ? mla::cuda::decode::launch_sparse_wgmma(pc, ws.data, ws.bytes, stream_of(ctx))
+                : k::launch_sparse_attn(pc, ws.data, ws.bytes, stream_of(ctx)));
+  }
   return Status::Ok();
 }
 

@@ -1,12 +1,12 @@
 // Token top-k by radix select (DESIGN.md section 1: S_t = top-k(I[t, :])).
 //
-// Three versions, one result (TopkParams::algo: 1 is the default, see
-// topk_launch.hpp for why; 2 and 3 are selectable, and v1 is their fallback). In all, a row is
+// Four versions, one result (TopkParams::algo: 1 is the default, see
+// topk_launch.hpp for why; 2, 3 and 4 are selectable, and v1 is their fallback). In all, a row is
 // handled by a cluster of CS CTAs (CS = 1 when rows fill the GPU; a long row among few rows is
 // split over 2-8 CTAs), each owning a contiguous segment of the row; logits are mapped to
 // order-preserving 32-bit keys (topk_key).
 //
-// v3 (topk_stream_kernel<true>): one read. Every CTA of the cluster draws the
+// v3 (topk_stream_kernel<true, false>): one read. Every CTA of the cluster draws the
 // same 2048 elements of the row and takes K = the key that ~min(2k, (k +
 // pool) / 2) elements of the row are expected to reach; the segment streams
 // once through the bulk-copy ring below and every element >= K goes to the
@@ -18,7 +18,19 @@
 // faster than v1 on every benchmark shape; collecting in the streaming loop,
 // not reading, is what its time goes to.
 //
-// v2 (topk_stream_kernel<false>). The segment is streamed twice through a ring of
+// v4 (topk_stream_kernel<true, true>, algo 4): v3 with the collect of the
+// pass rebuilt, the part of v3's time that reading does not explain (perf-log
+// "Top-k v2", run 3: the pass 91.5 us against 38.5 for a histogram pass).
+// v3 places each hit through a 5-step shuffle scan and a returning atomic on
+// the CTA's one fill counter per warp and chunk, and the ring refills a stage
+// only when the slowest warp is done with it, so that latency adds to every
+// chunk. v4's warps append to their own slice of the pool (pool / 16 pairs)
+// at a count kept in a register, places from 4 ballots: no atomic, no scan.
+// After the pass the leader moves its slices together in place and the
+// others copy theirs to the leader slice by slice; a slice that overflowed
+// sends the cluster to the fallback, as a full pool does.
+//
+// v2 (topk_stream_kernel<false, false>). The segment is streamed twice through a ring of
 // kStages bulk copies (TMA, one mbarrier per stage), so up to 32 KB per CTA are
 // in flight whatever the threads are doing: v1's register loads left the
 // memory idle while each thread's 16 values went through their atomics.
@@ -87,6 +99,10 @@ constexpr uint32_t kChunkBytes = kChunkVecs * 16;
 // v2's pool (pairs): room for W + C at k 2048 when the first digit's bucket
 // holds 1/32 of the row (uniform logits over [-1, 1): 4096 of 128K).
 constexpr uint32_t kMinPool = 8192;
+// v4's pool slices: kWarps of pool / kWarps pairs; a thread moves at most
+// kSliceRegs pairs of a slice (the pool is 2 * kTopkMaxK pairs at most).
+constexpr int kSliceRegs = 2 * kTopkMaxK / kWarps / kThreads;
+static_assert(kSliceRegs >= 1 && kMinPool % kWarps == 0, "whole slices, each moved in registers");
 // v2's final sort when the k chosen (and their ties) fit: kRegSortPer pairs
 // per thread in registers, so only the stages with strides of 32 threads or
 // more touch shared memory (the all-shared-memory sort moves n log^2 n / 2
@@ -111,6 +127,7 @@ struct TopkSmem {
   uint32_t pool_fill;           // v2: entries this CTA has put in the leader's pool so far
   uint32_t sort_fill;           // v2, leader: entries gathered for the register sort so far
   uint32_t counts[8];           // v2: pool entries of each CTA of the cluster (written by each)
+  uint32_t warp_fill[kWarps];   // v4: entries each warp put in its slice of the pool
   alignas(16) uint32_t hist[kBins1];  // this CTA's histogram (read by the cluster)
   struct {
     uint32_t total[kBins1];  // the cluster's sum
@@ -688,8 +705,9 @@ __device__ __forceinline__ uint32_t sample_hash(uint32_t j) {
   return j ^ (j >> 15);
 }
 
-// v2 (kSampled false) and v3 (kSampled true), see the top of the file.
-template <bool kSampled>
+// v2 (kSampled false), v3 (kSampled true) and v4 (kSampled and kWarpSlices),
+// see the top of the file.
+template <bool kSampled, bool kWarpSlices>
 __global__ void __launch_bounds__(kThreads, 2)
     topk_stream_kernel(TopkParams p, int cs, uint32_t sort_cap, uint32_t pool_cap,
                        uint32_t ring_off) {
@@ -790,10 +808,27 @@ __global__ void __launch_bounds__(kThreads, 2)
         ++at;
       }
   };
-  // A pass that sends every element passing `take` to dst: the head and tail
-  // scalars, then chunks [c0, c1).
-  auto collect = [&](const KeyAtLeast& take, uint64_t* dst, uint32_t base, uint32_t limit, int c0,
-                     int c1) {
+  // v4: appends this thread's values e (bit e of hits) to its warp's slice of
+  // the pool, after the `fill` entries the warp put there so far (a register,
+  // the same in every lane): each element's place comes from ballots (no
+  // scan, no shared counter, no atomic to wait for). Entries from `cap` on are
+  // counted, not written (the count tells the overflow).
+  auto emit_slice = [&](uint64_t* slice, uint32_t& fill, uint32_t cap, uint32_t hits,
+                        const float(&val)[4], const uint32_t(&pos)[4]) {
+    if (!__any_sync(0xffffffffu, hits)) return;
+    const uint32_t below = (1u << lane) - 1u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool hit = (hits >> e) & 1u;
+      const uint32_t ballot = __ballot_sync(0xffffffffu, hit);
+      const uint32_t at = fill + __popc(ballot & below);
+      if (hit && at < cap) slice[at] = sort_pair(topk_key(val[e]), pos[e]);
+      fill += __popc(ballot);
+    }
+  };
+  // A pass that hands every element passing `take` to append(hits, val, pos):
+  // the head and tail scalars, then chunks [c0, c1).
+  auto collect_with = [&](const KeyAtLeast& take, auto&& append, int c0, int c1) {
     {
       float val[4] = {0.f, 0.f, 0.f, 0.f};
       uint32_t pos[4] = {0, 0, 0, 0}, hits = 0;
@@ -805,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         val[1] = row[t0 + threadIdx.x], pos[1] = uint32_t(t0 + threadIdx.x);
         hits |= take(val[1]) ? 2u : 0u;
       }
-      emit(dst, base, limit, hits, val, pos);
+      append(hits, val, pos);
     }
     stream(c0, c1, [&](bool valid, int64_t p0, float4 x) {
       const float val[4] = {x.x, x.y, x.z, x.w};
@@ -815,8 +850,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         pos[e] = uint32_t(p0 + e);
         hits |= valid && take(val[e]) ? 1u << e : 0u;
       }
-      emit(dst, base, limit, hits, val, pos);
+      append(hits, val, pos);
     });
+  };
+  // v2, v3: to dst[base + ...] through the CTA's shared counter (emit).
+  auto collect = [&](const KeyAtLeast& take, uint64_t* dst, uint32_t base, uint32_t limit, int c0,
+                     int c1) {
+    collect_with(
+        take,
+        [&](uint32_t hits, const float(&val)[4], const uint32_t(&pos)[4]) {
+          emit(dst, base, limit, hits, val, pos);
+        },
+        c0, c1);
   };
 
   if (!kSampled)
@@ -828,8 +873,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     s.local_gt = 0, s.pool_fill = 0, s.sort_fill = 0;
   }
   __syncthreads();
-  if (!kSampled)
-    ptx::cluster_arrive();  // my totals are zeroed (the cluster adds into them after pass 1)
+  // The first half of a cluster barrier whose wait comes before this CTA first
+  // touches another CTA's shared memory: a CTA of the cluster may only be
+  // accessed once it is known to run (CUDA guide, distributed shared memory).
+  // v2: it also says my totals are zeroed (the cluster adds into them after
+  // pass 1). Nobody waits on it during the pass, so it costs nothing there.
+  ptx::cluster_arrive();
   if (threadIdx.x == 0)
     for (int c = 0; c < kStages - 1 && c < issue_end; ++c) issue(c);
 
@@ -857,10 +906,57 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncthreads();  // the sample's memory is the pool from here
     }
     // ---- the pass: every key >= K to this CTA's pool ----
-    collect(KeyAtLeast(K), pool, 0, pool_cap, 0, nch);
-    __syncthreads();
+    // v4: warp w fills its own slice pool[w * slice_cap ...); the leader
+    // compacts its slices in place before the counts barrier, the others copy
+    // theirs slice by slice to the leader after it.
+    [[maybe_unused]] const uint32_t slice_cap = pool_cap / kWarps, warp = threadIdx.x / 32;
+    uint32_t n_mine = 0;
+    if constexpr (kWarpSlices) {
+      uint32_t fill = 0;
+      uint64_t* slice = pool + warp * slice_cap;
+      collect_with(
+          KeyAtLeast(K),
+          [&](uint32_t hits, const float(&val)[4], const uint32_t(&pos)[4]) {
+            emit_slice(slice, fill, slice_cap, hits, val, pos);
+          },
+          0, nch);
+      if (lane == 0) s.warp_fill[warp] = fill;
+      __syncthreads();
+      bool overflow = false;
+      for (int w = 0; w < kWarps; ++w)
+        n_mine += s.warp_fill[w], overflow |= s.warp_fill[w] > slice_cap;
+      // An overflowing slice lost entries: the cluster's total then exceeds
+      // the pool and every CTA takes the fallback below.
+      if (overflow) n_mine = pool_cap + 1;
+      if (rank == lead && !overflow) {  // slice w moves down to its prefix (never up)
+        uint32_t dst = s.warp_fill[0];
+        for (int w = 1; w < kWarps; ++w) {
+          const uint32_t m = s.warp_fill[w], src = w * slice_cap;
+          if (m != 0 && dst != src) {
+            uint64_t v[kSliceRegs];
+#pragma unroll
+            for (int j = 0; j < int(sizeof(v) / sizeof(v[0])); ++j) {
+              const uint32_t i = threadIdx.x + j * kThreads;
+              if (i < m) v[j] = pool[src + i];
+            }
+            __syncthreads();  // all of the slice read before any of it is overwritten
+#pragma unroll
+            for (int j = 0; j < int(sizeof(v) / sizeof(v[0])); ++j) {
+              const uint32_t i = threadIdx.x + j * kThreads;
+              if (i < m) pool[dst + i] = v[j];
+            }
+            __syncthreads();  // written before the next slice is read
+          }
+          dst += m;
+        }
+      }
+    } else {
+      collect(KeyAtLeast(K), pool, 0, pool_cap, 0, nch);
+      __syncthreads();
+      n_mine = s.pool_fill;
+    }
+    ptx::cluster_wait();  // every CTA of the cluster runs: its counts may be written
     if (variant == 1) return;
-    const uint32_t n_mine = s.pool_fill;
     if (threadIdx.x < cs) cluster.map_shared_rank(&s, int(threadIdx.x))->counts[rank] = n_mine;
     cluster.sync();                             // counts in
     uint32_t total = 0, base = s.counts[lead];  // the leader's own entries come first
@@ -876,7 +972,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (rank != lead) {
       uint64_t* leader_pool = cluster.map_shared_rank(pool, lead);
-      for (uint32_t i = threadIdx.x; i < n_mine; i += kThreads) leader_pool[base + i] = pool[i];
+      if constexpr (kWarpSlices) {
+        for (int w = 0; w < kWarps; ++w) {
+          const uint32_t m = s.warp_fill[w];
+          for (uint32_t i = threadIdx.x; i < m; i += kThreads)
+            leader_pool[base + i] = pool[w * slice_cap + i];
+          base += m;
+        }
+      } else {
+        for (uint32_t i = threadIdx.x; i < n_mine; i += kThreads) leader_pool[base + i] = pool[i];
+      }
     }
     cluster.sync();  // every pair has landed in the leader's pool
     if (rank != lead || variant == 3) return;
@@ -969,8 +1074,8 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.k <= 0 || p.k % 64 != 0 || p.k > kTopkMaxK)
     return value_error(Errc::invalid_value, "top-k: k", p.k,
                        "must be a positive multiple of 64, at most 8192");
-  if (p.algo < 1 || p.algo > 3)
-    return value_error(Errc::invalid_value, "top-k: algo", p.algo, "must be 1, 2 or 3");
+  if (p.algo < 1 || p.algo > 4)
+    return value_error(Errc::invalid_value, "top-k: algo", p.algo, "must be 1, 2, 3 or 4");
   int cs = p.cluster;
   if (cs == 0) {
     // Split rows over a cluster while rows are fewer than two per SM, and keep
@@ -983,13 +1088,15 @@ Status launch_topk(const TopkParams& p, cudaStream_t stream) {
   if (p.num_rows * cs > 0x7fffffffLL)
     return value_error(Errc::invalid_value, "top-k: rows", p.num_rows,
                        "are too many for one launch");
-  // algo 2 and 3 are the two instances of the streaming kernel.
+  // algo 2, 3 and 4 are the three instances of the streaming kernel.
   using StreamKernel = void (*)(TopkParams, int, uint32_t, uint32_t, uint32_t);
   const bool streaming = p.algo != 1;
-  const StreamKernel stream_kernel =
-      p.algo == 3 ? topk_stream_kernel<true> : topk_stream_kernel<false>;
+  const StreamKernel stream_kernel = p.algo == 4   ? topk_stream_kernel<true, true>
+                                     : p.algo == 3 ? topk_stream_kernel<true, false>
+                                                   : topk_stream_kernel<false, false>;
   const size_t smem = streaming ? stream_smem_bytes(p.k) : topk_smem_bytes(p.k);
-  static bool attr_set[3] = {false, false, false};  // per process and kernel, for the largest k
+  // per process and kernel, for the largest k
+  static bool attr_set[4] = {false, false, false, false};
   if (!attr_set[p.algo - 1]) {
     const cudaError_t e =
         streaming ? cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -35,15 +35,22 @@ struct TopkParams {
   // row, every key above it collected in the one streaming pass, the leader
   // selects and sorts); 2 = the two-pass streaming kernel (bulk copies, one
   // cluster digit round, the leader sorts the pool); 1 = the three-pass kernel
-  // (kept for comparison, and run by 2 and 3 on rows their pools cannot take).
-  // See topk.cu.
-  // 1 is the default: compute-sanitizer racecheck reports hazards in the
-  // streaming kernel (2, 3) on the H200 (2026-11-29: bulk-copy writes against
-  // ring reads, which the empty mbarriers order, and a distributed-shared-memory
-  // write at the counts exchange "to a block that might not have entered yet"
-  // in v3, i.e. before any cluster barrier). Until those are analysed and fixed,
-  // 2 and 3 are selectable for measurement only; they also measured slower than
-  // v1 inside the layer's DSA step (docs/perf-log.md "Top-k v2").
+  // (kept for comparison, and run by 2 and 3 on rows their pools cannot take);
+  // 4 = 3 with each warp appending to its own slice of the pool (no shared
+  // counter, no atomic in the pass; not yet measured). See topk.cu.
+  // 1 is the default: compute-sanitizer racecheck reported hazards in the
+  // streaming kernel (2, 3) on the H200 (2026-11-29). Analysis (helper dsa3):
+  // the distributed-shared-memory write at v3's counts exchange came before
+  // any cluster barrier, a real defect (a CTA's shared memory may be touched
+  // only once it is known to run): fixed, the wait of a split cluster barrier
+  // arrived at after init now precedes it (as v2's). The bulk-copy writes
+  // against ring reads are ordered by the ring's empty/full mbarriers (a
+  // stage is re-issued only after all 16 warps arrived on its empty barrier
+  // after reading it; no parity aliasing, as no warp can lag a full ring
+  // behind the issuing thread), the protocol of TMA pipelines, which we read
+  // as the tool not modelling mbarrier completion of the async proxy. The
+  // default stays 1 until a racecheck run with the fix is read and 2-4
+  // measure faster inside the DSA step (docs/perf-log.md "Top-k v2").
   int algo = 1;
   // Benchmark-only timing variants (only bench_dsa sets this, to place the
   // time among the stages); 0 = the real kernel. Those that stop early do NOT
@@ -57,7 +64,7 @@ struct TopkParams {
   // memory (the first v2's sort; writes the top-k). algo 3: 1 = sample and
   // the pass only; 3 = up to the leader's pool (no selection, no sort); 8 =
   // the pool sorted in shared memory; 9 = the leader always rank 0 (8 and 9
-  // write the top-k).
+  // write the top-k). algo 4: as algo 3.
   int timing_variant = 0;
 };
 Status launch_topk(const TopkParams& p, cudaStream_t stream);
