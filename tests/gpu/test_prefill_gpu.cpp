@@ -187,10 +187,18 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   // Every kernel, each on freshly poisoned outputs.
   using cuda::prefill::FlashKernel;
   for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws,
-                      FlashKernel::wgmma_ws_pingpong}) {
+                      FlashKernel::wgmma_ws_pingpong, FlashKernel::automatic}) {
     dout.poison();
     dlse.poison();
     p.kernel = kernel;
+    const bool ws = kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong;
+    if (ws && Tk == 0) {
+      // No key at all: no TMA map can describe an empty tensor; a forced ws
+      // kernel refuses (automatic falls back to wgmma, checked below).
+      const Status st = cuda::prefill::launch_flash_fwd(p, nullptr);
+      EXPECT_EQ(st.code(), Errc::unsupported) << st.message();
+      continue;
+    }
     ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
@@ -200,6 +208,7 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
                  kernel == FlashKernel::wgmma               ? "attention (wgmma)"
                  : kernel == FlashKernel::wgmma_ws          ? "attention (wgmma_ws)"
                  : kernel == FlashKernel::wgmma_ws_pingpong ? "attention (wgmma_ws_pingpong)"
+                 : kernel == FlashKernel::automatic         ? "attention (automatic)"
                                                             : "attention (mma.sync)");
     if (kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong) {
       // The pipelined kernel's reductions have a fixed order: repeated calls
@@ -242,6 +251,7 @@ TEST(PrefillGpu, AttentionNonCausal) {
 TEST(PrefillGpu, QueriesThatSeeNoKeyGetZeroAndMinusInf) {
   // Tk < Tq: the first Tq - Tk queries see nothing; an empty key set too.
   run_attention_case({16, {200, 10}, {50, 0}, true, true}, 500);
+  run_attention_case({16, {37, 5}, {0, 0}, false, true}, 501);  // no key in the whole batch
 }
 
 TEST(PrefillGpu, DecompressionMatchesFp64) {

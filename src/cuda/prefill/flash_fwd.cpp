@@ -17,7 +17,8 @@ FlashKernel default_flash_kernel() {
     if (e != nullptr && std::strcmp(e, "wgmma_ws_pingpong") == 0)
       return FlashKernel::wgmma_ws_pingpong;
     if (e != nullptr && std::strcmp(e, "mma_sync") == 0) return FlashKernel::mma_sync;
-    return FlashKernel::wgmma;
+    if (e != nullptr && std::strcmp(e, "wgmma") == 0) return FlashKernel::wgmma;
+    return FlashKernel::automatic;
   }();
   return k;
 }
@@ -59,6 +60,11 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
                          "prefill attention: heads {} or batch {} past the grid limit 65535",
                          p.heads, p.batch);
   FlashWsMaps maps;
+  if (p.kernel == FlashKernel::automatic) {
+    FlashFwdParams q = p;
+    q.kernel = encode_flash_ws_maps(p, &maps) ? FlashKernel::wgmma_ws : FlashKernel::wgmma;
+    return launch_flash_fwd(q, stream);
+  }
   const bool ws = p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong;
   if (ws && !encode_flash_ws_maps(p, &maps))
     return detail::error(

@@ -10,10 +10,9 @@ namespace mla::cuda::prefill {
 Status launch_flash_fwd(const FlashFwdParams& p, void* stream);
 
 // The kernel of the library's own prefill paths (mha_prefill, chunked
-// prefill): FlashKernel::wgmma unless the environment variable
-// MLA_PREFILL_KERNEL names another (wgmma, wgmma_ws, wgmma_ws_pingpong,
-// mma_sync), so that the
-// GPU tests and benches can force a variant. Read once per process.
+// prefill): FlashKernel::automatic unless the environment variable
+// MLA_PREFILL_KERNEL names one (wgmma, wgmma_ws, wgmma_ws_pingpong, mma_sync),
+// so that the GPU tests and benches can force a variant. Read once per process.
 FlashKernel default_flash_kernel();
 
 }  // namespace mla::cuda::prefill

@@ -13,10 +13,19 @@ namespace mla::cuda::prefill {
 // flash_fwd_ws_kernel.cuh), and wgmma_ws_pingpong (the same with the two
 // consumer warpgroups taking turns on the tensor cores), selectable until
 // measured faster.
-enum class FlashKernel : int32_t { wgmma = 0, mma_sync = 1, wgmma_ws = 2, wgmma_ws_pingpong = 3 };
+// automatic: wgmma_ws (warp-specialised, TMA-fed; 2.1x wgmma on the H200,
+// docs/perf-log.md) when its tensor maps can be built for the tensors, else
+// wgmma (same contract, no TMA requirements: e.g. a varlen batch with no keys).
+enum class FlashKernel : int32_t {
+  wgmma = 0,
+  mma_sync = 1,
+  wgmma_ws = 2,
+  wgmma_ws_pingpong = 3,
+  automatic = 4
+};
 
 struct FlashFwdParams {
-  FlashKernel kernel = FlashKernel::wgmma;
+  FlashKernel kernel = FlashKernel::automatic;
   // q [T, h, 192] bf16; the 192 dims of a (token, head) are contiguous.
   const void* q = nullptr;
   int64_t q_row_stride = 0, q_head_stride = 0;  // elements
