@@ -70,7 +70,7 @@ struct Options {
   bool src_scattered = false, dst_scattered = true, indexer = false;
   bool pack_stream = true;    // pack/unpack on a second stream, under the wire
   bool span_layers = true;    // the whole-request transfer: messages span layers
-  int64_t staging_mib = 128;  // staging at least this big (spanning messages)
+  int64_t staging_mib = 256;  // staging at least this big (spanning messages; best measured)
   int64_t direct_min = int64_t{1} << 20;
   int64_t bw_mib = 1024;
   std::string id_file, json;
