@@ -40,6 +40,9 @@ Status decompress_kv(const DecompressKvArgs& args, const ExecContext& ctx = {});
 // query i (0-based within its sequence) sees keys j <= len_k - len_q + i. A
 // query that sees no key (len_k < len_q) gets out 0 and lse -inf. DeepSeek
 // uses d_qk 192 and d_v 128; the CPU reference takes any sizes.
+// On Hopper the kernel loads whole 128-key tiles by TMA, so the last tile of a
+// sequence holds the next sequence's first keys: masked (weight exactly 0),
+// but 0 * Inf is NaN, so every value of v (of every sequence) must be finite.
 struct MhaPrefillArgs {
   TensorView q;
   TensorView k;
