@@ -33,11 +33,13 @@ timeout 120 "$B/mla_bench_prefill" --json "$O/bench_prefill.json" >"$O/bench_pre
 echo "rc=$?"
 timeout 90 python3 bench/peers/torch_sdpa.py --json "$O/torch_sdpa.json" >"$O/torch_sdpa.log" 2>&1
 echo "rc=$?"
+step "absorbed vs non-absorbed crossover (the prefill kernel changed)"
+timeout 60 "$B/mla_bench_prefill" --crossover --json "$O/crossover.json" >"$O/crossover.log" 2>&1
+echo "rc=$?"
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   step "KV transfer (bounded pack, spanning messages, 256 MiB staging)"
   P=29800
-  for cfg in "x128k --tokens 131072 --layers 8" "x16k --tokens 16384 --layers 61" \
-             "x16k_fp8 --tokens 16384 --layers 61 --format fp8"; do
+  for cfg in "x128k --tokens 131072 --layers 8" "x16k --tokens 16384 --layers 61"; do
     set -- $cfg; name=$1; shift; P=$((P + 1))
     for r in 0 1; do
       RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$P timeout 90 \
@@ -51,4 +53,5 @@ echo "##### summary"
 echo "tests rc=$TEST_RC memcheck rc=$MEM_RC racecheck rc=$RACE_RC"
 grep -E "^prefill-|ceiling" "$O/bench_prefill.log"
 grep -E "^peer-" "$O/torch_sdpa.log"
+tail -9 "$O/crossover.log"
 grep -h -E "transfer alone|differ" "$O"/xfer_*.r1.log 2>/dev/null
