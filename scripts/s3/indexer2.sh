@@ -7,7 +7,8 @@
 #   1. tests: DsaGpu.IndexerLogitsDecode* (v1 and v2 each against the fp64
 #      reference, also in runs of 2 and 25 pages per CTA; v2 alone) and the
 #      DSA step tests with v2 forced (MLA_INDEXER_KERNEL=v2)
-#   2. compute-sanitizer memcheck on DsaGpu.IndexerLogitsDecodeV2Small (v2)
+#   2. compute-sanitizer memcheck on DsaGpu.IndexerLogitsDecodeV2Small (v2) and
+#      DsaGpu.IndexerLogitsDecodeSkipsInvalidPages (v1, v2: page ids outside the cache)
 #   3. bench indexer-v2: v1 and v2 timed in one run at b128 L32K/L128K s_q 1, 2
 #      (+ v2 with 3 stages at s_q 1) and L128K s_q 3, 4, with v2's logits
 #      compared to v1's at those shapes
@@ -49,7 +50,8 @@ if [ "${RC[tests]}" = 124 ] || [ "${RC[tests]}" = 137 ]; then
   RC[memcheck]=skipped RC[bench]=skipped
 else
   MLA_INDEXER_KERNEL=v2 run_step memcheck 15 compute-sanitizer --tool memcheck \
-    --error-exitcode 9 "$T" --gtest_filter='DsaGpu.IndexerLogitsDecodeV2Small'
+    --error-exitcode 9 "$T" \
+    --gtest_filter='DsaGpu.IndexerLogitsDecodeV2Small:DsaGpu.IndexerLogitsDecodeSkips*'
   run_step bench 20 "$B/mla_bench_dsa" "$D/bench_indexer_v2.json" indexer-v2
 fi
 

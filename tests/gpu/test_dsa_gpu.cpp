@@ -253,6 +253,64 @@ TEST(DsaGpu, IndexerLogitsDecodeV2Small) {
   run_indexer_decode_cases(rng, {1, 7}, {"v2"}, {"", "25"});
 }
 
+// Block-table entries outside the cache (-1, past the pool) are never read:
+// both kernels give logit 0 for their keys (zero codes and scale) and the
+// reference's values elsewhere (the reference sees valid ids in their place).
+// In runs of 2 pages too (v2 refills a stage with such a page).
+TEST(DsaGpu, IndexerLogitsDecodeSkipsInvalidPages) {
+  struct EnvReset {
+    ~EnvReset() { unsetenv("MLA_INDEXER_KERNEL"), unsetenv("MLA_INDEXER_PAGES_PER_CTA"); }
+  } env_reset;
+  Rng rng(105);
+  const int B = 2, pages_per = 5, max_len = pages_per * 64;
+  const std::vector<int> lens = {300, 200};
+  const int64_t pool = B * pages_per;
+  HostTensor cache = random_indexer_cache(rng, pool);
+  HostTensor bt(DType::i32, {B, pages_per}), bt_bad(DType::i32, {B, pages_per});
+  for (int64_t i = 0; i < B * pages_per; ++i) bt.set(i, double(i)), bt_bad.set(i, double(i));
+  bt_bad.set(1, -1.0);                   // request 0, keys 64-127
+  bt_bad.set(3, double(pool + 1000));    // request 0, keys 192-255
+  const std::set<int64_t> bad_cols = {1, 3};  // pages of request 0
+  HostTensor lens_t(DType::i32, {B});
+  for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
+  HostTensor q8 = random_tensor(rng, DType::e4m3, {B, 1, 64, 128}, -448, 448);
+  HostTensor w = random_tensor(rng, DType::f32, {B, 1, 64}, -1, 1);
+  HostTensor ref(DType::f32, {B, 1, max_len});
+  ref.poison();
+  ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
+                                       bt.view(), lens_t.view(), ref.view()}));
+  HostTensor absref = ref;
+  const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
+  ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
+                                       bt.view(), lens_t.view(), absref.view()}));
+  DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt_bad), dl(lens_t);
+  for (const char* kernel : {"v1", "v2"})
+    for (const char* ppc : {"", "2"}) {
+      const std::string what =
+          std::string("invalid pages ") + kernel + " pages/CTA '" + ppc + "'";
+      ASSERT_EQ(setenv("MLA_INDEXER_KERNEL", kernel, 1), 0);
+      if (*ppc)
+        ASSERT_EQ(setenv("MLA_INDEXER_PAGES_PER_CTA", ppc, 1), 0);
+      else
+        unsetenv("MLA_INDEXER_PAGES_PER_CTA");
+      HostTensor got = ref;
+      DeviceBuffer dout(got);
+      dout.poison();
+      ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w),
+                                                 IndexerCacheView{dc.view(cache)},
+                                                 dbt.view(bt_bad), dl.view(lens_t), dout.view(got)},
+                                                {}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      for (int64_t col = 0; col < max_len; ++col)
+        if (bad_cols.count(col / 64)) {
+          EXPECT_EQ(got.get(col), 0.0) << what << ": column " << col;
+          got.set(col, ref.get(col));  // compared above; the rest against the reference
+        }
+      expect_logits_close_abs(ref, absref, got, what.c_str());
+    }
+}
+
 TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {
   Rng rng(104);
   const int T = 37, N = 333;

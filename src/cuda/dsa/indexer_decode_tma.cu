@@ -50,7 +50,7 @@ using ptx::tma_load_3d;
 
 // Ring depth: 5 at s_q 1 and 4 above keep 4 CTAs on an SM (228 KB) for
 // s_q <= 2, as v1 has; s_q 3 and 4 fit 3. The benchmark also times 3 stages at
-// s_q 1 (IndexerLogitsParams::v2_stages): 5 CTAs per SM, fewer pages each.
+// s_q 1 (IndexerLogitsParams::v2_stages): 6 CTAs per SM (37 KB each), fewer pages each.
 template <int kQ>
 constexpr int kDefaultStages = kQ == 1 ? 5 : 4;
 

@@ -106,7 +106,7 @@ struct IndexerLogitsParams {
   // timing variants above are v1's.
   int decode_version = 0;
   // Benchmark-only: v2's ring depth at s_q 1 (0: its default, 5 stages and 4
-  // CTAs per SM; 3: 3 stages, 5 CTAs per SM). Other values mean the default.
+  // CTAs per SM; 3: 3 stages, 6 CTAs per SM). Other values mean the default.
   int v2_stages = 0;
 };
 Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
