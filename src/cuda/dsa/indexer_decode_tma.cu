@@ -199,8 +199,14 @@ Status launch_tma_q(const IndexerLogitsParams& p, const CUtensorMap& map, cudaSt
   MLA_TRY(decode_grid(p, &grid));
   auto kernel = indexer_decode_tma_kernel<kQ, kStages>;
   constexpr int smem = TmaSmem<kQ, kStages>::kAlloc;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // The whole 228 KB as shared memory: 4 CTAs of ~55 KB per SM at s_q 1 and 2.
+  static const cudaError_t attr = [&] {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                int(cudaSharedmemCarveoutMaxShared));
+  }();
   MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_decode_tma_kernel)"));
   kernel<<<dim3(unsigned(grid.splits), unsigned(p.batch), 1u), kThreads, smem, stream>>>(
       p, map, grid.pages_per_cta);
