@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -173,9 +174,10 @@ void report(const std::string& suite, const std::string& shape, double us, doubl
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
 // variant: IndexerLogitsParams::timing_variant (wgmma kernel: 1 copies only,
-// 2 copies + wgmma; neither writes the logits).
+// 2 copies + wgmma; neither writes the logits). version:
+// IndexerLogitsParams::decode_version (0: MLA_INDEXER_KERNEL, 1: v1, 2: v2).
 double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
-                            bool mma_sync = false, int variant = 0) {
+                            bool mma_sync = false, int variant = 0, int version = 0) {
   const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
   auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
   fill(cache, pages * 8448, kBytesE4m3, 1);
@@ -196,13 +198,15 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   p.cache = {cache, 8448, 64, pages};
   p.decode_mma_sync = mma_sync;
   p.timing_variant = variant;
+  p.decode_version = version;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
   const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
   const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
-    report(mma_sync  ? "indexer-dec-v1"
-           : variant ? "indexer-stage"
-                     : "indexer-decode",
+    report(mma_sync       ? "indexer-dec-v1"
+           : variant      ? "indexer-stage"
+           : version == 2 ? "indexer-dec-tma"
+                          : "indexer-decode",
            "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
                std::to_string(L / 1024) + "K" +
                (variant == 1   ? " copies only"
@@ -211,6 +215,75 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
            us, flops, bytes, false, kFp8TF);
   cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
   return us;
+}
+
+// The wgmma decode v1 (indexer_decode_wgmma.cu) and v2 (indexer_decode_tma.cu)
+// on the same inputs, timed in turn, then their logits compared (a check at
+// the benchmark's shape: thousands of CTAs, runs of ~120 pages wrapping the
+// rings; the tests check both against the fp64 reference at small shapes):
+// max |v2 - v1| over max |v1|, and positions where exactly one is -inf.
+void bench_indexer_v1_v2(Timer& tm, int B, int s_q, int64_t L) {
+  const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
+  auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
+  fill(cache, pages * 8448, kBytesE4m3, 1);
+  fix_indexer_pages<<<1024, 256>>>(cache, pages);
+  auto* q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
+  fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
+  auto* w = static_cast<float*>(dalloc(int64_t(B) * s_q * 64 * 4));
+  fill(w, int64_t(B) * s_q * 64, kF32, 3);
+  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
+  iota_kernel<<<256, 256>>>(bt, pages, 1);
+  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
+  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
+  const int64_t n = int64_t(B) * s_q * L;
+  const int kernels = s_q == 1 ? 3 : 2;  // v1, v2, v2 with 3 stages (s_q 1)
+  float* logits[3] = {};
+  for (int v = 0; v < kernels; ++v) logits[v] = static_cast<float*>(dalloc(n * 4));
+  const std::string shape = "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
+                            std::to_string(L / 1024) + "K";
+  const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
+  const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
+  double us[3];
+  for (int v = 0; v < kernels; ++v) {
+    dsa::IndexerLogitsParams p;
+    p.q = q, p.w = w, p.logits = logits[v], p.logits_stride = L, p.width = L,
+    p.num_tokens = int64_t(B) * s_q;
+    p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt,
+    p.block_table_stride = pages_per;
+    p.cache = {cache, 8448, 64, pages};
+    p.decode_version = v == 0 ? 1 : 2;
+    p.v2_stages = v == 2 ? 3 : 0;
+    us[v] = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
+    report(v == 0 ? "indexer-decode" : "indexer-dec-tma", shape + (v == 2 ? " 3 stages" : ""),
+           us[v], flops, bytes, false, kFp8TF);
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<float> h0(n), h1(n);
+  BENCH_CUDA(cudaMemcpy(h0.data(), logits[0], n * 4, cudaMemcpyDeviceToHost));
+  for (int v = 1; v < kernels; ++v) {
+    BENCH_CUDA(cudaMemcpy(h1.data(), logits[v], n * 4, cudaMemcpyDeviceToHost));
+    double max_abs = 0, max_diff = 0;
+    int64_t inf_mismatch = 0, nonfinite = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool i0 = std::isinf(h0[i]) && h0[i] < 0, i1 = std::isinf(h1[i]) && h1[i] < 0;
+      if (i0 != i1) ++inf_mismatch;
+      if (i0 || i1) continue;
+      if (!std::isfinite(h0[i]) || !std::isfinite(h1[i])) {
+        ++nonfinite;
+        continue;
+      }
+      max_abs = std::max(max_abs, double(std::fabs(h0[i])));
+      max_diff = std::max(max_diff, double(std::fabs(h1[i] - h0[i])));
+    }
+    std::printf(
+        "v2%s vs v1 %-16s v1/v2 time %.3f  max|v2-v1|/max|v1| %.3g  -inf mismatches %lld"
+        "  non-finite %lld\n",
+        v == 2 ? " (3 stages)" : "", shape.c_str(), us[0] / us[v],
+        max_diff / std::max(max_abs, 1e-30), (long long)inf_mismatch, (long long)nonfinite);
+  }
+  std::fflush(stdout);
+  cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens);
+  for (float* l : logits) cudaFree(l);
 }
 
 void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
@@ -450,10 +523,17 @@ int main(int argc, char** argv) {
   const std::string only = argc > 2 ? argv[2] : "all";
   auto want = [&](const char* s) { return only == "all" || only == s; };
   Timer tm;
+  if (want("indexer-v2")) {
+    // v1 against v2 (docs/perf-log.md, DSA session 3: v1 at 64% of the read
+    // bandwidth while its copies alone reach 96%).
+    for (int s_q : {1, 2})
+      for (int64_t L : {32768L, 131072L}) bench_indexer_v1_v2(tm, 128, s_q, L);
+    for (int s_q : {3, 4}) bench_indexer_v1_v2(tm, 128, s_q, 131072L);
+  }
   if (want("indexer")) {
     for (int s_q : {1, 2})
       for (int64_t L : {32768L, 131072L}) {
-        bench_indexer_decode(tm, 128, s_q, L);
+        bench_indexer_decode(tm, 128, s_q, L, true, false, 0, 1);
         bench_indexer_decode(tm, 128, s_q, L, true, true);  // the mma.sync kernel, same run
       }
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);

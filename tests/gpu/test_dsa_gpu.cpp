@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <set>
 #include <string>
@@ -175,11 +176,20 @@ HostTensor abs_indexer_cache(const HostTensor& cache) {
   return a;
 }
 
-TEST(DsaGpu, IndexerLogitsDecodeMatchesReference) {
-  Rng rng(103);
-  // 1-4 (decode), then 7 and 13: chunks of 4 launched one after another, whose
-  // causal limits count the request's later tokens (a prefill chunk).
-  for (int s_q : {1, 2, 3, 4, 7, 13}) {
+// The decode kernels named in `kernels` (MLA_INDEXER_KERNEL: v1, the default,
+// and v2) against one fp64 reference per s_q, each also in runs of the pages
+// per CTA in `ppcs` (MLA_INDEXER_PAGES_PER_CTA; "" = the kernels' own): the
+// default runs are 4 pages here, fewer than the kernels' rings hold, so only
+// the knob makes a CTA refill its stages and wait on later phases of its
+// barriers (25: a request of 1500 keys in one CTA). A second call is
+// bit-identical.
+void run_indexer_decode_cases(Rng& rng, std::initializer_list<int> s_qs,
+                              std::initializer_list<const char*> kernels,
+                              std::initializer_list<const char*> ppcs) {
+  struct EnvReset {  // an ASSERT leaving early must not leave a kernel forced for later tests
+    ~EnvReset() { unsetenv("MLA_INDEXER_KERNEL"), unsetenv("MLA_INDEXER_PAGES_PER_CTA"); }
+  } env_reset;
+  for (int s_q : s_qs) {
     const std::vector<int> lens = {0, 1, 63, 64, 65, 700, s_q == 4 ? 2 : 1500};
     const int B = int(lens.size());
     const int max_len = 1600, pages_per = (max_len + 63) / 64;
@@ -196,23 +206,109 @@ TEST(DsaGpu, IndexerLogitsDecodeMatchesReference) {
     HostTensor w = random_tensor(rng, DType::f32, {B, s_q, 64}, -1, 1);
     HostTensor ref(DType::f32, {B, s_q, max_len});
     ref.poison();
-    HostTensor got = ref;
     ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
                                          bt.view(), lens_t.view(), ref.view()}));
-    DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t), dout(got);
-    dout.poison();
-    ASSERT_MLA_OK(
-        cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)},
-                                     dbt.view(bt), dl.view(lens_t), dout.view(got)},
-                                    {}));
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(got);
     HostTensor absref = ref;
     const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
     ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
                                          bt.view(), lens_t.view(), absref.view()}));
-    expect_logits_close_abs(ref, absref, got, ("decode s_q " + std::to_string(s_q)).c_str());
+    DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t);
+    for (const char* kernel : kernels)
+      for (const char* ppc : ppcs) {
+        const std::string what = std::string("decode ") + kernel + " s_q " + std::to_string(s_q) +
+                                 " pages/CTA '" + ppc + "'";
+        ASSERT_EQ(setenv("MLA_INDEXER_KERNEL", kernel, 1), 0);
+        if (*ppc)
+          ASSERT_EQ(setenv("MLA_INDEXER_PAGES_PER_CTA", ppc, 1), 0);
+        else
+          unsetenv("MLA_INDEXER_PAGES_PER_CTA");
+        HostTensor got = ref, again = ref;
+        DeviceBuffer dout(got), dout2(again);
+        dout.poison(), dout2.poison();
+        for (DeviceBuffer* d : {&dout, &dout2})
+          ASSERT_MLA_OK(cuda::indexer_logits_decode(
+              {dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)}, dbt.view(bt),
+               dl.view(lens_t), d->view(got)},
+              {}));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        dout.to_host(got);
+        dout2.to_host(again);
+        expect_logits_close_abs(ref, absref, got, what.c_str());
+        EXPECT_EQ(std::memcmp(got.data(), again.data(), size_t(got.numel()) * 4), 0)
+            << what << ": a second call differs";
+      }
   }
+}
+
+// s_q 1-4 (decode), then 7 and 13: chunks of 4 launched one after another,
+// whose causal limits count the request's later tokens (a prefill chunk).
+TEST(DsaGpu, IndexerLogitsDecodeMatchesReference) {
+  Rng rng(103);
+  run_indexer_decode_cases(rng, {1, 2, 3, 4, 7, 13}, {"v1", "v2"}, {"", "2", "25"});
+}
+
+// v2 alone on a few cases (few launches: the one compute-sanitizer runs).
+TEST(DsaGpu, IndexerLogitsDecodeV2Small) {
+  Rng rng(104);
+  run_indexer_decode_cases(rng, {1, 7}, {"v2"}, {"", "25"});
+}
+
+// Block-table entries outside the cache (-1, past the pool) are never read:
+// both kernels give logit 0 for their keys (zero codes and scale) and the
+// reference's values elsewhere (the reference sees valid ids in their place).
+// In runs of 2 pages too (v2 refills a stage with such a page).
+TEST(DsaGpu, IndexerLogitsDecodeSkipsInvalidPages) {
+  struct EnvReset {
+    ~EnvReset() { unsetenv("MLA_INDEXER_KERNEL"), unsetenv("MLA_INDEXER_PAGES_PER_CTA"); }
+  } env_reset;
+  Rng rng(105);
+  const int B = 2, pages_per = 5, max_len = pages_per * 64;
+  const std::vector<int> lens = {300, 200};
+  const int64_t pool = B * pages_per;
+  HostTensor cache = random_indexer_cache(rng, pool);
+  HostTensor bt(DType::i32, {B, pages_per}), bt_bad(DType::i32, {B, pages_per});
+  for (int64_t i = 0; i < B * pages_per; ++i) bt.set(i, double(i)), bt_bad.set(i, double(i));
+  bt_bad.set(1, -1.0);                   // request 0, keys 64-127
+  bt_bad.set(3, double(pool + 1000));    // request 0, keys 192-255
+  const std::set<int64_t> bad_cols = {1, 3};  // pages of request 0
+  HostTensor lens_t(DType::i32, {B});
+  for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
+  HostTensor q8 = random_tensor(rng, DType::e4m3, {B, 1, 64, 128}, -448, 448);
+  HostTensor w = random_tensor(rng, DType::f32, {B, 1, 64}, -1, 1);
+  HostTensor ref(DType::f32, {B, 1, max_len});
+  ref.poison();
+  ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
+                                       bt.view(), lens_t.view(), ref.view()}));
+  HostTensor absref = ref;
+  const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
+  ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
+                                       bt.view(), lens_t.view(), absref.view()}));
+  DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt_bad), dl(lens_t);
+  for (const char* kernel : {"v1", "v2"})
+    for (const char* ppc : {"", "2"}) {
+      const std::string what =
+          std::string("invalid pages ") + kernel + " pages/CTA '" + ppc + "'";
+      ASSERT_EQ(setenv("MLA_INDEXER_KERNEL", kernel, 1), 0);
+      if (*ppc)
+        ASSERT_EQ(setenv("MLA_INDEXER_PAGES_PER_CTA", ppc, 1), 0);
+      else
+        unsetenv("MLA_INDEXER_PAGES_PER_CTA");
+      HostTensor got = ref;
+      DeviceBuffer dout(got);
+      dout.poison();
+      ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w),
+                                                 IndexerCacheView{dc.view(cache)},
+                                                 dbt.view(bt_bad), dl.view(lens_t), dout.view(got)},
+                                                {}));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      for (int64_t col = 0; col < max_len; ++col)
+        if (bad_cols.count(col / 64)) {
+          EXPECT_EQ(got.get(col), 0.0) << what << ": column " << col;
+          got.set(col, ref.get(col));  // compared above; the rest against the reference
+        }
+      expect_logits_close_abs(ref, absref, got, what.c_str());
+    }
 }
 
 TEST(DsaGpu, IndexerLogitsPrefillMatchesReference) {

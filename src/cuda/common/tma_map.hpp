@@ -24,4 +24,8 @@ bool encode_kv_bf16_map(CUtensorMap* map, const void* kv, int64_t num_pages, int
 bool encode_bf16_3d_map(CUtensorMap* map, const void* base, const int64_t (&dims)[3],
                         const int64_t (&stride_bytes)[2], const uint32_t (&box)[3]);
 
+// The same for a byte tensor (e4m3 codes): box0 is 128 (one 128-byte row).
+bool encode_u8_3d_map(CUtensorMap* map, const void* base, const int64_t (&dims)[3],
+                      const int64_t (&stride_bytes)[2], const uint32_t (&box)[3]);
+
 }  // namespace mla::cuda

@@ -24,29 +24,13 @@
 #include <cmath>
 
 #include "cuda/common/wgmma.cuh"
-#include "cuda/dsa/dsa_device.cuh"
-#include "cuda/dsa/indexer_launch.hpp"
+#include "cuda/dsa/indexer_decode_common.cuh"
 
 namespace mla::cuda::dsa {
 namespace {
 
-constexpr int kPageKeys = 64;
-constexpr int kCodeBytes = kPageKeys * kIndexerDim;       // 8192: 8 swizzle atoms of 1024 B
-constexpr int kPageBytes = kCodeBytes + kPageKeys * 4;    // 8448 in the cache
-constexpr int kPageChunks = kPageBytes / 16;              // 528 16-byte copies
-constexpr int kStageBytes = 9 * 1024;                     // 8448 rounded up to the 1024-B atom
-constexpr int kStages = 4;                                // 3 pages in flight per CTA
-constexpr int kThreads = 128;                             // one warpgroup
-constexpr int kQueryBytes = kIndexerHeads * kIndexerDim;  // 8192
-static_assert(kIndexerHeads == 64, "one m64 wgmma covers the 64 indexer heads");
-static_assert(kIndexerDim == 128, "a key row is one 128-byte swizzle row; 4 k32 steps");
-static_assert(kPageBytes % 16 == 0 && kStageBytes >= kPageBytes && kStageBytes % 1024 == 0,
-              "stages hold a whole page and keep the 1024-byte alignment of the swizzle atoms");
-
-// Byte offset of 16-byte chunk `part` of row `row` in a 128-byte-swizzled tile.
-__device__ __forceinline__ int sw128(int row, int part) {
-  return row * 128 + ((part ^ (row & 7)) << 4);
-}
+using namespace indexer_decode;
+constexpr int kStages = 4;  // 3 pages in flight per CTA
 
 // One level of the reduce-scatter below: lanes whose `kMask` bit is set keep
 // the upper kHalf values, the others the lower, each adding its partner's.
@@ -88,25 +72,10 @@ __global__ void __launch_bounds__(kThreads)
   uint8_t* stages = smem + S::kStageOff;
   float* red = reinterpret_cast<float*>(smem + S::kRedOff);
 
-  const int b = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t len = p.seqlens[b];
-  const int64_t width_pages = (p.width + kPageKeys - 1) / kPageKeys;
-  const int64_t pg0 = int64_t(blockIdx.x) * pages_per_cta;
-  const int64_t pg1 = min64(pg0 + pages_per_cta, width_pages);
-  const int64_t c1 = min64(p.width, pg1 * kPageKeys);
-  const int64_t len_pages = len > 0 ? (len + kPageKeys - 1) / kPageKeys : 0;
-  const int nload = int(max64(0, min64(len_pages, pg1) - pg0));  // pages holding keys
-  // Row of this launch's first token of request b, and how many of the
-  // request's new tokens come after this launch's last one (causal limits).
-  const int tpr = p.tokens_per_request > 0 ? p.tokens_per_request : kQ;
-  const int64_t tok0 = int64_t(b) * tpr + p.token_begin;
-  const int64_t tail = tpr - p.token_begin - kQ;
-
-  // Columns of pages that hold no key of this request: -inf, coalesced.
-  for (int64_t col = (pg0 + nload) * kPageKeys + tid; col < c1; col += kThreads)
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) p.logits[(tok0 + q) * p.logits_stride + col] = -INFINITY;
+  const DecodeRun<kQ> run(p, pages_per_cta, tid);  // also fills the columns without keys
+  const int64_t len = run.len, pg0 = run.pg0, c1 = run.c1, tok0 = run.tok0, tail = run.tail;
+  const int nload = run.nload;
   if (nload == 0) return;
 
   // Queries into shared memory (swizzled; they join the first page's copy group).
@@ -122,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
     wb[q] = p.w[(tok0 + q) * p.w_stride + 16 * warp + g + 8];
   }
 
-  const int32_t* bt_row = p.block_table + int64_t(b) * p.block_table_stride + pg0;
+  const int32_t* bt_row = run.bt_row;
   auto load_page = [&](int i) {
     if (i < nload) {
       const int64_t page = bt_row[i];
@@ -208,52 +177,34 @@ __global__ void __launch_bounds__(kThreads)
 template <int kQ>
 Status launch_q(const IndexerLogitsParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.width == 0) return Status::Ok();
-  if (p.batch > 65535)
-    return value_error(Errc::invalid_value, "indexer logits decode: batch", p.batch,
-                       "is past 65535");
-  if (p.cache.page_stride % 16 != 0)
-    return value_error(Errc::misaligned, "indexer logits decode: cache page stride (bytes)",
-                       p.cache.page_stride, "is not a multiple of 16");
-  // Several waves of equal CTAs (4 resident per SM), each a run of >= 4 pages.
-  const int64_t width_pages = (p.width + kPageKeys - 1) / kPageKeys;
-  const int64_t want_ctas = int64_t(num_sms()) * 16;
-  int64_t ppc = (int64_t(p.batch) * width_pages + want_ctas - 1) / want_ctas;
-  ppc = std::clamp<int64_t>(ppc, 4, 256);
-  const int64_t splits = (width_pages + ppc - 1) / ppc;
-  ppc = (width_pages + splits - 1) / splits;  // even runs
-  if (splits > (int64_t(1) << 31) - 1)
-    return value_error(Errc::invalid_value, "indexer logits decode: width", p.width,
-                       "is too large");
+  DecodeGrid grid;
+  MLA_TRY(decode_grid(p, &grid));
   auto kernel = indexer_decode_wgmma_kernel<kQ>;
   constexpr int smem = DecodeSmem<kQ>::kAlloc;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_decode_wgmma_kernel)"));
-  kernel<<<dim3(unsigned(splits), unsigned(p.batch), 1u), kThreads, smem, stream>>>(p, int(ppc));
+  kernel<<<dim3(unsigned(grid.splits), unsigned(p.batch), 1u), kThreads, smem, stream>>>(
+      p, grid.pages_per_cta);
   return launch_status("indexer_decode_wgmma_kernel");
 }
 
 }  // namespace
 
 Status launch_indexer_logits_decode_wgmma(const IndexerLogitsParams& p, cudaStream_t stream) {
-  if (p.s_q < 1)
-    return value_error(Errc::invalid_value, "indexer logits decode: s_q", p.s_q, "is below 1");
-  // More than 4 new tokens (a chunk of prefill through the decode form): chunks
-  // of 4 (the kernel keeps a request's queries in shared memory, 8 KB each),
-  // each still reading every key once; the launches are independent.
-  for (int i0 = 0; i0 < p.s_q; i0 += 4) {
-    IndexerLogitsParams c = p;
-    c.tokens_per_request = p.s_q;
-    c.token_begin = i0;
-    c.s_q = std::min(4, p.s_q - i0);
-    switch (c.s_q) {
-      case 1: MLA_TRY(launch_q<1>(c, stream)); break;
-      case 2: MLA_TRY(launch_q<2>(c, stream)); break;
-      case 3: MLA_TRY(launch_q<3>(c, stream)); break;
-      case 4: MLA_TRY(launch_q<4>(c, stream)); break;
-    }
+  if (indexer_decode_v2_chosen(p)) {
+    bool taken = false;
+    MLA_TRY(launch_indexer_logits_decode_tma(p, stream, &taken));
+    if (taken) return Status::Ok();  // else no TMA map for this cache: v1 below
   }
-  return Status::Ok();
+  return for_each_token_chunk(p, [&](const IndexerLogitsParams& c) {
+    switch (c.s_q) {
+      case 1: return launch_q<1>(c, stream);
+      case 2: return launch_q<2>(c, stream);
+      case 3: return launch_q<3>(c, stream);
+      default: return launch_q<4>(c, stream);
+    }
+  });
 }
 
 }  // namespace mla::cuda::dsa

@@ -98,11 +98,27 @@ struct IndexerLogitsParams {
   // real kernel; 1 = the page copies alone (no wgmma, no epilogue); 2 = copies
   // and wgmma (no epilogue, no stores).
   int timing_variant = 0;
+  // Which wgmma decode kernel: 0 = as MLA_INDEXER_KERNEL says (v1 unless it is
+  // "v2"), 1 = v1 (indexer_decode_wgmma.cu: cp.async from every thread, heads
+  // reduced through shared memory), 2 = v2 (indexer_decode_tma.cu: TMA page
+  // copies from one thread into a deeper ring, heads reduced in registers).
+  // v2 falls back to v1 where the cache's TMA map cannot be built, and the
+  // timing variants above are v1's.
+  int decode_version = 0;
+  // Benchmark-only: v2's ring depth at s_q 1 (0: its default, 5 stages and 4
+  // CTAs per SM; 3: 3 stages, 6 CTAs per SM). Other values mean the default.
+  int v2_stages = 0;
 };
 Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
 // The wgmma form of the decode (indexer_decode_wgmma.cu); the entry above
 // dispatches to it unless p.decode_mma_sync.
 Status launch_indexer_logits_decode_wgmma(const IndexerLogitsParams& p, cudaStream_t stream);
+// v2 chosen for p (decode_version, MLA_INDEXER_KERNEL, no timing variant).
+bool indexer_decode_v2_chosen(const IndexerLogitsParams& p);
+// The v2 decode; *taken is false (and nothing launched) when the TMA map of
+// the cache cannot be built.
+Status launch_indexer_logits_decode_tma(const IndexerLogitsParams& p, cudaStream_t stream,
+                                        bool* taken);
 Status launch_indexer_logits_prefill(const IndexerLogitsParams& p, cudaStream_t stream);
 
 }  // namespace mla::cuda::dsa
