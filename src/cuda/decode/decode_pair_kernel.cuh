@@ -1,0 +1,344 @@
+// Dense bf16 decode, "v9": the two math warpgroups take alternate 64-key
+// tiles for S (docs/perf-log.md v9). Same contract, params, schedule,
+// workspace, producer pieces and shared-memory map as the v4-v8 kernel
+// (decode_wgmma_kernel.cuh), bf16 caches whose tiles go by TMA only (the
+// dispatch runs v8's cp.async twin otherwise).
+//
+// Why: v8's stamps give S 2530 of a tile's ~4800 cycles for 1152 of MMA: each
+// warpgroup's m64n32k16 SS re-reads all of Q for half the keys (192 B of
+// operands per MMA cycle, over shared memory's 128). Here the tiles come in
+// pairs, tile a in stage 0 and tile b in stage 1; warpgroup w computes the
+// whole S of the tile in stage w (m64n64k16 SS: 128 B per MMA cycle, Q read
+// once per tile), its row max, P and l. Both then need the pair's common row
+// max (the only cross-warpgroup exchange before the exp, one barrier, as v8)
+// so both P are relative to the same max and O needs one rescale per pair.
+// Each warpgroup still owns half of the value columns:
+//   O[:, 256w..+256] = alpha O + P_a V_a[:, 256w..] + P_b V_b[:, 256w..]
+// P_a lives in stage 0's rope block (only S reads the rope dims), P_b in sP.
+//
+// Two stages used as a pair leave no tile to prefetch into, so the stages are
+// released, and refilled by TMA, in two parts: Lo = blocks 0-3 (value
+// columns 0-255: read by S and by warpgroup 0's P.V) and Hi = blocks 4-8
+// (columns 256-511 and the rope dims). Per pair, the parts free up in this
+// order, and the producer refills them in it:
+//   stage 0 Lo  after WG 0's P.V of its own tile (P_a V_a[:, 0..255])
+//   stage 1 Hi  after WG 1's P.V of its own tile (P_b V_b[:, 256..511])
+//   stage 0 Hi  after both warpgroups' P.V with P_a (rope block = P_a)
+//   stage 1 Lo  after WG 0's P.V with P_b
+// and each warpgroup's S starts on the part of its stage refilled first
+// (WG 0: blocks 0..8, WG 1: blocks 4..8 then 0..3), so the next pair's S runs
+// while its second parts are still landing.
+// A piece with an odd tile count ends with a pair whose second tile is past
+// the piece: the producer zero-fills it (v4's cp.async path, every key past
+// key_end), its keys are masked, P_b = 0.
+#pragma once
+#include "cuda/decode/decode_wgmma_kernel.cuh"
+
+namespace mla::cuda::decode::v9 {
+
+using v4::kBarMax;
+using v4::kBarP;
+using v4::kBarProd;
+using v4::kBlockBytes;
+using v4::kBlocks;
+using v4::kM;
+using v4::kMathThreads;
+using v4::kStages;
+using v4::kThreads;
+using v4::kTileBytes;
+
+inline constexpr int kLo = 0, kHi = 1;      // the two parts of a stage (index of its barriers)
+inline constexpr int kLoBlocks = 4;         // Lo: blocks 0-3 = value columns 0-255 (WG 0's half)
+inline constexpr int kSteps = kBlocks * 4;  // k16 steps of S over the 576 dims
+static_assert(kStages == 2, "a pair is one tile per stage, one stage per math warpgroup");
+static_assert(kLoBlocks * 64 * 2 == kDv, "the Lo part is WG 0's half of the value columns");
+// S order of WG w (rotated by 4w blocks: its own stage's first-loaded part
+// first): step j < 20 reads block j/4 + 4w, step j >= 20 block j/4 - 5w;
+// WG 1 waits for Lo at step 16 (block 8, still Hi): 4 steps early, so both
+// warpgroups run one code with the wait at one step.
+inline constexpr int kSecondPartStep = 16;
+inline constexpr int kRotateSteps = 20;
+
+// Shared memory: v4's map; v9's barriers replace v4's: full and empty per
+// stage and part, [stage][part].
+inline constexpr size_t kBarOff = v4::kBarOff;
+inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 2 * 8;
+static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
+// Arrivals that free a part (empty[stage][part]): one warpgroup each, but
+// stage 0 Hi holds P_a, which both warpgroups' P.V read.
+__host__ __device__ constexpr int empty_count(int stage, int part) {
+  return stage == 0 && part == kHi ? 2 * 128 : 128;
+}
+
+__device__ __forceinline__ int part_begin(int part) {
+  return part == kLo ? 0 : kLoBlocks;
+}
+__device__ __forceinline__ int part_end(int part) {
+  return part == kLo ? kLoBlocks : kBlocks;
+}
+
+// The producer warpgroup: the worker's tiles in pairs, each stage in two
+// parts in the order they are freed (see the top). A tile with all 64 keys
+// valid goes by TMA part by part; any other (a request's partial last tile,
+// the phantom second tile of an odd piece) by v4's cp.async path, whole,
+// once both its parts are free.
+__device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUtensorMap* map,
+                                              uint8_t* sKv, int* sFlag, uint64_t* full,
+                                              uint64_t* empty, int piece_begin, int piece_end,
+                                              int ptid) {
+  uint32_t pair = 0;
+  for (int pi = piece_begin; pi < piece_end; ++pi) {
+    const Piece pc = p.pieces[pi];
+    const v4::PieceInfo in = v4::piece_info(p, pc);
+    for (int it = 0; it < in.n_tiles; it += 2, ++pair) {
+      const uint32_t parity = (pair & 1) ^ 1;
+#pragma unroll 1                     // unrolled, the 40-register producer spilled 400 B
+      for (int k = 0; k < 4; ++k) {  // (stage, part): (0, Lo), (1, Hi), (0, Hi), (1, Lo)
+        const int st = k & 1, part = (k & 1) ^ (k >> 1);
+        const int tile = pc.tile_begin + it + st;
+        uint8_t* stage = sKv + st * kTileBytes;
+        uint64_t* f = full + 2 * st;
+        uint64_t* e = empty + 2 * st;
+        if ((tile + 1) * kTileKeys <= in.key_end) {  // uniform over the warpgroup
+          ptx::mbar_wait(&e[part], parity);
+          if (ptid == 0)
+            v4::produce_tile_tma(p, map, stage, k < 2 ? sFlag + 4 * st : nullptr, &f[part], in.b,
+                                 tile, part_begin(part), part_end(part));
+        } else if (k >= 2) {  // the stage's second part in the order: both parts free now
+          ptx::mbar_wait(&e[kLo], parity);
+          ptx::mbar_wait(&e[kHi], parity);
+          const bool bit =
+              v4::produce_tile<false, PagedKeys>(p, stage, in.b, tile, in.key_end, ptid);
+          if ((ptid & 31) == 0) sFlag[4 * st + ptid / 32] = PagedKeys::stage_flag(bit);
+          ptx::cp_async_commit();
+          ptx::cp_async_wait<0>();
+          wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+          ptx::named_barrier_sync(kBarProd, 128);
+          if (ptid == 0) {
+            ptx::mbar_arrive(&f[kLo]);
+            ptx::mbar_arrive(&f[kHi]);
+          }
+        }
+      }
+      // Keeps the idle threads within one pair of thread 0: a parity wait on
+      // `empty` must not see its barrier two phases ahead.
+      ptx::named_barrier_sync(kBarProd, 128);
+    }
+  }
+}
+
+// Descriptor of a K-major SW128 operand at `base` + `off` bytes: the start
+// address field is addr >> 4 in its low 14 bits, and shared-window addresses
+// stay below 2^18, so adding off >> 4 to the base's descriptor never carries.
+__device__ __forceinline__ uint64_t desc_at(uint64_t base_desc, uint32_t off) {
+  return base_desc + (off >> 4);
+}
+
+// acc = S of the tile in stage `wg` (m64n64k16 SS over the 576 dims; key
+// 8i + 2c + (e & 1) of the tile), in the rotated order, waiting for each
+// part of the stage right before its first step.
+__device__ __forceinline__ void s_whole_tile(float (&acc)[8][4], uint32_t aQ, uint32_t aStage,
+                                             uint64_t* full_stage, uint32_t parity, int wg) {
+  // Steps j < 20 from block 4 wg; steps j >= 20 from block 5 (WG 0) or 0 (WG 1).
+  const uint32_t first = 4 * wg * kBlockBytes;
+  const uint32_t second = 5 * (1 - wg) * kBlockBytes;
+  const uint64_t q1 = wgmma::desc_sw128(aQ + first, 16, 1024);
+  const uint64_t k1 = wgmma::desc_sw128(aStage + first, 16, 1024);
+  const uint64_t q2 = wgmma::desc_sw128(aQ + second, 16, 1024);
+  const uint64_t k2 = wgmma::desc_sw128(aStage + second, 16, 1024);
+  ptx::mbar_wait(&full_stage[wg], parity);  // WG 0's first part is Lo, WG 1's Hi
+  wgmma::fence();
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    if (j == kSecondPartStep) {  // the wait's branch needs a fence before the next wgmma
+      ptx::mbar_wait(&full_stage[1 - wg], parity);  // (ptxas injects one otherwise, C7519)
+      wgmma::fence();
+    }
+    const bool one = j < kRotateSteps;
+    const uint32_t off = (one ? j / 4 : j / 4 - 5) * kBlockBytes + (j % 4) * 32;
+    wgmma::m64n64k16_ss(acc, desc_at(one ? q1 : q2, off), desc_at(one ? k1 : k2, off), j > 0);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_regs(acc);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_pair_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
+  using Regs = v4::Regs<false>;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sQ = smem + v4::kQOff;
+  uint8_t* sKv = smem + v4::kKvOff;
+  uint8_t* sP = smem + v4::kPOff;
+  float* sMax = reinterpret_cast<float*>(smem + v4::kMaxOff);
+  float* sL = reinterpret_cast<float*>(smem + v4::kLOff);
+  int* sFlag = reinterpret_cast<int*>(smem + v4::kFlagOff);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);  // [stage][part]
+  uint64_t* empty = full + 2 * kStages;                          // [stage][part]
+
+  const int tid = threadIdx.x;
+  if ((ptx::smem_addr(smem) & 1023) != 0) __trap();  // the swizzle needs 1024-aligned tiles
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s)
+      for (int part = 0; part < 2; ++part) {
+        ptx::mbar_init(&full[2 * s + part], 1);  // one arrive (+ TMA bytes) per part
+        ptx::mbar_init(&empty[2 * s + part], empty_count(s, part));
+      }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int row_block = blockIdx.y;
+  const int piece_begin = p.worker_begin[blockIdx.x];
+  const int piece_end = p.worker_begin[blockIdx.x + 1];
+
+  if (tid >= kMathThreads) {
+    wgmma::setmaxnreg_dec<Regs::kProducer>();
+    produce_pairs(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, tid - kMathThreads);
+    return;
+  }
+
+  // ================= math warpgroups =================
+  wgmma::setmaxnreg_inc<Regs::kMath>();
+  const int wg = tid / 128;  // S of the tile in stage wg; value columns wg*256..+256 of O
+  const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int r0 = 16 * wi + g;  // this thread's rows r0 and r0 + 8 of the 64
+  const uint32_t aQ = ptx::smem_addr(sQ), aKv = ptx::smem_addr(sKv), aP = ptx::smem_addr(sP);
+  const uint32_t aOwn = aKv + wg * kTileBytes, aOther = aKv + (1 - wg) * kTileBytes;
+  // P_a: stage 0's rope block; P_b: sP.
+  const uint32_t aPa = aKv + (kBlocks - 1) * kBlockBytes;
+  const uint32_t aPOwn = wg == 0 ? aPa : aP, aPOther = wg == 0 ? aP : aPa;
+  uint8_t* pOwn = wg == 0 ? sKv + (kBlocks - 1) * kBlockBytes : sP;
+  const float kNegInf = -INFINITY;
+  uint32_t pair = 0;  // pairs consumed so far (same sequence as the producer's)
+
+  for (int pi = piece_begin; pi < piece_end; ++pi) {
+    const Piece pc = p.pieces[pi];
+    const v4::PieceInfo in = v4::piece_info(p, pc);
+    v4::load_q_rows<PagedKeys>(p, sQ, in.b, row_block, tid);
+    int lim[2];
+    v4::row_key_limits(p, in, row_block, r0, lim);
+
+    bool bad = in.bad_request;
+    float m_run[2] = {kNegInf, kNegInf}, l_part[2] = {0.f, 0.f};
+    float o[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
+
+    for (int it = 0; it < in.n_tiles; it += 2, ++pair) {
+      const uint32_t parity = pair & 1;
+      float acc[8][4];
+      s_whole_tile(acc, aQ, aOwn, full + 2 * wg, parity, wg);
+
+      // ---- row max of this tile, then the pair's (one exchange) ----
+      const int key0 = (pc.tile_begin + it + wg) * kTileKeys;
+      float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int key = key0 + 8 * i + 2 * c + (e & 1);
+          const float s = key < lim[h] ? acc[i][e] * p.scale_log2 : kNegInf;
+          acc[i][e] = s;
+          mx[h] = fmaxf(mx[h], s);
+        }
+      float* maxbuf = sMax + (pair & 1) * 2 * kM;  // parity-double-buffered: no WAR across pairs
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
+      }
+      // Both warpgroups' P.V of the previous pair completed (each waited),
+      // so after this barrier sP may be overwritten; both stages' flags are
+      // visible (each warpgroup waited for its stage before it).
+      ptx::named_barrier_sync(kBarMax, kMathThreads);
+#pragma unroll
+      for (int f = 0; f < 2 * 4; ++f) bad |= sFlag[f] != 0;
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
+        const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
+        m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
+        alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
+        if (m_new == m_run[h]) alpha[h] = 1.f;  // exactly 1 (also -inf -> -inf: O, l are 0)
+        m_run[h] = m_new;
+        l_part[h] *= alpha[h];
+      }
+      // ---- P of this tile (bf16, K-major SW128 64 x 64) into its buffer ----
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pv[e] = ptx::fast_exp2(acc[i][e] - m_use[e / 2]);
+          l_part[e / 2] += pv[e];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          *reinterpret_cast<uint32_t*>(pOwn + r * 128 + ((i ^ (r & 7)) << 4) + 4 * c) =
+              ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+        }
+      }
+      wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
+      // Rescale only where a row max of the warp moved (warp-uniform; bitwise the same).
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          o[i][0] *= alpha[0];
+          o[i][1] *= alpha[0];
+          o[i][2] *= alpha[1];
+          o[i][3] *= alpha[1];
+        }
+      }
+      ptx::named_barrier_sync(kBarP, kMathThreads);
+
+      // ---- O[:, wg*256..+256] += P_own V_own + P_other V_other ----
+      // V: MN-major, 256 columns from block 4 wg, keys 16 kk..+16 (v4::desc_v).
+      const uint32_t vcol = 4 * wg * kBlockBytes;
+      const uint64_t pown = wgmma::desc_sw128(aPOwn, 16, 1024);
+      const uint64_t poth = wgmma::desc_sw128(aPOther, 16, 1024);
+      const uint64_t vown = wgmma::desc_sw128(aOwn + vcol, kBlockBytes, 1024);
+      const uint64_t voth = wgmma::desc_sw128(aOther + vcol, kBlockBytes, 1024);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+        wgmma::m64n256k16_ss_tb(o, desc_at(pown, kk * 32), desc_at(vown, kk * 16 * 128), true);
+      wgmma::commit();
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+        wgmma::m64n256k16_ss_tb(o, desc_at(poth, kk * 32), desc_at(voth, kk * 16 * 128), true);
+      wgmma::commit();
+      // The own tile's P.V done: release what only it still read (top).
+      wgmma::wait<1>();
+      if (wg == 0) {
+        ptx::mbar_arrive(&empty[2 * 0 + kLo]);
+        ptx::mbar_arrive(&empty[2 * 0 + kHi]);
+      } else {
+        ptx::mbar_arrive(&empty[2 * 1 + kHi]);
+      }
+      wgmma::wait<0>();
+      wgmma::fence_regs(o);
+      ptx::mbar_arrive(wg == 0 ? &empty[2 * 1 + kLo] : &empty[2 * 0 + kHi]);
+    }
+
+    v4::finish_piece<PagedKeys>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
+  }
+}
+
+inline cudaError_t launch_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
+                               const CUtensorMap& kv_map) {
+  cudaError_t e = cudaFuncSetAttribute(
+      decode_pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  if (e != cudaSuccess) return e;
+  decode_pair_kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
+  return cudaGetLastError();
+}
+
+}  // namespace mla::cuda::decode::v9
