@@ -6,8 +6,9 @@
 #   1. WgmmaGpu.* + DecodeGpu.* with MLA_DECODE_KERNEL=v9 forced (the TMA path
 #      runs at page 64: GridOfEdges, SanitizerSmallTma, SplitPiecesAtH128, ...).
 #   2. compute-sanitizer racecheck + memcheck on DecodeGpu.SanitizerSmallTma (v9).
-#   3. mla bench decode, v8 / v9 alternating twice, --reps 10, JSON per run.
-#   4. summary table (last): per shape, us and TFLOP/s (or GB/s) of both runs.
+#   3. v9stamps: per-phase cycles per pair of CTA 0.0 (one bench call).
+#   4. mla bench decode, v8 / v9 alternating twice, --reps 10, JSON per run.
+#   5. summary table (last): per shape, us and TFLOP/s (or GB/s) of both runs.
 set -u
 B=${1:-build}
 OUT=${OUT:-/tmp/mla_out}
@@ -33,6 +34,12 @@ for tool in racecheck memcheck; do
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$D/$tool.log" | tail -3
 done
 
+step "stamps v9 (b128 h128 s_q1 L16K bf16, cycles per pair = 2 tiles)"
+MLA_DECODE_KERNEL=v9stamps timeout 12 "$B/mla" bench decode --only "b128 h128 s_q1 L16K bf16" \
+  --reps 5 >"$D/stamps.log" 2>&1
+echo "rc=$?"
+grep "^stamps v9 cta 0.0" "$D/stamps.log" | tail -3 | cut -c1-230
+
 SHAPES=("b64 h128 s_q1 L4K bf16" "b64 h128 s_q1 L16K bf16" "b64 h128 s_q1 L32K bf16"
   "b128 h128 s_q1 L4K bf16" "b128 h128 s_q1 L16K bf16" "b128 h128 s_q1 L32K bf16"
   "b64 h128 s_q2 L16K bf16" "b128 h16 s_q1 L32K bf16")
@@ -42,7 +49,7 @@ n=0
 for k in v8 v9 v8 v9; do
   n=$((n + 1))
   step "bench $k"
-  MLA_DECODE_KERNEL=$k timeout 15 "$B/mla" bench decode "${ONLY[@]}" --reps 10 \
+  MLA_DECODE_KERNEL=$k timeout 13 "$B/mla" bench decode "${ONLY[@]}" --reps 10 \
     --json "$D/bench_${n}_$k.json" >"$D/bench_${n}_$k.log" 2>&1
   echo "rc=$?"
 done

@@ -77,21 +77,57 @@ __device__ __forceinline__ int part_end(int part) {
   return part == kLo ? kLoBlocks : kBlocks;
 }
 
+// Phase stamps (kStamped, MLA_DECODE_KERNEL=v9stamps): cycles per pair of
+// the first CTAs. Math: wait for the own stage's first part, S steps 0-15
+// issued, wait for the second part, the rest of S issued..done, row max,
+// max barrier, exp + P store + O rescale, P barrier, both P.V issued..own
+// done, other done + releases, the rest (Q load, epilogue). Producer: waits
+// for free parts, issue (incl. the cp.async tiles and the pair barrier).
+enum PairPhase {
+  kFull1,
+  kS1,
+  kFull2,
+  kS2,
+  kMax,
+  kBarMaxW,
+  kExp,
+  kBarPW,
+  kPvOwn,
+  kPvOther,
+  kOther,
+  kPairPhases
+};
+enum PairProdPhase { kPEmptyW, kPIssueW, kPairProdPhases };
+// Saved per CTA (blockIdx (0..1, 0..1)) and role (WG 0, WG 1, producer):
+// the phase sums, the pair count last.
+inline constexpr int kStampCtas = 2, kStampSlots = kPairPhases + 1;
+__device__ unsigned long long g_pair_stamps[kStampCtas][kStampCtas][3][kStampSlots];
+__device__ __forceinline__ void save_stamps(int role, bool writer, uint32_t pairs,
+                                            const unsigned long long* acc, int n) {
+  if (!writer || blockIdx.x >= kStampCtas || blockIdx.y >= kStampCtas) return;
+  unsigned long long* dst = g_pair_stamps[blockIdx.x][blockIdx.y][role];
+  for (int i = 0; i < n; ++i) dst[i] = acc[i];
+  dst[kStampSlots - 1] = pairs;
+}
+
 // The producer warpgroup: the worker's tiles in pairs, each stage in two
 // parts in the order they are freed (see the top). A tile with all 64 keys
 // valid goes by TMA part by part; any other (a request's partial last tile,
 // the phantom second tile of an odd piece) by v4's cp.async path, whole,
 // once both its parts are free.
+template <bool kStamped>
 __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUtensorMap* map,
                                               uint8_t* sKv, int* sFlag, uint64_t* full,
                                               uint64_t* empty, int piece_begin, int piece_end,
                                               int ptid) {
+  v4::PhaseClock<kStamped, kPairProdPhases> clk;
   uint32_t pair = 0;
   for (int pi = piece_begin; pi < piece_end; ++pi) {
     const Piece pc = p.pieces[pi];
     const v4::PieceInfo in = v4::piece_info(p, pc);
     for (int it = 0; it < in.n_tiles; it += 2, ++pair) {
       const uint32_t parity = (pair & 1) ^ 1;
+      clk.lap(kPIssueW);
 #pragma unroll 1                     // unrolled, the 40-register producer spilled 400 B
       for (int k = 0; k < 4; ++k) {  // (stage, part): (0, Lo), (1, Hi), (0, Hi), (1, Lo)
         const int st = k & 1, part = (k & 1) ^ (k >> 1);
@@ -100,13 +136,17 @@ __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUten
         uint64_t* f = full + 2 * st;
         uint64_t* e = empty + 2 * st;
         if ((tile + 1) * kTileKeys <= in.key_end) {  // uniform over the warpgroup
+          clk.lap(kPIssueW);
           ptx::mbar_wait(&e[part], parity);
+          clk.lap(kPEmptyW);
           if (ptid == 0)
             v4::produce_tile_tma(p, map, stage, k < 2 ? sFlag + 4 * st : nullptr, &f[part], in.b,
                                  tile, part_begin(part), part_end(part));
         } else if (k >= 2) {  // the stage's second part in the order: both parts free now
+          clk.lap(kPIssueW);
           ptx::mbar_wait(&e[kLo], parity);
           ptx::mbar_wait(&e[kHi], parity);
+          clk.lap(kPEmptyW);
           const bool bit =
               v4::produce_tile<false, PagedKeys>(p, stage, in.b, tile, in.key_end, ptid);
           if ((ptid & 31) == 0) sFlag[4 * st + ptid / 32] = PagedKeys::stage_flag(bit);
@@ -125,6 +165,8 @@ __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUten
       ptx::named_barrier_sync(kBarProd, 128);
     }
   }
+  clk.lap(kPIssueW);
+  if constexpr (kStamped) save_stamps(2, ptid == 0, pair, clk.acc, kPairProdPhases);
 }
 
 // Descriptor of a K-major SW128 operand at `base` + `off` bytes: the start
@@ -137,8 +179,10 @@ __device__ __forceinline__ uint64_t desc_at(uint64_t base_desc, uint32_t off) {
 // acc = S of the tile in stage `wg` (m64n64k16 SS over the 576 dims; key
 // 8i + 2c + (e & 1) of the tile), in the rotated order, waiting for each
 // part of the stage right before its first step.
+template <class Clock>
 __device__ __forceinline__ void s_whole_tile(float (&acc)[8][4], uint32_t aQ, uint32_t aStage,
-                                             uint64_t* full_stage, uint32_t parity, int wg) {
+                                             uint64_t* full_stage, uint32_t parity, int wg,
+                                             Clock& clk) {
   // Steps j < 20 from block 4 wg; steps j >= 20 from block 5 (WG 0) or 0 (WG 1).
   const uint32_t first = 4 * wg * kBlockBytes;
   const uint32_t second = 5 * (1 - wg) * kBlockBytes;
@@ -147,11 +191,14 @@ __device__ __forceinline__ void s_whole_tile(float (&acc)[8][4], uint32_t aQ, ui
   const uint64_t q2 = wgmma::desc_sw128(aQ + second, 16, 1024);
   const uint64_t k2 = wgmma::desc_sw128(aStage + second, 16, 1024);
   ptx::mbar_wait(&full_stage[wg], parity);  // WG 0's first part is Lo, WG 1's Hi
+  clk.lap(kFull1);
   wgmma::fence();
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
     if (j == kSecondPartStep) {  // the wait's branch needs a fence before the next wgmma
+      clk.lap(kS1);
       ptx::mbar_wait(&full_stage[1 - wg], parity);  // (ptxas injects one otherwise, C7519)
+      clk.lap(kFull2);
       wgmma::fence();
     }
     const bool one = j < kRotateSteps;
@@ -161,8 +208,10 @@ __device__ __forceinline__ void s_whole_tile(float (&acc)[8][4], uint32_t aQ, ui
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_regs(acc);
+  clk.lap(kS2);
 }
 
+template <bool kStamped>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_pair_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   using Regs = v4::Regs<false>;
@@ -194,12 +243,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kMathThreads) {
     wgmma::setmaxnreg_dec<Regs::kProducer>();
-    produce_pairs(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, tid - kMathThreads);
+    produce_pairs<kStamped>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end,
+                            tid - kMathThreads);
     return;
   }
 
   // ================= math warpgroups =================
   wgmma::setmaxnreg_inc<Regs::kMath>();
+  v4::PhaseClock<kStamped, kPairPhases> clk;
   const int wg = tid / 128;  // S of the tile in stage wg; value columns wg*256..+256 of O
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
@@ -231,7 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < in.n_tiles; it += 2, ++pair) {
       const uint32_t parity = pair & 1;
       float acc[8][4];
-      s_whole_tile(acc, aQ, aOwn, full + 2 * wg, parity, wg);
+      clk.lap(kOther);
+      s_whole_tile(acc, aQ, aOwn, full + 2 * wg, parity, wg, clk);
 
       // ---- row max of this tile, then the pair's (one exchange) ----
       const int key0 = (pc.tile_begin + it + wg) * kTileKeys;
@@ -253,10 +305,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
         if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
       }
+      clk.lap(kMax);
       // Both warpgroups' P.V of the previous pair completed (each waited),
       // so after this barrier sP may be overwritten; both stages' flags are
       // visible (each warpgroup waited for its stage before it).
       ptx::named_barrier_sync(kBarMax, kMathThreads);
+      clk.lap(kBarMaxW);
 #pragma unroll
       for (int f = 0; f < 2 * 4; ++f) bad |= sFlag[f] != 0;
       float alpha[2], m_use[2];
@@ -297,7 +351,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           o[i][3] *= alpha[1];
         }
       }
+      clk.lap(kExp);
       ptx::named_barrier_sync(kBarP, kMathThreads);
+      clk.lap(kBarPW);
 
       // ---- O[:, wg*256..+256] += P_own V_own + P_other V_other ----
       // V: MN-major, 256 columns from block 4 wg, keys 16 kk..+16 (v4::desc_v).
@@ -323,21 +379,58 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         ptx::mbar_arrive(&empty[2 * 1 + kHi]);
       }
+      clk.lap(kPvOwn);
       wgmma::wait<0>();
       wgmma::fence_regs(o);
       ptx::mbar_arrive(wg == 0 ? &empty[2 * 1 + kLo] : &empty[2 * 0 + kHi]);
+      clk.lap(kPvOther);
     }
 
     v4::finish_piece<PagedKeys>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
   }
+  clk.lap(kOther);
+  if constexpr (kStamped) save_stamps(wg, wtid == 0, pair, clk.acc, kPairPhases);
 }
 
-inline cudaError_t launch_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
-                               const CUtensorMap& kv_map) {
-  cudaError_t e = cudaFuncSetAttribute(
-      decode_pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+// Prints what the stamped kernel saved (one thread; launched after it): a
+// printf inside the decode kernel made ptxas serialise every wgmma (C7510).
+__global__ void print_pair_stamps() {
+  for (int cta = 0; cta < kStampCtas; ++cta)
+    for (int rb = 0; rb < kStampCtas; ++rb) {
+      const unsigned long long* m0 = g_pair_stamps[cta][rb][0];
+      const unsigned long long* m1 = g_pair_stamps[cta][rb][1];
+      const unsigned long long* pr = g_pair_stamps[cta][rb][2];
+      for (int w = 0; w < 2; ++w) {
+        const unsigned long long* m = w ? m1 : m0;
+        const unsigned long long n = m[kStampSlots - 1];
+        if (n == 0) continue;
+        printf(
+            "stamps v9 cta %d.%d wg %d pairs %llu per pair: full1 %llu S1 %llu full2 %llu S2 %llu "
+            "max %llu barmax %llu exp %llu barp %llu pv_own %llu pv_other %llu other %llu\n",
+            cta, rb, w, n, m[kFull1] / n, m[kS1] / n, m[kFull2] / n, m[kS2] / n, m[kMax] / n,
+            m[kBarMaxW] / n, m[kExp] / n, m[kBarPW] / n, m[kPvOwn] / n, m[kPvOther] / n,
+            m[kOther] / n);
+      }
+      const unsigned long long n = pr[kStampSlots - 1];
+      if (n > 0)
+        printf("stamps v9 cta %d.%d producer pairs %llu per pair: empty %llu issue %llu\n", cta, rb,
+               n, pr[kPEmptyW] / n, pr[kPIssueW] / n);
+    }
+}
+
+template <bool kStamped>
+cudaError_t launch_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
+                        const CUtensorMap& kv_map) {
+  auto* kernel = decode_pair_kernel<kStamped>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (e != cudaSuccess) return e;
-  decode_pair_kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
+  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
+  if constexpr (kStamped) {  // diagnostics: the CTAs that ran no pair keep 0 and print nothing
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    print_pair_stamps<<<1, 1, 0, stream>>>();
+  }
   return cudaGetLastError();
 }
 
