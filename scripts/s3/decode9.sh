@@ -20,7 +20,7 @@ step() { echo "=== $* (t+$(($(date +%s) - T0))s)"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 step "tests v9"
-MLA_DECODE_KERNEL=v9 timeout 40 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.*:WgmmaGpu.*' \
+MLA_DECODE_KERNEL=v9 timeout 38 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.*:WgmmaGpu.*' \
   >"$D/tests_v9.log" 2>&1
 echo "rc=$?"
 grep -E "FAILED|Failure|tests ran|PASSED" "$D/tests_v9.log" | tail -8
