@@ -57,27 +57,33 @@ step "end"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 python3 - "$D" <<'PY'
+# Per shape: both runs of each kernel (time us and TFLOP/s, GB/s for h16), the
+# JSON of a run or, if it was cut by its timeout, the lines its log printed.
 import json, sys, glob, os
 d = sys.argv[1]
 runs = {}
-for f in sorted(glob.glob(os.path.join(d, "bench_*_v*.json"))):
-    n, k = os.path.basename(f)[6:-5].split("_")
+def add(k, key, t, tf, gb):
+    runs.setdefault(key, {}).setdefault(k, []).append((t, tf, gb))
+for log in sorted(glob.glob(os.path.join(d, "bench_*_v*.log"))):
+    n, k = os.path.basename(log)[6:-4].split("_")
+    js = log[:-4] + ".json"
     try:
-        doc = json.load(open(f))
-    except Exception as e:
-        print("unreadable", f, e); continue
-    for r in doc["results"]:
-        key = r["name"] + " " + r["format"]
-        runs.setdefault(key, {}).setdefault(k, []).append(r)
-print("%-24s %-26s %-26s %s" % ("shape", "v8 us (TF|GB/s)", "v9 us (TF|GB/s)", "v9/v8"))
+        for r in json.load(open(js))["results"]:
+            add(k, r["name"] + " " + r["format"], r["time_us"], r["tflops"], r["gbps"])
+        continue
+    except Exception:
+        pass
+    for line in open(log):
+        t = line.split()
+        if len(t) >= 9 and t[0].startswith("decode-"):
+            add(k, " ".join(t[1:6]), float(t[6]), float(t[7]), float(t[8]))
+print("%-24s %-28s %-28s %s" % ("shape", "v8 us (TF or GB/s)", "v9 us (TF or GB/s)", "v8/v9 time"))
 for key, kr in runs.items():
     def cell(k):
         rs = kr.get(k, [])
-        if not rs: return "-", None
-        h16 = " h16 " in key
-        txt = " / ".join("%.1f (%.0f)" % (r["time_us"], r["gbps"] if h16 else r["tflops"]) for r in rs)
-        return txt, min(r["time_us"] for r in rs)
-    a, ta = cell("v8"); b, tb = cell("v9")
-    ratio = "%.2fx" % (ta / tb) if ta and tb else "-"
-    print("%-24s %-26s %-26s %s" % (key, a, b, ratio))
+        txt = " / ".join("%.1f (%.0f)" % (t, gb if " h16 " in key else tf) for t, tf, gb in rs)
+        return (txt or "-"), (min(t for t, _, _ in rs) if rs else None)
+    a, ta = cell("v8")
+    b, tb = cell("v9")
+    print("%-24s %-28s %-28s %s" % (key, a, b, "%.2fx" % (ta / tb) if ta and tb else "-"))
 PY
