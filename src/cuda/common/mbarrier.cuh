@@ -102,5 +102,11 @@ __device__ __forceinline__ void cluster_wait() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive at named barrier `id` without waiting (a producer's half of a
+// hand-off: the consumers bar.sync on the same id and count; the arrive
+// orders this thread's earlier memory accesses before their sync returns).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace mla::cuda::ptx

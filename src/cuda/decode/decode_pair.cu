@@ -8,9 +8,12 @@
 namespace mla::cuda::decode {
 
 cudaError_t launch_decode_main_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
-                                    const CUtensorMap& kv_map, bool stamps) {
-  return stamps ? v9::launch_pair<true>(p, row_blocks, stream, kv_map)
-                : v9::launch_pair<false>(p, row_blocks, stream, kv_map);
+                                    const CUtensorMap& kv_map, bool chained, bool stamps) {
+  if (chained)
+    return stamps ? v9::launch_pair<true, true>(p, row_blocks, stream, kv_map)
+                  : v9::launch_pair<false, true>(p, row_blocks, stream, kv_map);
+  return stamps ? v9::launch_pair<true, false>(p, row_blocks, stream, kv_map)
+                : v9::launch_pair<false, false>(p, row_blocks, stream, kv_map);
 }
 
 }  // namespace mla::cuda::decode

@@ -47,6 +47,10 @@ using v4::kStages;
 using v4::kThreads;
 using v4::kTileBytes;
 
+// Named barriers of v9b's hand-offs (v4's 1-6 stay as they are): m_a ready,
+// m_b ready, P_b ready, P_a (relative to m_b) ready, and one per warpgroup
+// for its own P stores before its own wgmma.
+inline constexpr int kBarMa = 7, kBarMb = 8, kBarPb = 9, kBarPa = 10, kBarOwnP = 11;
 inline constexpr int kLo = 0, kHi = 1;      // the two parts of a stage (index of its barriers)
 inline constexpr int kLoBlocks = 4;         // Lo: blocks 0-3 = value columns 0-255 (WG 0's half)
 inline constexpr int kSteps = kBlocks * 4;  // k16 steps of S over the 576 dims
@@ -62,7 +66,8 @@ inline constexpr int kRotateSteps = 20;
 // Shared memory: v4's map; v9's barriers replace v4's: full and empty per
 // stage and part, [stage][part].
 inline constexpr size_t kBarOff = v4::kBarOff;
-inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 2 * 8;
+inline constexpr size_t kBadOff = kBarOff + 2 * kStages * 2 * 8;  // i32 [2 wg] (v9b)
+inline constexpr size_t kSmemBytes = kBadOff + 2 * 4;
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 // Arrivals that free a part (empty[stage][part]): one warpgroup each, but
 // stage 0 Hi holds P_a, which both warpgroups' P.V read.
@@ -103,7 +108,7 @@ enum PairProdPhase { kPEmptyW, kPIssueW, kPairProdPhases };
 inline constexpr int kStampCtas = 2, kStampSlots = kPairPhases + 1;
 __device__ unsigned long long g_pair_stamps[kStampCtas][kStampCtas][3][kStampSlots];
 __device__ __forceinline__ void save_stamps(int role, bool writer, uint32_t pairs,
-                                            const unsigned long long* acc, int n) {
+                                            const unsigned* acc, int n) {
   if (!writer || blockIdx.x >= kStampCtas || blockIdx.y >= kStampCtas) return;
   unsigned long long* dst = g_pair_stamps[blockIdx.x][blockIdx.y][role];
   for (int i = 0; i < n; ++i) dst[i] = acc[i];
@@ -211,7 +216,91 @@ __device__ __forceinline__ void s_whole_tile(float (&acc)[8][4], uint32_t aQ, ui
   clk.lap(kS2);
 }
 
-template <bool kStamped>
+// ---- pieces of the math warpgroups' pair step (v9 and v9b) ----
+// Scales and masks S in place (log2 domain; keys >= lim[h] to -inf) and
+// returns the row maxima of this thread's rows over the quad.
+__device__ __forceinline__ void mask_rowmax(float (&acc)[8][4], int key0, const int (&lim)[2],
+                                            int c, float scale_log2, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int key = key0 + 8 * i + 2 * c + (e & 1);
+      const float s = key < lim[h] ? acc[i][e] * scale_log2 : -INFINITY;
+      acc[i][e] = s;
+      mx[h] = fmaxf(mx[h], s);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+}
+// Moves the running max to m_new: returns its exponent base (0 while every
+// key so far is masked: no -inf - -inf) and sets alpha = 2^(m_run - m_new),
+// exactly 1 where the max did not move (so the lazy rescale skips it).
+__device__ __forceinline__ void move_max(float (&m_run)[2], const float (&m_new)[2],
+                                         float (&m_use)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    m_use[h] = m_new[h] == -INFINITY ? 0.f : m_new[h];
+    alpha[h] = m_new[h] == m_run[h] ? 1.f : ptx::fast_exp2(m_run[h] - m_use[h]);
+    m_run[h] = m_new[h];
+  }
+}
+// acc = 2^(acc - m_use) in place; l_part = l_part * alpha + the row sums.
+__device__ __forceinline__ void exp_rows(float (&acc)[8][4], const float (&m_use)[2],
+                                         const float (&alpha)[2], float (&l_part)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l_part[h] *= alpha[h];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc[i][e] = ptx::fast_exp2(acc[i][e] - m_use[e / 2]);
+      l_part[e / 2] += acc[i][e];
+    }
+}
+// P * scale (per row) as bf16 into a K-major SW128 64 x 64 buffer (key
+// chunk i of row r at 16-byte slot i ^ (r & 7)), then the proxy fence for
+// the wgmmas that read it.
+__device__ __forceinline__ void store_p(const float (&pr)[8][4], uint8_t* buf, int r0, int c,
+                                        const float (&scale)[2]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      *reinterpret_cast<uint32_t*>(buf + r * 128 + ((i ^ (r & 7)) << 4) + 4 * c) =
+          ptx::pack_bf16x2(pr[i][2 * h] * scale[h], pr[i][2 * h + 1] * scale[h]);
+    }
+  wgmma::fence_proxy_async();
+}
+// O *= alpha, skipped where every alpha of the warp is exactly 1 (warp-
+// uniform; bitwise the same): past the first tiles the maxima rarely move.
+__device__ __forceinline__ void rescale_o(float (&o)[32][4], const float (&alpha)[2]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[i][0] *= alpha[0];
+    o[i][1] *= alpha[0];
+    o[i][2] *= alpha[1];
+    o[i][3] *= alpha[1];
+  }
+}
+// One commit group: O[:, 256 wg..] += P V over the 64 keys (P: K-major
+// 64 x 64 at p_desc; V: MN-major, the warpgroup's 256 columns at v_desc).
+__device__ __forceinline__ void pv_group(float (&o)[32][4], uint64_t p_desc, uint64_t v_desc) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kTileKeys / 16; ++kk)
+    wgmma::m64n256k16_ss_tb(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * 128), true);
+  wgmma::commit();
+}
+
+template <bool kStamped, bool kChained>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_pair_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   using Regs = v4::Regs<false>;
@@ -261,6 +350,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t aPa = aKv + (kBlocks - 1) * kBlockBytes;
   const uint32_t aPOwn = wg == 0 ? aPa : aP, aPOther = wg == 0 ? aP : aPa;
   uint8_t* pOwn = wg == 0 ? sKv + (kBlocks - 1) * kBlockBytes : sP;
+  // P.V operands: V MN-major, 256 columns from block 4 wg (v4::desc_v).
+  const uint64_t pown = wgmma::desc_sw128(aPOwn, 16, 1024);
+  const uint64_t poth = wgmma::desc_sw128(aPOther, 16, 1024);
+  const uint64_t vown = wgmma::desc_sw128(aOwn + 4 * wg * kBlockBytes, kBlockBytes, 1024);
+  const uint64_t voth = wgmma::desc_sw128(aOther + 4 * wg * kBlockBytes, kBlockBytes, 1024);
+  const float kOnes[2] = {1.f, 1.f};
   const float kNegInf = -INFINITY;
   uint32_t pair = 0;  // pairs consumed so far (same sequence as the producer's)
 
@@ -285,107 +380,133 @@ __global__ void __launch_bounds__(kThreads, 1)
       clk.lap(kOther);
       s_whole_tile(acc, aQ, aOwn, full + 2 * wg, parity, wg, clk);
 
-      // ---- row max of this tile, then the pair's (one exchange) ----
       const int key0 = (pc.tile_begin + it + wg) * kTileKeys;
-      float mx[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int key = key0 + 8 * i + 2 * c + (e & 1);
-          const float s = key < lim[h] ? acc[i][e] * p.scale_log2 : kNegInf;
-          acc[i][e] = s;
-          mx[h] = fmaxf(mx[h], s);
-        }
-      float* maxbuf = sMax + (pair & 1) * 2 * kM;  // parity-double-buffered: no WAR across pairs
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
-      }
+      float mx[2], m_new[2], m_use[2], alpha[2];
+      mask_rowmax(acc, key0, lim, c, p.scale_log2, mx);
       clk.lap(kMax);
-      // Both warpgroups' P.V of the previous pair completed (each waited),
-      // so after this barrier sP may be overwritten; both stages' flags are
-      // visible (each warpgroup waited for its stage before it).
-      ptx::named_barrier_sync(kBarMax, kMathThreads);
-      clk.lap(kBarMaxW);
-#pragma unroll
-      for (int f = 0; f < 2 * 4; ++f) bad |= sFlag[f] != 0;
-      float alpha[2], m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
-        const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
-        m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
-        alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
-        if (m_new == m_run[h]) alpha[h] = 1.f;  // exactly 1 (also -inf -> -inf: O, l are 0)
-        m_run[h] = m_new;
-        l_part[h] *= alpha[h];
-      }
-      // ---- P of this tile (bf16, K-major SW128 64 x 64) into its buffer ----
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pv[e] = ptx::fast_exp2(acc[i][e] - m_use[e / 2]);
-          l_part[e / 2] += pv[e];
+      if constexpr (!kChained) {
+        // ---- v9: both warpgroups wait for the pair's max ----
+        float* maxbuf = sMax + (pair & 1) * 2 * kM;  // parity-double-buffered: no WAR
+        if (c == 0) {
+          maxbuf[wg * kM + r0] = mx[0];
+          maxbuf[wg * kM + r0 + 8] = mx[1];
         }
+        // Both warpgroups' P.V of the previous pair completed (each waited),
+        // so after this barrier sP may be overwritten; both stages' flags
+        // are visible (each warpgroup waited for its stage before it).
+        ptx::named_barrier_sync(kBarMax, kMathThreads);
+        clk.lap(kBarMaxW);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r0 + 8 * h;
-          *reinterpret_cast<uint32_t*>(pOwn + r * 128 + ((i ^ (r & 7)) << 4) + 4 * c) =
-              ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+        for (int f = 0; f < 2 * 4; ++f) bad |= sFlag[f] != 0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          m_new[h] = fmaxf(m_run[h], fmaxf(mx[h], maxbuf[(1 - wg) * kM + r0 + 8 * h]));
+        move_max(m_run, m_new, m_use, alpha);
+        exp_rows(acc, m_use, alpha, l_part);
+        store_p(acc, pOwn, r0, c, kOnes);
+        rescale_o(o, alpha);
+        clk.lap(kExp);
+        ptx::named_barrier_sync(kBarP, kMathThreads);
+        clk.lap(kBarPW);
+        // O[:, wg*256..+256] += P_own V_own, then P_other V_other.
+        pv_group(o, pown, vown);
+        pv_group(o, poth, voth);
+        wgmma::wait<1>();  // the own tile's P.V done: release what only it still read (top)
+        if (wg == 0) {
+          ptx::mbar_arrive(&empty[2 * 0 + kLo]);
+          ptx::mbar_arrive(&empty[2 * 0 + kHi]);
+        } else {
+          ptx::mbar_arrive(&empty[2 * 1 + kHi]);
         }
-      }
-      wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
-      // Rescale only where a row max of the warp moved (warp-uniform; bitwise the same).
-      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+        clk.lap(kPvOwn);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(wg == 0 ? &empty[2 * 1 + kLo] : &empty[2 * 0 + kHi]);
+        clk.lap(kPvOther);
+      } else if (wg == 0) {
+        // ---- v9b, WG 0 (tile a): its own P.V before tile b's max is known ----
+        // (sMax: m_a at [0, 64), m_b at [64, 128); each written once per pair
+        // and read before the hand-off that lets its writer go on.)
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o[i][0] *= alpha[0];
-          o[i][1] *= alpha[0];
-          o[i][2] *= alpha[1];
-          o[i][3] *= alpha[1];
+        for (int f = 0; f < 4; ++f) bad |= sFlag[f] != 0;  // own stage: read before its release
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(m_run[h], mx[h]);
+        if (c == 0) {
+          sMax[r0] = m_new[0];
+          sMax[r0 + 8] = m_new[1];
         }
-      }
-      clk.lap(kExp);
-      ptx::named_barrier_sync(kBarP, kMathThreads);
-      clk.lap(kBarPW);
-
-      // ---- O[:, wg*256..+256] += P_own V_own + P_other V_other ----
-      // V: MN-major, 256 columns from block 4 wg, keys 16 kk..+16 (v4::desc_v).
-      const uint32_t vcol = 4 * wg * kBlockBytes;
-      const uint64_t pown = wgmma::desc_sw128(aPOwn, 16, 1024);
-      const uint64_t poth = wgmma::desc_sw128(aPOther, 16, 1024);
-      const uint64_t vown = wgmma::desc_sw128(aOwn + vcol, kBlockBytes, 1024);
-      const uint64_t voth = wgmma::desc_sw128(aOther + vcol, kBlockBytes, 1024);
-      wgmma::fence();
+        ptx::named_barrier_arrive(kBarMa, kMathThreads);
+        move_max(m_run, m_new, m_use, alpha);
+        exp_rows(acc, m_use, alpha, l_part);
+        store_p(acc, pOwn, r0, c, kOnes);
+        rescale_o(o, alpha);
+        ptx::named_barrier_sync(kBarOwnP + 0, 128);  // WG 0's P stores before its wgmma
+        clk.lap(kExp);
+        pv_group(o, pown, vown);  // O[:, 0..255] += P_a V_a (relative to m_a)
+        ptx::named_barrier_sync(kBarMb, kMathThreads);
+        clk.lap(kBarMaxW);
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk)
-        wgmma::m64n256k16_ss_tb(o, desc_at(pown, kk * 32), desc_at(vown, kk * 16 * 128), true);
-      wgmma::commit();
+        for (int h = 0; h < 2; ++h) m_new[h] = sMax[kM + r0 + 8 * h];  // m_b >= m_a
+        float s_b[2];  // 2^(m_a - m_b): P_a, O and l to m_b (0 where m_a is -inf: zeros anyway)
+        move_max(m_run, m_new, m_use, s_b);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[2 * 0 + kLo]);  // stage 0 Lo: only P_a V_a read it
+        ptx::mbar_arrive(&empty[2 * 0 + kHi]);  // WG 0's reads of stage 0 Hi done (P_a)
+        clk.lap(kPvOwn);
+        store_p(acc, pOwn, r0, c, s_b);  // P_a relative to m_b, for WG 1 (over the used P_a)
+        rescale_o(o, s_b);
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk)
-        wgmma::m64n256k16_ss_tb(o, desc_at(poth, kk * 32), desc_at(voth, kk * 16 * 128), true);
-      wgmma::commit();
-      // The own tile's P.V done: release what only it still read (top).
-      wgmma::wait<1>();
-      if (wg == 0) {
-        ptx::mbar_arrive(&empty[2 * 0 + kLo]);
-        ptx::mbar_arrive(&empty[2 * 0 + kHi]);
+        for (int h = 0; h < 2; ++h) l_part[h] *= s_b[h];
+        ptx::named_barrier_arrive(kBarPa, kMathThreads);
+        ptx::named_barrier_sync(kBarPb, kMathThreads);
+        clk.lap(kBarPW);
+        pv_group(o, poth, voth);  // O[:, 0..255] += P_b V_b
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[2 * 1 + kLo]);
+        clk.lap(kPvOther);
       } else {
+        // ---- v9b, WG 1 (tile b): m_b = max(m_a, its own), then as v9 ----
+#pragma unroll
+        for (int f = 4; f < 8; ++f) bad |= sFlag[f] != 0;  // own stage: read before its release
+        ptx::named_barrier_sync(kBarMa, kMathThreads);
+        clk.lap(kBarMaxW);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m_new[h] = fmaxf(sMax[r0 + 8 * h], mx[h]);
+        if (c == 0) {
+          sMax[kM + r0] = m_new[0];
+          sMax[kM + r0 + 8] = m_new[1];
+        }
+        ptx::named_barrier_arrive(kBarMb, kMathThreads);
+        move_max(m_run, m_new, m_use, alpha);
+        exp_rows(acc, m_use, alpha, l_part);
+        store_p(acc, pOwn, r0, c, kOnes);
+        rescale_o(o, alpha);
+        ptx::named_barrier_sync(kBarOwnP + 1, 128);  // WG 1's P stores before its wgmma
+        ptx::named_barrier_arrive(kBarPb, kMathThreads);
+        clk.lap(kExp);
+        pv_group(o, pown, vown);  // O[:, 256..511] += P_b V_b
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
         ptx::mbar_arrive(&empty[2 * 1 + kHi]);
+        clk.lap(kPvOwn);
+        ptx::named_barrier_sync(kBarPa, kMathThreads);
+        clk.lap(kBarPW);
+        pv_group(o, poth, voth);  // O[:, 256..511] += P_a V_a (P_a relative to m_b)
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[2 * 0 + kHi]);
+        clk.lap(kPvOther);
       }
-      clk.lap(kPvOwn);
-      wgmma::wait<0>();
-      wgmma::fence_regs(o);
-      ptx::mbar_arrive(wg == 0 ? &empty[2 * 1 + kLo] : &empty[2 * 0 + kHi]);
-      clk.lap(kPvOther);
     }
 
+    if constexpr (kChained) {  // each warpgroup read only its own stage's flags
+      int* sBad = reinterpret_cast<int*>(smem + kBadOff);
+      if (wtid == 0) sBad[wg] = bad;
+      ptx::named_barrier_sync(kBarMax, kMathThreads);
+      bad = sBad[0] != 0 || sBad[1] != 0;
+    }
     v4::finish_piece<PagedKeys>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
   }
   clk.lap(kOther);
@@ -418,10 +539,10 @@ __global__ void print_pair_stamps() {
     }
 }
 
-template <bool kStamped>
+template <bool kStamped, bool kChained>
 cudaError_t launch_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                         const CUtensorMap& kv_map) {
-  auto* kernel = decode_pair_kernel<kStamped>;
+  auto* kernel = decode_pair_kernel<kStamped, kChained>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (e != cudaSuccess) return e;

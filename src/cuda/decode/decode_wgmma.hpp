@@ -24,7 +24,9 @@ size_t wgmma_kernel_smem_bytes();
 // kv_map (tma_map.hpp; nullptr, e.g. page_size % 64 != 0: their cp.async twins).
 // v9: the math warpgroups take alternate tiles for S (decode_pair_kernel.cuh),
 // bf16 with kv_map only; otherwise (fp8, no map) it runs v8's kernel.
-// v9_stamps: v9 printing its phase cycles (every build; no map: not supported).
+// v9b: v9 whose warpgroup 0 runs its own P.V before tile b's max is known
+// (chained max, P_a and O rescaled after). v9_stamps / v9b_stamps: printing
+// their phase cycles (every build; no map: not supported).
 enum class WgmmaVersion {
   v4,
   v6,
@@ -33,7 +35,9 @@ enum class WgmmaVersion {
   v8,
   v8b,
   v9,
+  v9b,
   v9_stamps,
+  v9b_stamps,
   v4_stamps,
   v7_stamps,
   v7b_stamps,
@@ -45,7 +49,7 @@ cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_bl
                                      const CUtensorMap* kv_map);
 // The v9 kernel (bf16 cache, tiles by TMA through kv_map): decode_pair.cu.
 cudaError_t launch_decode_main_pair(const DecodeParams& p, int row_blocks, cudaStream_t stream,
-                                    const CUtensorMap& kv_map, bool stamps);
+                                    const CUtensorMap& kv_map, bool chained, bool stamps);
 // The same kernel with the Indexed key source (sparse decode): p carries
 // tokens_per_batch > 0, indices, num_slots and token_len (decode_traits.hpp).
 // fp8_prefetch (fp8 caches only): v6's producer; false: v4's.

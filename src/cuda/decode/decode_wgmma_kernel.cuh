@@ -292,15 +292,23 @@ __device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CU
 // ---- phase stamps (diagnostics, Variant::stamps) ----
 // Cycles per phase summed over a thread's tiles; lap(i) charges the time
 // since the previous lap to phase i. Without stamps: no members, no code.
+// 32-bit sums and clock (a CTA runs milliseconds, 2^32 cycles are 2 s; the
+// unsigned difference is right across a wrap): 64-bit ones made v9b's
+// stamped math warpgroups spill.
 template <bool kOn, int N>
 struct PhaseClock {
   __device__ __forceinline__ void lap(int) {}
 };
 template <int N>
 struct PhaseClock<true, N> {
-  unsigned long long acc[N] = {}, last = ptx::clock64_now();
+  unsigned acc[N] = {}, last = now();
+  __device__ __forceinline__ static unsigned now() {
+    unsigned t;
+    asm volatile("mov.u32 %0, %%clock;\n" : "=r"(t));
+    return t;
+  }
   __device__ __forceinline__ void lap(int i) {
-    const unsigned long long t = ptx::clock64_now();
+    const unsigned t = now();
     acc[i] += t - last;
     last = t;
   }
@@ -619,7 +627,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     clk.lap(kPLand);
     if constexpr (kStamped) {
       if (ptid == 0 && blockIdx.x < 2 && cnt > 0)
-        printf("stamps cta %d.%d producer tiles %u per tile: empty %llu issue %llu land %llu\n",
+        printf("stamps cta %d.%d producer tiles %u per tile: empty %u issue %u land %u\n",
                blockIdx.x, blockIdx.y, cnt, clk.acc[kPEmpty] / cnt, clk.acc[kPIssue] / cnt,
                clk.acc[kPLand] / cnt);
     }
@@ -790,8 +798,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kStamped) {
     if (wtid == 0 && blockIdx.x < 2 && cnt > 0)
       printf(
-          "stamps cta %d.%d wg %d tiles %u per tile: full %llu S %llu S+X %llu max %llu "
-          "barmax %llu exp %llu barp %llu pv %llu other %llu\n",
+          "stamps cta %d.%d wg %d tiles %u per tile: full %u S %u S+X %u max %u "
+          "barmax %u exp %u barp %u pv %u other %u\n",
           blockIdx.x, blockIdx.y, wg, cnt, clk.acc[kMFull] / cnt, clk.acc[kMS] / cnt,
           clk.acc[kMX] / cnt, clk.acc[kMMax] / cnt, clk.acc[kMBarMax] / cnt, clk.acc[kMExp] / cnt,
           clk.acc[kMBarP] / cnt, clk.acc[kMPv] / cnt, clk.acc[kMOther] / cnt);
