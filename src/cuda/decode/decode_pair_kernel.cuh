@@ -28,6 +28,12 @@
 // and each warpgroup's S starts on the part of its stage refilled first
 // (WG 0: blocks 0..8, WG 1: blocks 4..8 then 0..3), so the next pair's S runs
 // while its second parts are still landing.
+// v9b (kChained): the pair's max is chained instead of exchanged: WG 0 takes
+// m_a = max(m_run, its row max), hands it over and issues its own P.V at once
+// (under WG 1's softmax, and stage 0 Lo frees earlier); WG 1 takes m_b =
+// max(m_a, its row max) and runs as v9; WG 0 then rescales its P_a (kept in
+// fp32 registers), O and l by 2^(m_a - m_b) and hands P_a over for WG 1's
+// P.V. Hand-offs are named-barrier arrive/sync pairs (m_a, m_b, P_b, P_a).
 // A piece with an odd tile count ends with a pair whose second tile is past
 // the piece: the producer zero-fills it (v4's cp.async path, every key past
 // key_end), its keys are masked, P_b = 0.
