@@ -5,7 +5,7 @@
 # Steps (timeouts sum to ~145 s; expected ~90 s on a warm H200):
 #   1. WgmmaGpu.* + DecodeGpu.* with MLA_DECODE_KERNEL=v9 forced (the TMA path
 #      runs at page 64: GridOfEdges, SanitizerSmallTma, SplitPiecesAtH128, ...),
-#      then the TMA-path subset with v9b forced.
+#      then the TMA-path subset with v9b forced, then two tests on the default.
 #   2. compute-sanitizer racecheck (v9, v9b) and memcheck (v9) on
 #      DecodeGpu.SanitizerSmallTma.
 #   3. v9stamps / v9bstamps: per-phase cycles per pair of CTA 0.0.
@@ -22,19 +22,25 @@ step() { echo "=== $* (t+$(($(date +%s) - T0))s)"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 
 step "tests v9 (all decode + wgmma GPU tests)"
-MLA_DECODE_KERNEL=v9 timeout 29 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.*:WgmmaGpu.*' \
+MLA_DECODE_KERNEL=v9 timeout 26 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.*:WgmmaGpu.*' \
   >"$D/tests_v9.log" 2>&1
 echo "rc=$?"
 grep -E "FAILED|Failure|tests ran|PASSED" "$D/tests_v9.log" | tail -6
 grep -E "h128 .*page64 bf16" "$D/tests_v9.log" | head -3
 
 step "tests v9b (the TMA-path tests)"
-MLA_DECODE_KERNEL=v9b timeout 15 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.GridOfEdges:DecodeGpu.SplitPiecesAtH128:DecodeGpu.SanitizerSmallTma:DecodeGpu.LongRequestsSplitAcrossWorkers:DecodeGpu.RepeatedCallsAreBitwiseIdentical:DecodeGpu.BadDeviceValuesGiveNanRowsNotCrashes:DecodeGpu.BatchInvariantModeAndNonCausalAndF32Out' \
+MLA_DECODE_KERNEL=v9b timeout 14 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.GridOfEdges:DecodeGpu.SplitPiecesAtH128:DecodeGpu.SanitizerSmallTma:DecodeGpu.LongRequestsSplitAcrossWorkers:DecodeGpu.RepeatedCallsAreBitwiseIdentical:DecodeGpu.BadDeviceValuesGiveNanRowsNotCrashes:DecodeGpu.BatchInvariantModeAndNonCausalAndF32Out' \
   >"$D/tests_v9b.log" 2>&1
 echo "rc=$?"
 grep -E "FAILED|Failure|tests ran|PASSED" "$D/tests_v9b.log" | tail -6
 
-for kt in v9:racecheck:18 v9b:racecheck:14 v9:memcheck:10; do
+step "tests default (v8: its Q load, row limits and epilogue are now shared functions)"
+timeout 7 "$B/mla_tests_gpu" --gtest_filter='DecodeGpu.GridOfEdges:DecodeGpu.SplitPiecesAtH128' \
+  >"$D/tests_default.log" 2>&1
+echo "rc=$?"
+grep -E "FAILED|Failure|tests ran|PASSED" "$D/tests_default.log" | tail -4
+
+for kt in v9:racecheck:17 v9b:racecheck:14 v9:memcheck:10; do
   IFS=: read -r k tool t <<<"$kt"
   step "$tool SanitizerSmallTma $k"
   MLA_DECODE_KERNEL=$k timeout "$t" compute-sanitizer --tool "$tool" "$B/mla_tests_gpu" \
@@ -45,7 +51,7 @@ done
 
 for k in v9 v9b; do
   step "stamps $k (b128 h128 s_q1 L16K bf16; cycles per pair = 2 tiles; CTA 0.0)"
-  MLA_DECODE_KERNEL=${k}stamps timeout 7 "$B/mla" bench decode \
+  MLA_DECODE_KERNEL=${k}stamps timeout 6 "$B/mla" bench decode \
     --only "b128 h128 s_q1 L16K bf16" --reps 5 >"$D/stamps_$k.log" 2>&1
   echo "rc=$?"
   grep "^stamps v9 cta 0.0" "$D/stamps_$k.log" | tail -3 | cut -c1-230
