@@ -126,6 +126,16 @@ __device__ __forceinline__ void save_stamps(int role, bool writer, uint32_t pair
 // valid goes by TMA part by part; any other (a request's partial last tile,
 // the phantom second tile of an odd piece) by v4's cp.async path, whole,
 // once both its parts are free.
+// Parity waits on `empty` are only unambiguous within one phase, so every
+// thread waits for every part, every pair, and the part's next fill is issued
+// only after the named barrier that follows all 128 waits: no thread can come
+// to a wait with its barrier a phase further on (the fill that phase needs is
+// not issued yet), nor run ahead to a later pair's wait and pass it on the
+// phase two before (the barrier it last passed needed the phase in between).
+// The first version (thread 0 issued right after its own wait, one barrier
+// per pair) could hang the first way when a thread was late to its wait by a
+// whole pair's math: scripts/s3/decode9_protocol_sim.py finds it. Each pair
+// has at least two of these barriers (k = 2, 3).
 template <bool kStamped>
 __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUtensorMap* map,
                                               uint8_t* sKv, int* sFlag, uint64_t* full,
@@ -150,6 +160,8 @@ __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUten
           clk.lap(kPIssueW);
           ptx::mbar_wait(&e[part], parity);
           clk.lap(kPEmptyW);
+          // Issue only once every thread has seen the part free (see below).
+          ptx::named_barrier_sync(kBarProd, 128);
           if (ptid == 0)
             v4::produce_tile_tma(p, map, stage, k < 2 ? sFlag + 4 * st : nullptr, &f[part], in.b,
                                  tile, part_begin(part), part_end(part));
@@ -160,7 +172,10 @@ __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUten
           clk.lap(kPEmptyW);
           const bool bit =
               v4::produce_tile<false, PagedKeys>(p, stage, in.b, tile, in.key_end, ptid);
-          if ((ptid & 31) == 0) sFlag[4 * st + ptid / 32] = PagedKeys::stage_flag(bit);
+          // stage_flag is a full-warp vote (__any_sync): all 32 lanes, never
+          // inside the lane-0 branch (one lane alone in it hung every v9 run).
+          const int flag = PagedKeys::stage_flag(bit);
+          if ((ptid & 31) == 0) sFlag[4 * st + ptid / 32] = flag;
           ptx::cp_async_commit();
           ptx::cp_async_wait<0>();
           wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
@@ -171,9 +186,6 @@ __device__ __forceinline__ void produce_pairs(const DecodeParams& p, const CUten
           }
         }
       }
-      // Keeps the idle threads within one pair of thread 0: a parity wait on
-      // `empty` must not see its barrier two phases ahead.
-      ptx::named_barrier_sync(kBarProd, 128);
     }
   }
   clk.lap(kPIssueW);
