@@ -22,8 +22,8 @@ What is modelled, one step per barrier operation:
     time; cp.async copies land before the producer's named barrier.
 Checked: no deadlock (no actor can move, no copy in flight, someone not
 done); every read of a stage part (S, P.V, flags, P_a) sees the tile of its
-pair, landed; no copy or P store into a part that a math warpgroup still
-reads; named-barrier counts never overflow; the empty barriers never complete
+pair, landed, and every read of sP the P_b of its pair; no copy or P store
+into a part (or sP) that a math warpgroup still reads; named-barrier counts never overflow; the empty barriers never complete
 a phase before the producer waited for the previous one.
 
 --old-producer runs the producer as first committed (thread 0 issued a TMA
@@ -119,6 +119,8 @@ class Sim:
         self.parts = {(s, q): Part(f"stage{s}.{'Lo' if q == LO else 'Hi'}")
                       for s in (0, 1) for q in (LO, HI)}
         self.flags = {0: None, 1: None}  # stage -> tag of the tile whose flags it holds
+        self.sp = None  # pair whose P_b sP holds
+        self.sp_readers = set()
         self.tma = []  # [(part key, full key, tag)]
         self.actors = {}
         self.empty_waited = {k: -1 for k in self.empty}  # highest phase the producer waited for
@@ -239,7 +241,7 @@ class Sim:
                 if wg == 1:  # WG 1's S was its only read of stage 1 Lo
                     self.parts[(1, LO)].readers.discard(who)
                 else:  # P_a into stage 0's rope block (WG 0 holds stage 0 Hi)
-                    self.parts[(0, HI)].pa = (pair, 0)
+                    self.write_pa(pair, 0, who)
                 if not self.chained:
                     yield from self.math_v9(wg, who, pair, tag_a, tag_b)
                 elif wg == 0:
@@ -252,6 +254,23 @@ class Sim:
             yield self.bar_sync(BAR_Q, 256, 128)  # finish_piece
         self.pairs_done = pair
 
+    def write_pa(self, pair, version, who):
+        p = self.parts[(0, HI)]
+        if p.readers - {"wg0"}:
+            raise ModelError(f"{who} writes P_a of pair {pair} while {sorted(p.readers)} read it")
+        p.pa = (pair, version)
+
+    def write_sp(self, pair, who):
+        if self.sp_readers:
+            raise ModelError(f"{who} writes P_b of pair {pair} while {sorted(self.sp_readers)} "
+                             f"read sP")
+        self.sp = pair
+
+    def read_sp(self, pair, who):
+        if self.sp != pair:
+            raise ModelError(f"{who} reads P_b of pair {self.sp}, wants {pair}")
+        self.sp_readers.add(who)
+
     def read_flags(self, st, tag, who):
         if self.flags[st] != tag:
             raise ModelError(f"{who} reads flags of stage {st}: {self.flags[st]}, wants {tag}")
@@ -260,8 +279,11 @@ class Sim:
         yield self.bar_sync(BAR_MAX, 256, 128)
         self.read_flags(0, tag_a, who)
         self.read_flags(1, tag_b, who)
+        if wg == 1:
+            self.write_sp(pair, who)
         yield None
         yield self.bar_sync(BAR_P, 256, 128)
+        self.read_sp(pair, who)
         # P.V own then other (both issued, then wait<1>, wait<0>)
         if wg == 0:
             self.check_read((0, LO), tag_a, who)
@@ -275,6 +297,7 @@ class Sim:
             self.empty[(0, HI)].arrive(128)
             yield None
             self.parts[(1, LO)].readers.discard(who)
+            self.sp_readers.discard(who)
             self.empty[(1, LO)].arrive(128)
         else:
             self.check_read((1, HI), tag_b, who)
@@ -282,6 +305,7 @@ class Sim:
             self.parts[(0, HI)].readers.add(who)
             yield None
             self.parts[(1, HI)].readers.discard(who)
+            self.sp_readers.discard(who)
             self.empty[(1, HI)].arrive(128)
             yield None
             self.parts[(0, HI)].readers.discard(who)
@@ -305,13 +329,15 @@ class Sim:
         p = self.parts[(0, HI)]
         if p.tile != tag_a or not p.landed or p.pa != (pair, 0):
             raise ModelError(f"{who} rewrites P_a into {p.name} holding {p.tile} pa={p.pa}")
-        p.pa = (pair, 1)
+        self.write_pa(pair, 1, who)
         self.bar_arrive(BAR_PA, 256, 128)
         yield self.bar_sync(BAR_PB, 256, 128)
         self.check_read((1, LO), tag_b, who)
         self.parts[(1, LO)].readers.add(who)
+        self.read_sp(pair, who)
         yield None
         self.parts[(1, LO)].readers.discard(who)
+        self.sp_readers.discard(who)
         self.empty[(1, LO)].arrive(128)
 
     def math_v9b_wg1(self, who, pair, tag_a, tag_b):
@@ -319,11 +345,14 @@ class Sim:
         yield self.bar_sync(BAR_MA, 256, 128)
         self.bar_arrive(BAR_MB, 256, 128)
         yield None
+        self.write_sp(pair, who)
         yield self.bar_sync(BAR_OWNP + 1, 128, 128)
         self.bar_arrive(BAR_PB, 256, 128)
         self.check_read((1, HI), tag_b, who)
+        self.read_sp(pair, who)
         yield None
         self.parts[(1, HI)].readers.discard(who)
+        self.sp_readers.discard(who)
         self.empty[(1, HI)].arrive(128)
         yield self.bar_sync(BAR_PA, 256, 128)
         self.check_read((0, HI), tag_a, who, need_pa=(pair, 1))
