@@ -485,5 +485,39 @@ TEST(DecodeGpu, SanitizerSmall) {
       if (HasFatalFailure()) return;
     }
 }
+
+// The bf16 TMA path (page 64; v8, v9) for the sanitizers: SanitizerSmall's
+// page 16 runs the cp.async kernels only. Tile counts 0, 1, 2, 3 and 5: full
+// tiles by TMA, partial last tiles, and odd counts (v9 takes tiles in pairs:
+// the second of the last pair is past the piece); h128 has two row blocks.
+TEST(DecodeGpu, SanitizerSmallTma) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {128, 1}, {64, 2}};
+  uint64_t seed = 950;
+  for (auto [h, s] : heads_sq) {
+    Case c;
+    c.lengths = {0, 1, 70, 129, 300};
+    c.h_q = h;
+    c.s_q = s;
+    c.page_size = 64;
+    c.seed = seed++;
+    run_and_check(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// h128 requests long enough to be split over the workers: pieces start on
+// odd and even tiles and hold odd and even tile counts (v9's pairs), with
+// both row blocks, s_q 1 and 2.
+TEST(DecodeGpu, SplitPiecesAtH128) {
+  for (int s_q : {1, 2}) {
+    Case c;
+    c.lengths = {4097, 3000, 65, 1, 2049};
+    c.h_q = 128;
+    c.s_q = s_q;
+    c.seed = 960 + s_q;
+    run_and_check(c);
+    if (HasFatalFailure()) return;
+  }
+}
 }  // namespace
 }  // namespace mla::testing

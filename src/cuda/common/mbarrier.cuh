@@ -103,7 +103,8 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Arrive at named barrier `id` without waiting: the signalling half of a
-// hand-over between warp groups (the other group's bar.sync waits for it).
+// hand-over between warp groups (the others bar.sync on the same id and count;
+// the arrive orders this thread's earlier memory accesses before their sync returns).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

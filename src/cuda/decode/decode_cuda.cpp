@@ -121,7 +121,10 @@ Status check_args(const DecodeArgs& a, bool need_data) {
 // MLA_DECODE_KERNEL forces one (tests and benchmarks of all kernels on one
 // build): mma (v1), wgmma or v4 (v4's fp8 producer), v6, v7 (bf16: S split
 // over the dims; fp8: v6), v7b (v7 + lazy O rescale), v8 (v6 + TMA tiles),
-// v8b (v7b + TMA tiles), docs/perf-log.md v7; in builds with
+// v8b (v7b + TMA tiles), docs/perf-log.md v7; v9 (alternate tiles per math
+// warpgroup for S, bf16 TMA only, else v8; docs/perf-log.md v9), v9stamps (v9
+// printing phase cycles, every build), v9b / v9bstamps (v9 with the chained
+// max: WG 0's own P.V before tile b's max); in builds with
 // MLA_DECODE_STAMPS also v4stamps, v7stamps, v7bstamps, v8stamps, v8bstamps
 // (bf16 phase cycles printed).
 // (v5, P.V(j) and S(j+1) back to back, passed every GPU test but measured
@@ -137,6 +140,10 @@ MainKernel wgmma_kernel_choice() {
     if (std::strcmp(env, "v7b") == 0) k.wgmma = WgmmaVersion::v7b;
     if (std::strcmp(env, "v8") == 0) k.wgmma = WgmmaVersion::v8;
     if (std::strcmp(env, "v8b") == 0) k.wgmma = WgmmaVersion::v8b;
+    if (std::strcmp(env, "v9") == 0) k.wgmma = WgmmaVersion::v9;
+    if (std::strcmp(env, "v9b") == 0) k.wgmma = WgmmaVersion::v9b;
+    if (std::strcmp(env, "v9stamps") == 0) k.wgmma = WgmmaVersion::v9_stamps;
+    if (std::strcmp(env, "v9bstamps") == 0) k.wgmma = WgmmaVersion::v9b_stamps;
 #ifdef MLA_DECODE_STAMPS
     if (std::strcmp(env, "v4stamps") == 0) k.wgmma = WgmmaVersion::v4_stamps;
     if (std::strcmp(env, "v7stamps") == 0) k.wgmma = WgmmaVersion::v7_stamps;
@@ -307,6 +314,8 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
     // accept the cache's layout; otherwise the version's cp.async twin runs.
     const WgmmaVersion v = g.kernel.wgmma;
     const bool wants_tma = v == WgmmaVersion::v8 || v == WgmmaVersion::v8b ||
+                           v == WgmmaVersion::v9 || v == WgmmaVersion::v9b ||
+                           v == WgmmaVersion::v9_stamps || v == WgmmaVersion::v9b_stamps ||
                            v == WgmmaVersion::v8_stamps || v == WgmmaVersion::v8b_stamps;
     CUtensorMap kv_map;
     const bool tma = wants_tma && !fp8 && p.page_size % 64 == 0 &&

@@ -39,6 +39,16 @@ cudaError_t launch_decode_main_wgmma(const DecodeParams& p, bool fp8, int row_bl
     case WgmmaVersion::v8b:
       return tma ? launch_version<kV7 | kLazyRescale | kTmaKv>(p, fp8, row_blocks, stream, map)
                  : launch_version<kV7 | kLazyRescale>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v9:
+    case WgmmaVersion::v9b:
+      return tma && !fp8 ? launch_decode_main_pair(p, row_blocks, stream, map,
+                                                   version == WgmmaVersion::v9b, false)
+                         : launch_version<kV4>(p, fp8, row_blocks, stream, map);
+    case WgmmaVersion::v9_stamps:
+    case WgmmaVersion::v9b_stamps:
+      if (!tma || fp8) return cudaErrorNotSupported;
+      return launch_decode_main_pair(p, row_blocks, stream, map,
+                                     version == WgmmaVersion::v9b_stamps, true);
 #ifdef MLA_DECODE_STAMPS
     // Diagnostics builds only: bf16 with stamps; fp8 runs the unstamped kernel.
     case WgmmaVersion::v4_stamps:

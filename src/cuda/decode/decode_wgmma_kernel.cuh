@@ -268,21 +268,23 @@ __device__ __forceinline__ void s_exchange(float (&s)[4][4], const float (&acc)[
 // generic accesses to the stage (v7's exchange) before the async-proxy writes.
 __device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CUtensorMap* map,
                                                  uint8_t* stage, int* flags, uint64_t* full, int b,
-                                                 int tile) {
+                                                 int tile, int kb_begin = 0, int kb_end = kBlocks) {
   const int key0 = tile * kTileKeys;
   const int page_idx = key0 / p.page_size;
   const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
   const bool bad = page < 0 || page >= p.num_pages;
-  flags[0] = bad ? 1 : 0;
-  flags[1] = flags[2] = flags[3] = 0;
+  if (flags != nullptr) {  // v9 loads a tile in two parts: only the first writes the flags
+    flags[0] = bad ? 1 : 0;
+    flags[1] = flags[2] = flags[3] = 0;
+  }
   if (bad) {
     ptx::mbar_arrive(full);
     return;
   }
   wgmma::fence_proxy_async();
-  ptx::mbar_arrive_tx(full, kTileBytes);
+  ptx::mbar_arrive_tx(full, uint32_t(kb_end - kb_begin) * kBlockBytes);
 #pragma unroll
-  for (int kb = 0; kb < kBlocks; ++kb)
+  for (int kb = kb_begin; kb < kb_end; ++kb)
     ptx::tma_load_3d(stage + kb * kBlockBytes, map, kb * 64, key0 - page_idx * p.page_size, page,
                      full);
 }
@@ -290,15 +292,23 @@ __device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CU
 // ---- phase stamps (diagnostics, Variant::stamps) ----
 // Cycles per phase summed over a thread's tiles; lap(i) charges the time
 // since the previous lap to phase i. Without stamps: no members, no code.
+// 32-bit sums and clock (a CTA runs milliseconds, 2^32 cycles are 2 s; the
+// unsigned difference is right across a wrap): 64-bit ones made v9b's
+// stamped math warpgroups spill.
 template <bool kOn, int N>
 struct PhaseClock {
   __device__ __forceinline__ void lap(int) {}
 };
 template <int N>
 struct PhaseClock<true, N> {
-  unsigned long long acc[N] = {}, last = ptx::clock64_now();
+  unsigned acc[N] = {}, last = now();
+  __device__ __forceinline__ static unsigned now() {
+    unsigned t;
+    asm volatile("mov.u32 %0, %%clock;\n" : "=r"(t));
+    return t;
+  }
   __device__ __forceinline__ void lap(int i) {
-    const unsigned long long t = ptx::clock64_now();
+    const unsigned t = now();
     acc[i] += t - last;
     last = t;
   }
@@ -435,6 +445,100 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   }
 }
 
+// ---- pieces shared by the math warpgroups of v4-v8 and v9 (decode_pair_kernel.cuh) ----
+// Q rows of row block `row_block` of request b into sQ (rows past `rows` are
+// zero), by all 256 math threads; returns after their named barrier.
+template <class KeySrc>
+__device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, int b,
+                                            int row_block, int tid) {
+  for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) {
+    const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
+    const int rr = row_block * kM + r;
+    const bool valid = rr < p.rows;
+    const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
+    int tb, ts;
+    KeySrc::coords(p, b, s, &tb, &ts);
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + tb * p.q_stride_b +
+                               ts * p.q_stride_s + h * p.q_stride_h + q * 8;
+    ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  ptx::named_barrier_sync(kBarQ, kMathThreads);
+}
+
+// Key limit of this thread's rows r0 and r0 + 8 (causal among the s_q new
+// tokens; INT32_MIN for rows past `rows`): keys >= lim[h] are masked.
+__device__ __forceinline__ void row_key_limits(const DecodeParams& p, const PieceInfo& in,
+                                               int row_block, int r0, int (&lim)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int rr = row_block * kM + r0 + 8 * h;
+    if (rr >= p.rows) {
+      lim[h] = INT32_MIN;
+    } else {
+      const int s = rr / p.h_q;
+      lim[h] = min(p.causal ? in.len - (p.s_q - 1 - s) : in.len, in.key_end);
+    }
+  }
+}
+
+// The end of a piece: l over the quad and both warpgroups (each holds the
+// sum over the keys it exponentiated); O / l and lse into out/lse or the
+// piece's fp32 partial. Warpgroup wg holds value columns wg*256..+256 of
+// rows r0 and r0 + 8; both hold the same m_run and `bad`.
+template <class KeySrc>
+__device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece& pc, int b,
+                                             int row_block, int wg, int r0, int c,
+                                             const float (&o)[32][4], const float (&m_run)[2],
+                                             float (&l_part)[2], bool bad, float* sL) {
+  const float kNegInf = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
+    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
+    if (c == 0) sL[wg * kM + r0 + 8 * h] = l_part[h];
+  }
+  ptx::named_barrier_sync(kBarQ, kMathThreads);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int lr = r0 + 8 * h;
+    const int rr = row_block * kM + lr;
+    if (rr >= p.rows) continue;
+    const float l = sL[lr] + sL[kM + lr];
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
+    if (bad) inv = lse = NAN;
+    const int hh = rr % p.h_q;
+    int tb, s;
+    KeySrc::coords(p, b, rr / p.h_q, &tb, &s);
+    const int col0 = wg * 256 + 2 * c;
+    if (pc.slot >= 0) {
+      float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + col0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<float2*>(dst + 8 * i) =
+            make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+      if (wg == 0 && c == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
+    } else {
+      const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float x0 = o[i][2 * h] * inv, x1 = o[i][2 * h + 1] * inv;
+        if (p.out_f32)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + 8 * i) =
+              make_float2(x0, x1);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off + 8 * i) =
+              ptx::pack_bf16x2(x0, x1);
+      }
+      if (wg == 0 && c == 0)
+        p.lse[tb * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
+    }
+  }
+}
+
 // kV: the version's producers and stamps (Variant). KeySrc: PagedKeys (dense
 // decode) or IndexedKeys (sparse decode), decode_keys.cuh.
 // kv_map: the bf16 cache's tensor map (kTmaKv only; unread otherwise).
@@ -523,7 +627,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     clk.lap(kPLand);
     if constexpr (kStamped) {
       if (ptid == 0 && blockIdx.x < 2 && cnt > 0)
-        printf("stamps cta %d.%d producer tiles %u per tile: empty %llu issue %llu land %llu\n",
+        printf("stamps cta %d.%d producer tiles %u per tile: empty %u issue %u land %u\n",
                blockIdx.x, blockIdx.y, cnt, clk.acc[kPEmpty] / cnt, clk.acc[kPIssue] / cnt,
                clk.acc[kPLand] / cnt);
     }
@@ -544,36 +648,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int pi = piece_begin; pi < piece_end; ++pi) {
     const Piece pc = p.pieces[pi];
     const PieceInfo in = piece_info(p, pc);
-    // Q rows of this row block (rows past `rows` are zero). The previous
-    // piece's wgmmas all completed (waited before its epilogue barrier).
-    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) {
-      const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
-      const int rr = row_block * kM + r;
-      const bool valid = rr < p.rows;
-      const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
-      int tb, ts;
-      KeySrc::coords(p, in.b, s, &tb, &ts);
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + tb * p.q_stride_b +
-                                 ts * p.q_stride_s + h * p.q_stride_h + q * 8;
-      ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    ptx::named_barrier_sync(kBarQ, kMathThreads);
+    // The previous piece's wgmmas all completed (waited before its epilogue barrier).
+    load_q_rows<KeySrc>(p, sQ, in.b, row_block, tid);
 
-    // Key limit of this thread's two rows (causal among the s_q new tokens).
     int lim[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int rr = row_block * kM + r0 + 8 * h;
-      if (rr >= p.rows) {
-        lim[h] = INT32_MIN;
-      } else {
-        const int s = rr / p.h_q;
-        lim[h] = min(p.causal ? in.len - (p.s_q - 1 - s) : in.len, in.key_end);
-      }
-    }
+    row_key_limits(p, in, row_block, r0, lim);
 
     bool bad = in.bad_request;
     float m_run[2] = {kNegInf, kNegInf}, l_part[2] = {0.f, 0.f};
@@ -713,57 +792,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       clk.lap(kMPv);
     }
 
-    // ---- epilogue: l over the quad and both warpgroups; O / l, lse ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
-      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
-      if (c == 0) sL[wg * kM + r0 + 8 * h] = l_part[h];
-    }
-    ptx::named_barrier_sync(kBarQ, kMathThreads);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int lr = r0 + 8 * h;
-      const int rr = row_block * kM + lr;
-      if (rr >= p.rows) continue;
-      const float l = sL[lr] + sL[kM + lr];
-      float inv = l > 0.f ? 1.f / l : 0.f;
-      float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
-      if (bad) inv = lse = NAN;
-      const int hh = rr % p.h_q;
-      int tb, s;
-      KeySrc::coords(p, in.b, rr / p.h_q, &tb, &s);
-      const int col0 = wg * 256 + 2 * c;
-      if (pc.slot >= 0) {
-        float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + col0;
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          *reinterpret_cast<float2*>(dst + 8 * i) =
-              make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-        if (wg == 0 && c == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
-      } else {
-        const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const float x0 = o[i][2 * h] * inv, x1 = o[i][2 * h + 1] * inv;
-          if (p.out_f32)
-            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + 8 * i) =
-                make_float2(x0, x1);
-          else
-            *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off + 8 * i) =
-                ptx::pack_bf16x2(x0, x1);
-        }
-        if (wg == 0 && c == 0)
-          p.lse[tb * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
-      }
-    }
+    finish_piece<KeySrc>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
   }
   clk.lap(kMOther);
   if constexpr (kStamped) {
     if (wtid == 0 && blockIdx.x < 2 && cnt > 0)
       printf(
-          "stamps cta %d.%d wg %d tiles %u per tile: full %llu S %llu S+X %llu max %llu "
-          "barmax %llu exp %llu barp %llu pv %llu other %llu\n",
+          "stamps cta %d.%d wg %d tiles %u per tile: full %u S %u S+X %u max %u "
+          "barmax %u exp %u barp %u pv %u other %u\n",
           blockIdx.x, blockIdx.y, wg, cnt, clk.acc[kMFull] / cnt, clk.acc[kMS] / cnt,
           clk.acc[kMX] / cnt, clk.acc[kMMax] / cnt, clk.acc[kMBarMax] / cnt, clk.acc[kMExp] / cnt,
           clk.acc[kMBarP] / cnt, clk.acc[kMPv] / cnt, clk.acc[kMOther] / cnt);
