@@ -17,24 +17,24 @@ fi
 T0=$(date +%s); step() { echo "=== $* (t+$(( $(date +%s) - T0 ))s)"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader | tee "$O/gpu.txt"
 step "all GPU tests"
-timeout 240 "$B/mla_tests_gpu" --gtest_brief=1 >"$O/gpu_tests.log" 2>&1
+timeout 150 "$B/mla_tests_gpu" --gtest_brief=1 >"$O/gpu_tests.log" 2>&1
 TEST_RC=$?; echo "rc=$TEST_RC"; grep -E "FAILED|PASSED|tests ran|Failure" "$O/gpu_tests.log" | head -20
 step "memcheck (small)"
-timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/mla_tests_gpu" --gtest_brief=1 \
+timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/mla_tests_gpu" --gtest_brief=1 \
   --gtest_filter='DecodeGpu.SanitizerSmall*:AppendGpu.*:DsaGpu.IndexerLogitsDecode*:DsaGpu.TopkMatches*:DsaGpu.SparseDecodeApi*:PrefillGpu.QueriesThatSeeNoKey*:PrefillGpu.AttentionRaggedBatchWithPrefixes' \
   >"$O/memcheck.log" 2>&1
 MEM_RC=$?; echo "rc=$MEM_RC"; grep -E "ERROR SUMMARY" "$O/memcheck.log" | tail -2
 step "racecheck (decode small, TMA path)"
-timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/mla_tests_gpu" --gtest_brief=1 \
+timeout 30 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/mla_tests_gpu" --gtest_brief=1 \
   --gtest_filter='DecodeGpu.SanitizerSmall*' >"$O/racecheck.log" 2>&1
 RACE_RC=$?; echo "rc=$RACE_RC"; grep -E "RACECHECK SUMMARY" "$O/racecheck.log" | tail -2
 step "prefill suite + cuDNN SDPA"
-timeout 120 "$B/mla_bench_prefill" --json "$O/bench_prefill.json" >"$O/bench_prefill.log" 2>&1
+timeout 70 "$B/mla_bench_prefill" --json "$O/bench_prefill.json" >"$O/bench_prefill.log" 2>&1
 echo "rc=$?"
-timeout 90 python3 bench/peers/torch_sdpa.py --json "$O/torch_sdpa.json" >"$O/torch_sdpa.log" 2>&1
+timeout 60 python3 bench/peers/torch_sdpa.py --json "$O/torch_sdpa.json" >"$O/torch_sdpa.log" 2>&1
 echo "rc=$?"
 step "absorbed vs non-absorbed crossover (the prefill kernel changed)"
-timeout 60 "$B/mla_bench_prefill" --crossover --json "$O/crossover.json" >"$O/crossover.log" 2>&1
+timeout 40 "$B/mla_bench_prefill" --crossover --json "$O/crossover.json" >"$O/crossover.log" 2>&1
 echo "rc=$?"
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   step "KV transfer (bounded pack, spanning messages, 256 MiB staging)"
@@ -42,7 +42,7 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   for cfg in "x128k --tokens 131072 --layers 8" "x16k --tokens 16384 --layers 61"; do
     set -- $cfg; name=$1; shift; P=$((P + 1))
     for r in 0 1; do
-      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$P timeout 90 \
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$P timeout 40 \
         "$B/mla_disagg" "$@" --indexer --json "$O/xfer_$name.json" >"$O/xfer_$name.r$r.log" 2>&1 &
     done
     wait

@@ -6,14 +6,17 @@ set -u
 mkdir -p "$OUT/logs"
 for spec in "$@"; do
   IFS=: read -r part build args <<<"$spec"
-  echo "=== $part ($build) $(date +%T)"
+  # part=NAME@SECONDS bounds the part as a whole
+  limit=${part#*@}; [ "$limit" = "$part" ] && limit=3000; part=${part%@*}
+  echo "=== $part ($build, at most ${limit}s) $(date +%T)"
   # shellcheck disable=SC2086
-  OUT="$OUT/logs" bash "scripts/s3/$part.sh" "$build" $args >"$OUT/logs/$part.stdout" 2>&1
+  OUT="$OUT/logs" timeout "$limit" bash "scripts/s3/$part.sh" "$build" $args >"$OUT/logs/$part.stdout" 2>&1
   echo "rc=$?"
 done
 (cd "$OUT" && tar czf round.tgz logs && rm -rf logs/*/ && true)
 for spec in "$@"; do
   IFS=: read -r part build args <<<"$spec"
+  part=${part%@*}
   echo "##### $part"; tail -n "${TAIL:-30}" "$OUT/logs/$part.stdout"
 done
 rm -rf "$OUT/logs"
