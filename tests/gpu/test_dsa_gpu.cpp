@@ -176,8 +176,8 @@ HostTensor abs_indexer_cache(const HostTensor& cache) {
   return a;
 }
 
-// The decode kernels named in `kernels` (MLA_INDEXER_KERNEL: v1, the default,
-// and v2) against one fp64 reference per s_q, each also in runs of the pages
+// The decode kernels named in `kernels` (MLA_INDEXER_KERNEL: v1, and v2, the
+// default) against one fp64 reference per s_q, each also in runs of the pages
 // per CTA in `ppcs` (MLA_INDEXER_PAGES_PER_CTA; "" = the kernels' own): the
 // default runs are 4 pages here, fewer than the kernels' rings hold, so only
 // the knob makes a CTA refill its stages and wait on later phases of its

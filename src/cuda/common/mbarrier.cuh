@@ -102,6 +102,18 @@ __device__ __forceinline__ void cluster_wait() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Named barrier `id` that also ORs `pred` over the `threads` arriving: every
+// one of them returns whether any passed true (barrier.cta.red.or).
+__device__ __forceinline__ bool named_barrier_sync_or(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 // Arrive at named barrier `id` without waiting: the signalling half of a
 // hand-over between warp groups (the others bar.sync on the same id and count;
 // the arrive orders this thread's earlier memory accesses before their sync returns).

@@ -608,6 +608,24 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         const bool bit = produce_tile<kFp8, KeySrc>(p, stage, in.b, tile, in.key_end, ptid);
+        if constexpr (kTma) {
+          // One arrive (the barrier's count), after every producer thread's
+          // copies; the thread that arrives also writes the stage's flags (the
+          // OR of every thread's bad-page bit, taken by the barrier itself), so
+          // the math warpgroups' acquire pairs with the writer's own release.
+          static_assert(!kFp8 && !KeySrc::kIndexed, "TMA tiles: bf16 paged caches only");
+          ptx::cp_async_commit();
+          ptx::cp_async_wait<0>();
+          wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+          const bool any_bad = ptx::named_barrier_sync_or(kBarProd, 128, bit);
+          clk.lap(kPIssue);
+          if (ptid == 0) {
+            sFlag[st * 4] = any_bad ? 1 : 0;
+            sFlag[st * 4 + 1] = sFlag[st * 4 + 2] = sFlag[st * 4 + 3] = 0;
+            ptx::mbar_arrive(&full[st]);
+          }
+          continue;
+        }
         const int flag = KeySrc::stage_flag(bit);
         if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
         clk.lap(kPIssue);
@@ -616,12 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           ptx::cp_async_wait<0>();
         }
         wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
-        if constexpr (kTma) {        // one arrive (the barrier's count): after all threads' writes
-          ptx::named_barrier_sync(kBarProd, 128);
-          if (ptid == 0) ptx::mbar_arrive(&full[st]);
-        } else {
-          ptx::mbar_arrive(&full[st]);
-        }
+        ptx::mbar_arrive(&full[st]);
       }
     }
     clk.lap(kPLand);

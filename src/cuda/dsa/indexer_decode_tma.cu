@@ -218,8 +218,10 @@ Status launch_tma_q(const IndexerLogitsParams& p, const CUtensorMap& map, cudaSt
 bool indexer_decode_v2_chosen(const IndexerLogitsParams& p) {
   if (p.timing_variant != 0 || p.decode_version == 1) return false;
   if (p.decode_version == 2) return true;
+  // v2 is the default (1.19-1.42x v1 on the H200, docs/perf-log.md);
+  // MLA_INDEXER_KERNEL=v1 forces the old kernel.
   const char* env = std::getenv("MLA_INDEXER_KERNEL");
-  return env != nullptr && std::strcmp(env, "v2") == 0;
+  return env == nullptr || std::strcmp(env, "v1") != 0;
 }
 
 Status launch_indexer_logits_decode_tma(const IndexerLogitsParams& p, cudaStream_t stream,

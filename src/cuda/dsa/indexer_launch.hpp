@@ -98,8 +98,8 @@ struct IndexerLogitsParams {
   // real kernel; 1 = the page copies alone (no wgmma, no epilogue); 2 = copies
   // and wgmma (no epilogue, no stores).
   int timing_variant = 0;
-  // Which wgmma decode kernel: 0 = as MLA_INDEXER_KERNEL says (v1 unless it is
-  // "v2"), 1 = v1 (indexer_decode_wgmma.cu: cp.async from every thread, heads
+  // Which wgmma decode kernel: 0 = as MLA_INDEXER_KERNEL says (v2 unless it is
+  // "v1"), 1 = v1 (indexer_decode_wgmma.cu: cp.async from every thread, heads
   // reduced through shared memory), 2 = v2 (indexer_decode_tma.cu: TMA page
   // copies from one thread into a deeper ring, heads reduced in registers).
   // v2 falls back to v1 where the cache's TMA map cannot be built, and the

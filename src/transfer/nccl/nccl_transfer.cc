@@ -63,7 +63,7 @@ Status run_address(const TransferPlan& plan, const TransferBuffers& b, size_t i,
 
 // Pack (send) or unpack (recv) a round's staged pieces, staged at `slot`.
 Status stage(const TransferPlan& plan, const TransferBuffers& b, const Round& r, bool send,
-             char* slot, cudaStream_t stream, int max_blocks) {
+             char* slot, cudaStream_t stream) {
   std::vector<Piece> pieces;
   pieces.reserve(r.staged.size());
   for (const auto& sp : r.staged) {
@@ -73,13 +73,9 @@ Status stage(const TransferPlan& plan, const TransferBuffers& b, const Round& r,
     pieces.push_back(send ? Piece{cache, st, plan.runs[sp.run].bytes}
                           : Piece{st, cache, plan.runs[sp.run].bytes});
   }
-  return cuda::cuda_status(
-      transfer::launch_copy_pieces(pieces.data(), pieces.size(), stream, max_blocks),
-      "copy_pieces_kernel (staging pack/unpack)");
+  return cuda::cuda_status(transfer::launch_copy_pieces(pieces.data(), pieces.size(), stream),
+                           "copy_pieces_kernel (staging pack/unpack)");
 }
-
-// Grid bound of a pack/unpack kernel that runs beside NCCL's (see stage()).
-constexpr int kPipelinedPackBlocks = 32;
 
 // The two streams of a call and the events that order them. Serial (no
 // pack_stream): both are the caller's stream and every hand-off is a no-op,
@@ -156,9 +152,6 @@ Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
   }
   Streams st;
   MLA_TRY(st.init(o));
-  // Beside the wire (pipelined), the pack leaves most SMs to NCCL's kernels:
-  // 32 blocks copy a 64 MiB slot in well under the slot's time on the link.
-  const int pack_blocks = st.pipelined() ? kPipelinedPackBlocks : 0;
   auto comm = static_cast<ncclComm_t>(o.comm);
   for (size_t k = 0; k < s.rounds.size(); ++k) {
     const Round& r = s.rounds[k];
@@ -176,7 +169,7 @@ Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
     }
     if (send && staged) {  // pack once the slot's last message has gone
       MLA_TRY(st.wait(st.copy, st.slot_free(slot)));
-      MLA_TRY(stage(plan, b, r, true, slot_data, st.copy, pack_blocks));
+      MLA_TRY(stage(plan, b, r, true, slot_data, st.copy));
       MLA_TRY(st.record(st.slot_full(slot), st.copy));
       MLA_TRY(st.wait(st.wire, st.slot_full(slot)));
     }
@@ -207,7 +200,7 @@ Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
       MLA_TRY(st.wait(st.copy, st.slot_full(slot)));
     }
     if (!send && staged) {
-      MLA_TRY(stage(plan, b, r, false, slot_data, st.copy, pack_blocks));
+      MLA_TRY(stage(plan, b, r, false, slot_data, st.copy));
       MLA_TRY(st.record(st.slot_free(slot), st.copy));
     }
     if (!send && last_of_group && !o.layer_done.empty())
