@@ -268,8 +268,8 @@ TEST(DsaGpu, IndexerLogitsDecodeSkipsInvalidPages) {
   HostTensor cache = random_indexer_cache(rng, pool);
   HostTensor bt(DType::i32, {B, pages_per}), bt_bad(DType::i32, {B, pages_per});
   for (int64_t i = 0; i < B * pages_per; ++i) bt.set(i, double(i)), bt_bad.set(i, double(i));
-  bt_bad.set(1, -1.0);                   // request 0, keys 64-127
-  bt_bad.set(3, double(pool + 1000));    // request 0, keys 192-255
+  bt_bad.set(1, -1.0);                        // request 0, keys 64-127
+  bt_bad.set(3, double(pool + 1000));         // request 0, keys 192-255
   const std::set<int64_t> bad_cols = {1, 3};  // pages of request 0
   HostTensor lens_t(DType::i32, {B});
   for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
@@ -277,17 +277,16 @@ TEST(DsaGpu, IndexerLogitsDecodeSkipsInvalidPages) {
   HostTensor w = random_tensor(rng, DType::f32, {B, 1, 64}, -1, 1);
   HostTensor ref(DType::f32, {B, 1, max_len});
   ref.poison();
-  ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
-                                       bt.view(), lens_t.view(), ref.view()}));
+  ASSERT_MLA_OK(indexer_logits_decode(
+      {q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens_t.view(), ref.view()}));
   HostTensor absref = ref;
   const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
-  ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
-                                       bt.view(), lens_t.view(), absref.view()}));
+  ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(),
+                                       lens_t.view(), absref.view()}));
   DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt_bad), dl(lens_t);
   for (const char* kernel : {"v1", "v2"})
     for (const char* ppc : {"", "2"}) {
-      const std::string what =
-          std::string("invalid pages ") + kernel + " pages/CTA '" + ppc + "'";
+      const std::string what = std::string("invalid pages ") + kernel + " pages/CTA '" + ppc + "'";
       ASSERT_EQ(setenv("MLA_INDEXER_KERNEL", kernel, 1), 0);
       if (*ppc)
         ASSERT_EQ(setenv("MLA_INDEXER_PAGES_PER_CTA", ppc, 1), 0);
@@ -296,10 +295,10 @@ TEST(DsaGpu, IndexerLogitsDecodeSkipsInvalidPages) {
       HostTensor got = ref;
       DeviceBuffer dout(got);
       dout.poison();
-      ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w),
-                                                 IndexerCacheView{dc.view(cache)},
-                                                 dbt.view(bt_bad), dl.view(lens_t), dout.view(got)},
-                                                {}));
+      ASSERT_MLA_OK(
+          cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)},
+                                       dbt.view(bt_bad), dl.view(lens_t), dout.view(got)},
+                                      {}));
       MLA_CUDA_CHECK(cudaDeviceSynchronize());
       dout.to_host(got);
       for (int64_t col = 0; col < max_len; ++col)
