@@ -173,47 +173,75 @@ void report(const std::string& suite, const std::string& shape, double us, doubl
 }
 
 // ---- indexer decode: b x s_q queries over L keys each (paged, 132 B/key) ----
+// The inputs of one decode shape on the device (random e4m3 keys and queries,
+// pages in order, every request L keys long) and the params over them.
+struct IndexerDecodeInputs {
+  int B, s_q;
+  int64_t L, pages_per, pages;
+  uint8_t *cache, *q;
+  float* w;
+  int32_t *bt, *lens;
+
+  IndexerDecodeInputs(int B_, int s_q_, int64_t L_)
+      : B(B_), s_q(s_q_), L(L_), pages_per((L_ + 63) / 64), pages(B_ * pages_per) {
+    cache = static_cast<uint8_t*>(dalloc(pages * 8448));
+    fill(cache, pages * 8448, kBytesE4m3, 1);
+    fix_indexer_pages<<<1024, 256>>>(cache, pages);
+    q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
+    fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
+    w = static_cast<float*>(dalloc(int64_t(B) * s_q * 64 * 4));
+    fill(w, int64_t(B) * s_q * 64, kF32, 3);
+    bt = static_cast<int32_t*>(dalloc(pages * 4));
+    iota_kernel<<<256, 256>>>(bt, pages, 1);
+    lens = static_cast<int32_t*>(dalloc(B * 4));
+    const_kernel<<<1, 256>>>(lens, B, int32_t(L));
+  }
+  ~IndexerDecodeInputs() {
+    cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens);
+  }
+  IndexerDecodeInputs(const IndexerDecodeInputs&) = delete;
+  IndexerDecodeInputs& operator=(const IndexerDecodeInputs&) = delete;
+
+  dsa::IndexerLogitsParams params(float* logits) const {
+    dsa::IndexerLogitsParams p;
+    p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L,
+    p.num_tokens = int64_t(B) * s_q;
+    p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt,
+    p.block_table_stride = pages_per;
+    p.cache = {cache, 8448, 64, pages};
+    return p;
+  }
+  int64_t logits_count() const { return int64_t(B) * s_q * L; }
+  double flops() const { return 2.0 * 64 * 128 * double(B) * s_q * L; }
+  double bytes() const { return double(B) * L * 132 + double(B) * s_q * L * 4; }
+  std::string shape() const {
+    return "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
+           std::to_string(L / 1024) + "K";
+  }
+};
+
 // variant: IndexerLogitsParams::timing_variant (wgmma kernel: 1 copies only,
 // 2 copies + wgmma; neither writes the logits). version:
 // IndexerLogitsParams::decode_version (0: MLA_INDEXER_KERNEL, 1: v1, 2: v2).
 double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
                             bool mma_sync = false, int variant = 0, int version = 0) {
-  const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
-  auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
-  fill(cache, pages * 8448, kBytesE4m3, 1);
-  fix_indexer_pages<<<1024, 256>>>(cache, pages);
-  auto* q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
-  fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
-  auto* w = static_cast<float*>(dalloc(int64_t(B) * s_q * 64 * 4));
-  fill(w, int64_t(B) * s_q * 64, kF32, 3);
-  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
-  iota_kernel<<<256, 256>>>(bt, pages, 1);
-  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
-  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
-  auto* logits = static_cast<float*>(dalloc(int64_t(B) * s_q * L * 4));
-  dsa::IndexerLogitsParams p;
-  p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L,
-  p.num_tokens = int64_t(B) * s_q;
-  p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt, p.block_table_stride = pages_per;
-  p.cache = {cache, 8448, 64, pages};
+  const IndexerDecodeInputs in(B, s_q, L);
+  auto* logits = static_cast<float*>(dalloc(in.logits_count() * 4));
+  dsa::IndexerLogitsParams p = in.params(logits);
   p.decode_mma_sync = mma_sync;
   p.timing_variant = variant;
   p.decode_version = version;
   const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
-  const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
-  const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
   if (print)
     report(mma_sync       ? "indexer-dec-v1"
            : variant      ? "indexer-stage"
            : version == 2 ? "indexer-dec-tma"
                           : "indexer-decode",
-           "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
-               std::to_string(L / 1024) + "K" +
-               (variant == 1   ? " copies only"
-                : variant == 2 ? " copies+wgmma (no epilogue)"
-                               : ""),
-           us, flops, bytes, false, kFp8TF);
-  cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens), cudaFree(logits);
+           in.shape() + (variant == 1   ? " copies only"
+                         : variant == 2 ? " copies+wgmma (no epilogue)"
+                                        : ""),
+           us, in.flops(), in.bytes(), false, kFp8TF);
+  cudaFree(logits);
   return us;
 }
 
@@ -223,39 +251,20 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
 // rings; the tests check both against the fp64 reference at small shapes):
 // max |v2 - v1| over max |v1|, and positions where exactly one is -inf.
 void bench_indexer_v1_v2(Timer& tm, int B, int s_q, int64_t L) {
-  const int64_t pages_per = (L + 63) / 64, pages = B * pages_per;
-  auto* cache = static_cast<uint8_t*>(dalloc(pages * 8448));
-  fill(cache, pages * 8448, kBytesE4m3, 1);
-  fix_indexer_pages<<<1024, 256>>>(cache, pages);
-  auto* q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
-  fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
-  auto* w = static_cast<float*>(dalloc(int64_t(B) * s_q * 64 * 4));
-  fill(w, int64_t(B) * s_q * 64, kF32, 3);
-  auto* bt = static_cast<int32_t*>(dalloc(pages * 4));
-  iota_kernel<<<256, 256>>>(bt, pages, 1);
-  auto* lens = static_cast<int32_t*>(dalloc(B * 4));
-  const_kernel<<<1, 256>>>(lens, B, int32_t(L));
-  const int64_t n = int64_t(B) * s_q * L;
+  const IndexerDecodeInputs in(B, s_q, L);
+  const int64_t n = in.logits_count();
   const int kernels = s_q == 1 ? 3 : 2;  // v1, v2, v2 with 3 stages (s_q 1)
   float* logits[3] = {};
   for (int v = 0; v < kernels; ++v) logits[v] = static_cast<float*>(dalloc(n * 4));
-  const std::string shape = "b" + std::to_string(B) + " s_q" + std::to_string(s_q) + " L" +
-                            std::to_string(L / 1024) + "K";
-  const double flops = 2.0 * 64 * 128 * double(B) * s_q * L;
-  const double bytes = double(B) * L * 132 + double(B) * s_q * L * 4;
+  const std::string shape = in.shape();
   double us[3];
   for (int v = 0; v < kernels; ++v) {
-    dsa::IndexerLogitsParams p;
-    p.q = q, p.w = w, p.logits = logits[v], p.logits_stride = L, p.width = L,
-    p.num_tokens = int64_t(B) * s_q;
-    p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt,
-    p.block_table_stride = pages_per;
-    p.cache = {cache, 8448, 64, pages};
+    dsa::IndexerLogitsParams p = in.params(logits[v]);
     p.decode_version = v == 0 ? 1 : 2;
     p.v2_stages = v == 2 ? 3 : 0;
     us[v] = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
     report(v == 0 ? "indexer-decode" : "indexer-dec-tma", shape + (v == 2 ? " 3 stages" : ""),
-           us[v], flops, bytes, false, kFp8TF);
+           us[v], in.flops(), in.bytes(), false, kFp8TF);
   }
   BENCH_CUDA(cudaDeviceSynchronize());
   std::vector<float> h0(n), h1(n);
@@ -282,7 +291,6 @@ void bench_indexer_v1_v2(Timer& tm, int B, int s_q, int64_t L) {
         max_diff / std::max(max_abs, 1e-30), (long long)inf_mismatch, (long long)nonfinite);
   }
   std::fflush(stdout);
-  cudaFree(cache), cudaFree(q), cudaFree(w), cudaFree(bt), cudaFree(lens);
   for (float* l : logits) cudaFree(l);
 }
 

@@ -59,21 +59,20 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
     return detail::error(Errc::unsupported,
                          "prefill attention: heads {} or batch {} past the grid limit 65535",
                          p.heads, p.batch);
+  // The maps are encoded once: they decide `automatic`, and the ws kernels read them.
   FlashWsMaps maps;
-  if (p.kernel == FlashKernel::automatic) {
-    FlashFwdParams q = p;
+  FlashFwdParams q = p;
+  if (p.kernel == FlashKernel::automatic)
     q.kernel = encode_flash_ws_maps(p, &maps) ? FlashKernel::wgmma_ws : FlashKernel::wgmma;
-    return launch_flash_fwd(q, stream);
-  }
-  const bool ws = p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong;
-  if (ws && !encode_flash_ws_maps(p, &maps))
+  else if ((p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong) &&
+           !encode_flash_ws_maps(p, &maps))
     return detail::error(
         Errc::unsupported,
         "prefill attention (wgmma_ws): no TMA tensor maps for these tensors (total_q {}, "
         "total_k {} with varlen must be given; bases 16-byte aligned, strides multiples of 8 "
         "elements)",
         p.total_q, p.total_k);
-  const cudaError_t e = flash_fwd_launch_raw(p, &maps, static_cast<cudaStream_t>(stream));
+  const cudaError_t e = flash_fwd_launch_raw(q, &maps, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess)
     return detail::error(Errc::cuda_error,
                          "prefill attention launch (B {}, h {}, max_seqlen_q {}): {}", p.batch,

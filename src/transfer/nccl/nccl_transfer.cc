@@ -77,6 +77,11 @@ Status stage(const TransferPlan& plan, const TransferBuffers& b, const Round& r,
                            "copy_pieces_kernel (staging pack/unpack)");
 }
 
+// Whether pack/unpack run on a stream of their own (pipelined staging).
+bool uses_pack_stream(const NcclTransferOptions& o) {
+  return o.pack_stream != nullptr && o.pack_stream != o.stream;
+}
+
 // The two streams of a call and the events that order them. Serial (no
 // pack_stream): both are the caller's stream and every hand-off is a no-op,
 // stream order already holds. Pipelined: the staging buffer's two slots are
@@ -92,7 +97,7 @@ class Streams {
   }
   Status init(const NcclTransferOptions& o) {
     wire = static_cast<cudaStream_t>(o.stream);
-    copy = o.pack_stream != nullptr ? static_cast<cudaStream_t>(o.pack_stream) : wire;
+    copy = uses_pack_stream(o) ? static_cast<cudaStream_t>(o.pack_stream) : wire;
     if (!pipelined()) return Status::Ok();
     for (cudaEvent_t& e : events_)
       MLA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -139,7 +144,7 @@ class Streams {
 Status run_schedule(const TransferPlan& plan, const TransferBuffers& b,
                     const NcclTransferOptions& o, bool send) {
   MLA_TRY(check_options(plan, o));
-  const bool pipelined = o.pack_stream != nullptr && o.pack_stream != o.stream;
+  const bool pipelined = uses_pack_stream(o);
   const int64_t slot_bytes = transfer::staging_slot_bytes(int64_t(o.staging.bytes), pipelined);
   Schedule s;
   MLA_TRY(
