@@ -66,6 +66,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$BUILD:$PWD/$BUILD/rt:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ldd "$TESTS" | grep -i "not found" && echo "MISSING LIBRARIES: carry them in $BUILD/rt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
+"$TESTS" --gtest_list_tests >/dev/null 2>&1
+if [ $? -eq 77 ]; then echo "gpu_check.sh: no CUDA device ($TESTS exits 77)" >&2; exit 77; fi
 
 T0=$(date +%s)
 SUMMARY=()
