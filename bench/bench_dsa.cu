@@ -12,13 +12,14 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_check.hpp"
 #include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/indexer_launch.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
-#include "cuda/dsa/topk_launch.hpp"
+#include "cuda/topk/topk_params.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
 #include "mla/sparse.hpp"
@@ -322,41 +323,27 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
       cudaFree(logits);
 }
 
-// algo: TopkParams::algo (0: its default; 1 three-pass, 2 two-pass streaming,
-// 3 sampled single pass, 4 = 3 with per-warp pool slices). variant: TopkParams::timing_variant
-// (stages).
-double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0,
-                  int algo = 0) {
+// Top-k of R rows of N uniform fp32 logits (floor: the logits read once). plan:
+// a given kernel and cluster size, or (null) the one topk::choose picks.
+double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
+                  const mla::cuda::topk::TopkPlan* plan = nullptr, bool best_first = true) {
+  namespace tk = mla::cuda::topk;
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
-  dsa::TopkParams p;
+  tk::TopkParams p;
   p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
-  p.out_stride = k;
-  p.timing_variant = variant;
-  if (algo) p.algo = algo;
-  const double us = tm.time([&] { BENCH_OK(dsa::launch_topk(p, nullptr)); });
-  const char* stage = algo == 1   ? (variant == 1   ? " pass1 only"
-                                     : variant == 2 ? " pass1 no-conflict"
-                                     : variant == 3 ? " pass1+2 only"
-                                                    : "")
-                      : algo >= 3 ? (variant == 1   ? " sample+pass only"
-                                     : variant == 3 ? " to leader pool (no select/sort)"
-                                     : variant == 8 ? " shared-memory sort of the pool"
-                                     : variant == 9 ? " leader always rank 0"
-                                                    : "")
-                                  : (variant == 1   ? " pass1 only"
-                                     : variant == 3 ? " to end of pass2 (no sort)"
-                                     : variant == 4 ? " pass2 forward order"
-                                     : variant == 5 ? " L2 hints"
-                                     : variant == 6 ? " pass1 copies only"
-                                     : variant == 7 ? " to digit exchange"
-                                     : variant == 8 ? " shared-memory sort of the pool"
-                                                    : "");
+  p.out_stride = k, p.best_first = best_first;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
+  const double us =
+      tm.time([&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); });
   if (print)
-    report(std::string(variant ? "topk-stage" : "topk") +
-               (algo ? "-v" + std::to_string(algo) : std::string()),
-           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + stage,
+    report("topk",
+           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
+               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
+               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -552,21 +539,25 @@ int main(int argc, char** argv) {
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
-    // v1, v2 (two reads), v3 (sampled, one read) and v4 (v3, per-warp slices) in one run; the SM
-    // clock read before and after (run 2: 1981 MHz throughout, cold = warm).
+    // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA
+    // decode shapes, both orders; then every kernel and cluster size on the targets. The SM
+    // clock read before and after.
+    namespace tk = mla::cuda::topk;
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
     warm_gpu(200);
-    for (int algo : {1, 2, 3, 4}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
-    for (int v : {6, 1, 7, 3, 8})
-      bench_topk(tm, 128, 131072, 2048, true, v, 2);  // v2: where the time goes
-    for (int algo : {3, 4})
-      for (int v : {1, 3})  // v3 and v4: the pass alone (their collects), up to the leader's pool
-        bench_topk(tm, 128, 131072, 2048, true, v, algo);
-    for (int algo : {1, 2, 3, 4}) {
-      bench_topk(tm, 4096, 32768, 2048, true, 0, algo);
-      bench_topk(tm, 1, 262144, 2048, true, 0, algo);
-      bench_topk(tm, 128, 65536, 2048, true, 0, algo);
-    }
+    const std::pair<int64_t, int64_t> shapes[] = {{128, 131072}, {4096, 32768}, {1, 1048576},
+                                                  {128, 32768},  {8, 131072},   {1, 262144}};
+    for (const auto& [R, N] : shapes)
+      for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+    bench_topk(tm, 128, 131072, 8192);
+    for (const auto& [R, N] :
+         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
+      for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+        for (int cs : {1, 2, 4, 8}) {
+          if (R * cs > 1024) continue;
+          const tk::TopkPlan plan{kern, cs};
+          bench_topk(tm, R, N, 2048, true, &plan);
+        }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }
   if (want("sparse-decode")) {

@@ -8,8 +8,6 @@
 #include "cuda/dsa/dsa_host.hpp"
 #include "cuda/dsa/indexer_cuda.hpp"
 #include "cuda/dsa/indexer_launch.hpp"
-#include "cuda/dsa/topk_cuda.hpp"
-#include "cuda/dsa/topk_launch.hpp"
 
 namespace mla::cuda {
 
@@ -18,7 +16,9 @@ namespace k = mla::cuda::dsa;
 
 namespace {
 
-cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+cudaStream_t stream_of(const ExecContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
 
 // Stride (elements) of the leading dims [0, lead) seen as one row dim; the
 // leading dims must nest (row-major over themselves).
@@ -88,9 +88,11 @@ Status query_rows(const TensorView& q8, const TensorView& w, int lead, k::Indexe
   MLA_TRY(row_stride(q8, "q8", lead, &rows, &p->q_stride));
   MLA_TRY(row_stride(w, "w_folded", lead, &rows2, &p->w_stride));
   if (q8.strides[lead] != kIndexerDim || q8.strides[lead + 1] != 1)
-    return error(Errc::invalid_stride, "q8: the CUDA kernel needs heads and dims dense ([..., 64, 128] row-major)");
+    return error(Errc::invalid_stride,
+                 "q8: the CUDA kernel needs heads and dims dense ([..., 64, 128] row-major)");
   MLA_TRY(detail::expect_aligned(q8, "q8", 16));
-  if (p->q_stride % 16) return error(Errc::misaligned, "q8: token stride {} B is not a multiple of 16", p->q_stride);
+  if (p->q_stride % 16)
+    return error(Errc::misaligned, "q8: token stride {} B is not a multiple of 16", p->q_stride);
   if (w.strides[lead] != 1) return error(Errc::invalid_stride, "w_folded: heads must be dense");
   p->q = static_cast<const uint8_t*>(q8.data);
   p->w = static_cast<const float*>(w.data);
@@ -121,7 +123,8 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
   k::IndexerLogitsParams p;
   MLA_TRY(query_rows(a.q8, a.w_folded, 1, &p));
   if (a.k8.shape[0] > 1 && a.k8.strides[0] != kIndexerDim)
-    return error(Errc::invalid_stride, "k8: the CUDA kernel needs dense rows of 128 (stride {})", a.k8.strides[0]);
+    return error(Errc::invalid_stride, "k8: the CUDA kernel needs dense rows of 128 (stride {})",
+                 a.k8.strides[0]);
   MLA_TRY(detail::expect_aligned(a.k8, "k8", 16));
   MLA_TRY(detail::expect_aligned(a.k_scale, "k_scale", 4));
   if (a.k_scale.shape[0] > 1 && a.k_scale.strides[0] != 1)
@@ -137,29 +140,6 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
   p.logits = static_cast<float*>(a.logits.data);
   p.logits_stride = a.logits.strides[0];
   return k::launch_indexer_logits_prefill(p, stream_of(ctx));
-}
-
-Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
-  k::TopkParams p;
-  p.logits = static_cast<const float*>(a.logits.data);
-  p.logits_stride = a.logits.strides[0];
-  p.num_rows = a.logits.shape[0];
-  p.width = a.logits.shape[1];
-  p.k = a.k;
-  if (a.lengths.defined()) {
-    if (a.lengths.shape[0] > 1 && a.lengths.strides[0] != 1)
-      return error(Errc::invalid_stride, "lengths: must be dense (stride {})", a.lengths.strides[0]);
-    p.lengths = static_cast<const int32_t*>(a.lengths.data);
-  }
-  if (a.block_table.defined()) {
-    p.block_table = static_cast<const int32_t*>(a.block_table.data);
-    p.block_table_stride = a.block_table.strides[0];
-    p.page_size = a.page_size;
-    p.rows_per_request = a.rows_per_request;
-  }
-  p.out = static_cast<int32_t*>(a.indices.data);
-  p.out_stride = a.indices.strides[0];
-  return k::launch_topk(p, stream_of(ctx));
 }
 
 }  // namespace mla::cuda

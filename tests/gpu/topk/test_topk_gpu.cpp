@@ -1,0 +1,276 @@
+// GPU tests of the token top-k (src/cuda/topk) against the CPU reference:
+// the same int32 bytes (exact set, exact order) for every kernel and cluster
+// size, both output orders, on adversarial rows (all equal, heavy ties at the
+// threshold, -inf tails, NaN, one huge value, sorted and reverse-sorted,
+// values packed into one radix bucket), rows of 1K to 1M logits, lengths
+// below k, length 0, k 64 to 8192, the page-table translation; 100 calls in a
+// row bit-identical. Outputs are poisoned before every run.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/random.hpp"
+#include "cuda/topk/topk_cuda.hpp"
+#include "gpu/gpu_buffer.hpp"
+#include "mla/topk.hpp"
+
+namespace mla {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::HostTensor;
+using testing::Rng;
+namespace tk = mla::cuda::topk;
+
+// Every (kernel, cluster) pair that takes k.
+std::vector<tk::TopkPlan> plans_for(int k) {
+  std::vector<tk::TopkPlan> v;
+  for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+    if (k <= tk::max_k(kern))
+      for (int cs : {1, 2, 4, 8}) v.push_back({kern, cs});
+  return v;
+}
+
+std::string plan_name(tk::TopkPlan p) {
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
+}
+
+enum class Fill {
+  uniform,       // [-10, 10)
+  ties,          // 21 integer levels
+  heavy_ties,    // 3 levels: most of the row ties at the threshold
+  all_equal,     // one value
+  one_bucket,    // [1, 1.0001): every logit in one 11-bit bucket
+  sorted_up,     // ascending: every logit beats the ones before (compaction every chunk)
+  sorted_down,   // descending
+  neg_inf_tail,  // the second half -inf
+  nan_mix,       // 30% NaN, 10% -inf, a few +inf, -0 and +0
+  one_huge,      // one 1e30, the rest tiny
+};
+
+const char* fill_name(Fill f) {
+  switch (f) {
+    case Fill::uniform: return "uniform";
+    case Fill::ties: return "ties";
+    case Fill::heavy_ties: return "heavy_ties";
+    case Fill::all_equal: return "all_equal";
+    case Fill::one_bucket: return "one_bucket";
+    case Fill::sorted_up: return "sorted_up";
+    case Fill::sorted_down: return "sorted_down";
+    case Fill::neg_inf_tail: return "neg_inf_tail";
+    case Fill::nan_mix: return "nan_mix";
+    case Fill::one_huge: return "one_huge";
+  }
+  return "?";
+}
+
+HostTensor make_logits(Rng& rng, int64_t R, int64_t N, Fill f) {
+  HostTensor t(DType::f32, {R, N});
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t p = 0; p < N; ++p) {
+      double v = rng.uniform(-10, 10);
+      switch (f) {
+        case Fill::uniform: break;
+        case Fill::ties: v = std::round(v); break;
+        case Fill::heavy_ties: v = std::round(v / 8); break;
+        case Fill::all_equal: v = 0.5; break;
+        case Fill::one_bucket: v = 1.0 + rng.uniform(0, 1e-4); break;
+        case Fill::sorted_up: v = double(p) * 1e-3 - 7; break;
+        case Fill::sorted_down: v = 7 - double(p) * 1e-3; break;
+        case Fill::neg_inf_tail:
+          if (p >= N / 2) v = -INFINITY;
+          break;
+        case Fill::nan_mix: {
+          const int64_t m = rng.randint(0, 99);
+          if (m < 30)
+            v = NAN;
+          else if (m < 40)
+            v = -INFINITY;
+          else if (m == 40)
+            v = INFINITY;
+          else if (m == 41)
+            v = -0.0;
+          else if (m == 42)
+            v = 0.0;
+          break;
+        }
+        case Fill::one_huge: v = p == (r * 7919) % N ? 1e30 : rng.uniform(-1e-3, 1e-3); break;
+      }
+      t.set(r * N + p, v);
+    }
+  return t;
+}
+
+struct Case {
+  int64_t R, N;
+  int k;
+  Fill fill;
+  bool lengths = false;    // per-row lengths: 0, k/2, k, N, random
+  bool translate = false;  // page-table transform (page 16, 2 rows per request when R is even)
+};
+
+// The reference's indices for `order`, and the GPU's for each plan, compared
+// byte for byte.
+void run_case(Rng& rng, const Case& c, const std::vector<tk::TopkPlan>& plans, bool with_auto) {
+  const HostTensor logits = make_logits(rng, c.R, c.N, c.fill);
+  HostTensor lens(DType::i32, {c.R});
+  for (int64_t r = 0; r < c.R; ++r) {
+    const int choice = int(r % 5);
+    const int64_t len = choice == 0   ? 0
+                        : choice == 1 ? std::min<int64_t>(c.N, c.k / 2)
+                        : choice == 2 ? std::min<int64_t>(c.N, c.k)
+                        : choice == 3 ? c.N
+                                      : rng.randint(0, c.N);
+    lens.set(r, double(c.lengths ? len : c.N));
+  }
+  const int page = 16, rpr = c.R % 2 == 0 ? 2 : 1;
+  const int64_t B = c.R / rpr, maxp = (c.N + page - 1) / page;
+  HostTensor bt(DType::i32, {B, maxp});
+  for (int64_t i = 0; i < bt.numel(); ++i) bt.set(i, double(rng.randint(0, 5000)));
+  DeviceBuffer dl(logits), dlen(lens), dbt(bt);
+  for (TopkOrder order : {TopkOrder::best_first, TopkOrder::by_position}) {
+    HostTensor ref(DType::i32, {c.R, c.k});
+    ref.poison();
+    TopkArgs a;
+    a.logits = logits.view(), a.k = c.k, a.indices = ref.view(), a.order = order;
+    if (c.lengths) a.lengths = lens.view();
+    if (c.translate) a.block_table = bt.view(), a.page_size = page, a.rows_per_request = rpr;
+    ASSERT_MLA_OK(topk_indices(a));
+    HostTensor got = ref;
+    DeviceBuffer dout(got);
+    TopkArgs g = a;
+    g.logits = dl.view(logits), g.indices = dout.view(got);
+    if (c.lengths) g.lengths = dlen.view(lens);
+    if (c.translate) g.block_table = dbt.view(bt);
+    std::vector<std::string> runs;
+    for (const tk::TopkPlan& plan : plans) runs.push_back(plan_name(plan));
+    if (with_auto) runs.push_back("automatic");
+    for (size_t i = 0; i < runs.size(); ++i) {
+      dout.poison();
+      if (i < plans.size())
+        ASSERT_MLA_OK(cuda::topk_indices(g, {}, plans[i]));
+      else
+        ASSERT_MLA_OK(topk_indices(g));
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      int64_t bad = 0;
+      for (int64_t j = 0; j < ref.numel(); ++j)
+        if (ref.get(j) != got.get(j) && bad++ < 3)
+          ADD_FAILURE() << runs[i] << " " << fill_name(c.fill) << " R " << c.R << " N " << c.N
+                        << " k " << c.k
+                        << (order == TopkOrder::best_first ? " best_first" : " by_position")
+                        << (c.lengths ? " lengths" : "") << (c.translate ? " translate" : "")
+                        << ": row " << j / c.k << " entry " << j % c.k << " got " << got.get(j)
+                        << " want " << ref.get(j);
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+// Every fill on moderate rows, every kernel and cluster size.
+TEST(TopkGpu, AdversarialRowsMatchReference) {
+  Rng rng(1901);
+  for (Fill f :
+       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
+        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
+    run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048), true);
+}
+
+// Rows of 1K to 256K (odd widths: rows not 16-byte aligned), k 64 to 8192,
+// lengths, the page-table transform.
+TEST(TopkGpu, ShapesMatchReference) {
+  Rng rng(1902);
+  const Case cases[] = {
+      {7, 1000, 64, Fill::uniform, true, false},
+      {4, 1024, 2048, Fill::ties, true, true},
+      {5, 4099, 128, Fill::uniform, false, false},
+      {6, 9000, 2048, Fill::ties, true, true},
+      {3, 70001, 2048, Fill::uniform, true, true},
+      {3, 40000, 8192, Fill::ties, true, false},
+      {2, 65541, 4096, Fill::uniform, false, false},
+      {2, 262144, 2048, Fill::uniform, false, false},
+      {2, 100003, 8192, Fill::heavy_ties, false, false},
+      {300, 3000, 512, Fill::uniform, true, true},
+  };
+  for (const Case& c : cases) run_case(rng, c, plans_for(c.k), true);
+}
+
+// One row of 1M logits (decode at batch 1): the cluster split, k 2048 and 8192.
+TEST(TopkGpu, MillionLogitRow) {
+  Rng rng(1903);
+  run_case(rng, {1, 1 << 20, 2048, Fill::uniform, false, false}, plans_for(2048), true);
+  run_case(rng, {1, 1 << 20, 8192, Fill::ties, false, false}, plans_for(8192), true);
+  run_case(rng, {2, 1000003, 2048, Fill::sorted_up, false, false},
+           {{tk::Kernel::select_1024, 8}, {tk::Kernel::select_512, 1}}, true);
+}
+
+// Small shapes for compute-sanitizer (racecheck, memcheck): every kernel and
+// cluster size, both orders, compactions (sorted_up), ties, the transform.
+TEST(TopkGpu, SmallForSanitizer) {
+  Rng rng(1904);
+  run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans_for(256), false);
+  run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans_for(512), false);
+}
+
+// 100 calls in a row give the same bytes (ties at the threshold, a cluster
+// split and a compaction-heavy row, both orders).
+TEST(TopkGpu, RepeatedCallsBitIdentical) {
+  Rng rng(1905);
+  const int64_t R = 8, N = 131072;
+  const int k = 2048;
+  HostTensor logits = make_logits(rng, R, N, Fill::ties);
+  for (int64_t p = 0; p < N; ++p) logits.set(R * N - N + p, double(p % 977));  // a sawtooth row
+  DeviceBuffer dl(logits);
+  HostTensor first(DType::i32, {R, k}), got(DType::i32, {R, k});
+  for (const tk::TopkPlan plan :
+       {tk::TopkPlan{tk::Kernel::select_1024, 4}, tk::TopkPlan{tk::Kernel::select_512, 1}})
+    for (TopkOrder order : {TopkOrder::best_first, TopkOrder::by_position}) {
+      DeviceBuffer dout(first);
+      TopkArgs a;
+      a.logits = dl.view(logits), a.k = k, a.indices = dout.view(first), a.order = order;
+      for (int it = 0; it < 100; ++it) {
+        dout.poison();
+        ASSERT_MLA_OK(cuda::topk_indices(a, {}, plan));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        dout.to_host(it == 0 ? first : got);
+        if (it > 0)
+          ASSERT_EQ(std::memcmp(first.storage.data(), got.storage.data(), size_t(R) * k * 4), 0)
+              << plan_name(plan) << " call " << it;
+      }
+    }
+}
+
+TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
+  HostTensor logits(DType::f32, {2, 100});
+  HostTensor idx(DType::i32, {2, 8192});
+  DeviceBuffer dl(logits), dout(idx);
+  TopkArgs a;
+  a.logits = dl.view(logits), a.k = 8192, a.indices = dout.view(idx);
+  Status st = cuda::topk_indices(a, {}, {tk::Kernel::select_512, 1});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("8192"), std::string::npos) << st.message();
+  st = cuda::topk_indices(a, {}, {tk::Kernel::select_1024, 3});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("cluster = 3"), std::string::npos) << st.message();
+  a.order = static_cast<TopkOrder>(7);
+  st = topk_indices(a);
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
+}
+
+// The plan: rows that fill the GPU run one CTA each; few long rows are split.
+TEST(TopkGpu, ChooseSplitsFewLongRows) {
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(4096, 32768, 8192, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(1, 1 << 20, 2048, 132).cluster, 8);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(1, 4096, 2048, 132).cluster, 1);  // too short to split
+}
+
+}  // namespace
+}  // namespace mla
