@@ -130,6 +130,47 @@ void warm_gpu(int ms) {
   BENCH_CUDA(cudaDeviceSynchronize());
 }
 
+// Reads n float4 (a sum that is never true keeps the loads).
+__global__ void read_kernel(const float4* p, size_t n, float* sink) {
+  float acc = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float4 v = p[i];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 1.2345f) *sink = acc;
+}
+
+// The top-k kernel's read pattern alone: CTA b reads row b / split's segment
+// b % split, each thread kVecs float4 per chunk, kDepth chunks in flight (the
+// same loop shape as topk_kernel.cuh, without the selection). The read
+// ceiling the select can reach with that shape.
+template <int Threads, int Vecs, int Depth>
+__global__ void __launch_bounds__(Threads)
+    read_rows_kernel(const float* logits, int64_t n, int split, float* sink) {
+  const int64_t row = blockIdx.x / split, seg = blockIdx.x % split;
+  const int64_t nvec = n / 4, per = (nvec + split - 1) / split;
+  const float4* v = reinterpret_cast<const float4*>(logits + row * n);
+  const int64_t v0 = seg * per, v1 = std::min(nvec, v0 + per);
+  float acc = 0.f;
+  for (int64_t c = v0 + int64_t(threadIdx.x) * Vecs; c < v1; c += int64_t(Threads) * Vecs * Depth) {
+    float4 x[Depth][Vecs];
+#pragma unroll
+    for (int d = 0; d < Depth; ++d)
+#pragma unroll
+      for (int j = 0; j < Vecs; ++j) {
+        const int64_t i = c + int64_t(d) * Threads * Vecs + j;
+        x[d][j] = i < v1 ? v[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+    for (int d = 0; d < Depth; ++d)
+#pragma unroll
+      for (int j = 0; j < Vecs; ++j)
+        acc = fmaxf(acc, x[d][j].x + x[d][j].y + x[d][j].z + x[d][j].w);
+  }
+  if (acc == 1.2345f) *sink = acc;
+}
+
 struct Timer {
   void* flush = dalloc(size_t(256) << 20);
   cudaEvent_t a, b;
@@ -141,6 +182,30 @@ struct Timer {
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
       BENCH_CUDA(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
+      BENCH_CUDA(cudaEventRecord(a));
+      fn();
+      BENCH_CUDA(cudaEventRecord(b));
+      BENCH_CUDA(cudaEventSynchronize(b));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+  // As time(), but the flush's dirty lines are written back before the timed
+  // call (a read of another 256 MB evicts them): a read-only kernel is then not
+  // charged for the flush's write-back.
+  double time_clean_l2(const std::function<void()>& fn, int reps = 15) {
+    static void* other = dalloc(size_t(256) << 20);
+    static float* sink = static_cast<float*>(dalloc(4));
+    for (int i = 0; i < 3; ++i) fn();
+    BENCH_CUDA(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      BENCH_CUDA(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
+      read_kernel<<<132 * 8, 512>>>(static_cast<const float4*>(other), (size_t(256) << 20) / 16,
+                                    sink);
       BENCH_CUDA(cudaEventRecord(a));
       fn();
       BENCH_CUDA(cudaEventRecord(b));
@@ -326,7 +391,8 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
 // Top-k of R rows of N uniform fp32 logits (floor: the logits read once). plan:
 // a given kernel and cluster size, or (null) the one topk::choose picks.
 double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
-                  const mla::cuda::topk::TopkPlan* plan = nullptr, bool best_first = true) {
+                  const mla::cuda::topk::TopkPlan* plan = nullptr, bool best_first = true,
+                  bool clean_l2 = false) {
   namespace tk = mla::cuda::topk;
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
@@ -337,16 +403,37 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
-  const double us =
-      tm.time([&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); });
+  const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
+  const double us = clean_l2 ? tm.time_clean_l2(run) : tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
                tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
-               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
+               (best_first ? "" : " by-position") + (plan ? "" : " (auto)") +
+               (clean_l2 ? " clean-L2" : ""),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
+}
+
+// The read alone in the top-k kernel's loop shape (read_rows_kernel), rows split over `split`
+// CTAs: the ceiling of a one-read select with that shape.
+template <int Threads, int Vecs, int Depth>
+void bench_topk_read(Timer& tm, int64_t R, int64_t N, int split, bool clean_l2) {
+  auto* logits = static_cast<float*>(dalloc(R * N * 4));
+  fill(logits, R * N, kF32, 8);
+  static float* sink = static_cast<float*>(dalloc(4));
+  const auto run = [&] {
+    read_rows_kernel<Threads, Vecs, Depth>
+        <<<unsigned(R * split), Threads>>>(logits, N, split, sink);
+  };
+  const double us = clean_l2 ? tm.time_clean_l2(run) : tm.time(run);
+  report("topk-read",
+         std::to_string(R) + " x " + std::to_string(N / 1024) + "K " + std::to_string(Threads) +
+             "thr v" + std::to_string(Vecs) + " d" + std::to_string(Depth) + " split" +
+             std::to_string(split) + (clean_l2 ? " clean-L2" : ""),
+         us, 0, double(R) * N * 4, false, 0);
+  cudaFree(logits);
 }
 
 // sparse decode (paged) or prefill (flat kv = one page); returns microseconds
@@ -558,8 +645,25 @@ int main(int argc, char** argv) {
           const tk::TopkPlan plan{kern, cs};
           bench_topk(tm, R, N, 2048, true, &plan);
         }
+    for (const auto& [R, N] :
+         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
+      bench_topk(tm, R, N, 2048, true, nullptr, true, true);
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }
+  // The read alone in the select's loop shape: what a one-read select can reach.
+  if (only == "topk-read")
+    for (bool clean : {false, true}) {
+      bench_topk_read<1024, 2, 2>(tm, 128, 131072, 1, clean);
+      bench_topk_read<1024, 2, 4>(tm, 128, 131072, 1, clean);
+      bench_topk_read<512, 2, 2>(tm, 128, 131072, 2, clean);
+      bench_topk_read<512, 2, 4>(tm, 128, 131072, 2, clean);
+      bench_topk_read<256, 4, 4>(tm, 128, 131072, 4, clean);
+      bench_topk_read<512, 2, 2>(tm, 4096, 32768, 1, clean);
+      bench_topk_read<512, 2, 4>(tm, 4096, 32768, 1, clean);
+      bench_topk_read<1024, 2, 2>(tm, 1, 1048576, 8, clean);
+      bench_topk_read<1024, 2, 4>(tm, 1, 1048576, 16, clean);
+      bench_topk_read<512, 2, 4>(tm, 1, 1048576, 64, clean);
+    }
   if (want("sparse-decode")) {
     for (bool fp8 : {true, false})
       for (int s_q : {1, 2}) {

@@ -278,30 +278,90 @@ __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row
   return bt[pos / uint32_t(p.page_size)] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
-// Sorts pairs[0..n) (n entries, padded with 0 up to a power of two) by
-// descending value (key desc, then position asc: the low word is ~position)
-// and writes the row's k outputs (-1 past n). Bitonic network; one barrier
-// per stage.
-template <class T>
-__device__ void sort_and_write(uint64_t* pairs, uint32_t n, const TopkParams& p, int64_t row) {
-  uint32_t n2 = 1;
-  while (n2 < n) n2 <<= 1;
-  for (uint32_t i = n + threadIdx.x; i < n2; i += T::kThreads) pairs[i] = 0u;
-  __syncthreads();
+// Bitonic sort of E * kThreads pairs by descending value, thread t holding
+// elements t*E .. t*E+E-1 in registers: strides below E compare within a
+// thread, strides below 32E across the warp (shuffles), and only the longer
+// ones go through shared memory, through two buffers in turn (one barrier per
+// stage: a buffer is written again only after the barrier of the stage that
+// read it).
+template <class T, int E>
+__device__ void bitonic_sort_regs(uint64_t (&v)[E], uint64_t* xchg) {
+  constexpr uint32_t n2 = uint32_t(E) * T::kThreads;
+  const uint32_t base = threadIdx.x * uint32_t(E);
+  int buf = 0;
+#pragma unroll 1
   for (uint32_t size = 2; size <= n2; size <<= 1) {
+#pragma unroll 1
     for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      for (uint32_t t = threadIdx.x; t < n2 / 2; t += T::kThreads) {
-        const uint32_t lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
-        const bool desc = (lo & size) == 0;
-        const uint64_t a = pairs[lo], b = pairs[hi];
-        if ((a < b) == desc) pairs[lo] = b, pairs[hi] = a;
+      if (stride < uint32_t(E)) {
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+          const uint32_t i = base + uint32_t(j);
+          if ((i & stride) == 0) {
+            const int h = j + int(stride);
+            const bool desc = (i & size) == 0;
+            const uint64_t a = v[j], b = v[h];
+            if ((a < b) == desc) v[j] = b, v[h] = a;
+          }
+        }
+        continue;
       }
-      __syncthreads();
+      uint64_t o[E];
+      if (stride < 32u * E) {
+        const int lanes = int(stride / uint32_t(E));
+#pragma unroll
+        for (int j = 0; j < E; ++j) o[j] = __shfl_xor_sync(0xffffffffu, v[j], lanes);
+      } else {
+        uint64_t* x = xchg + buf * n2;
+#pragma unroll
+        for (int j = 0; j < E; ++j) x[base + j] = v[j];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < E; ++j) o[j] = x[(base + j) ^ stride];
+        buf ^= 1;
+      }
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        const uint32_t i = base + uint32_t(j);
+        const bool lower = (i & stride) == 0, desc = (i & size) == 0;
+        v[j] = (lower == desc) ? (v[j] > o[j] ? v[j] : o[j]) : (v[j] < o[j] ? v[j] : o[j]);
+      }
     }
   }
+}
+
+template <class T, int E>
+__device__ void sort_write_e(const uint64_t* pairs, uint32_t n, uint64_t* xchg, const TopkParams& p,
+                             int64_t row) {
+  const uint32_t base = threadIdx.x * uint32_t(E);
+  uint64_t v[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) v[j] = base + j < n ? pairs[base + j] : 0u;
+  bitonic_sort_regs<T, E>(v, xchg);
   int32_t* out = p.out + row * p.out_stride;
-  for (int j = threadIdx.x; j < p.k; j += T::kThreads)
-    out[j] = uint32_t(j) < n ? output_value(p, row, ~uint32_t(pairs[j])) : -1;
+#pragma unroll
+  for (int j = 0; j < E; ++j)
+    if (base + j < uint32_t(p.k))
+      out[base + j] = base + j < n ? output_value(p, row, ~uint32_t(v[j])) : -1;
+  for (uint32_t j = uint32_t(E) * T::kThreads + threadIdx.x; j < uint32_t(p.k); j += T::kThreads)
+    out[j] = -1;
+}
+
+// Sorts pairs[0..n) (key << 32 | ~position: descending value = key desc, then
+// position asc) and writes the row's k outputs (-1 past n). xchg: shared
+// memory for 2 * max(pow2(n), 2 * kThreads) pairs, not aliasing pairs.
+template <class T>
+__device__ void sort_and_write(const uint64_t* pairs, uint32_t n, uint64_t* xchg,
+                               const TopkParams& p, int64_t row) {
+  __syncthreads();  // pairs complete; the data under xchg read
+  uint32_t n2 = 2u * T::kThreads;
+  while (n2 < n) n2 <<= 1;
+  if (n2 == 2u * T::kThreads)
+    sort_write_e<T, 2>(pairs, n, xchg, p, row);
+  else if (n2 == 4u * T::kThreads)
+    sort_write_e<T, 4>(pairs, n, xchg, p, row);
+  else
+    sort_write_e<T, 8>(pairs, n, xchg, p, row);
 }
 
 __device__ __forceinline__ uint64_t sort_pair(uint32_t key, uint32_t pos) {
@@ -412,10 +472,11 @@ __global__ void __launch_bounds__(T::kThreads, 2048 / T::kThreads / 2)
     if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
   }
   uint64_t* pairs = reinterpret_cast<uint64_t*>(s.key2);
+  uint64_t* xchg = reinterpret_cast<uint64_t*>(s.key);  // free once the pairs are built
   if (cs == 1) {
     if (p.best_first) {
       for (uint32_t i = tid; i < fill; i += T::kThreads) pairs[i] = sort_pair(s.key[i], s.pos[i]);
-      sort_and_write<T>(pairs, fill, p, row);
+      sort_and_write<T>(pairs, fill, xchg, p, row);
     } else {
       int32_t* out = p.out + row * p.out_stride;
       for (int j = tid; j < p.k; j += T::kThreads)
@@ -461,7 +522,7 @@ __global__ void __launch_bounds__(T::kThreads, 2048 / T::kThreads / 2)
       for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
   }
   cluster.sync();  // the leader's sort buffer is complete
-  if (rank == 0 && p.best_first) sort_and_write<T>(pairs, out_total, p, row);
+  if (rank == 0 && p.best_first) sort_and_write<T>(pairs, out_total, xchg, p, row);
 }
 
 }  // namespace mla::cuda::topk
