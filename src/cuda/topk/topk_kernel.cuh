@@ -278,6 +278,21 @@ __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row
   return bt[pos / uint32_t(p.page_size)] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
+// One bitonic stage whose pairs (i, i + S) both lie in this thread's E
+// registers (S a compile-time constant: registers are never indexed at run time).
+template <int E, int S>
+__device__ __forceinline__ void compare_in_thread(uint64_t (&v)[E], uint32_t base, uint32_t size) {
+  if constexpr (S < E) {
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      if ((j & S) == 0) {
+        const bool desc = ((base + uint32_t(j)) & size) == 0;
+        const uint64_t a = v[j], b = v[j + S];
+        if ((a < b) == desc) v[j] = b, v[j + S] = a;
+      }
+  }
+}
+
 // Bitonic sort of E * kThreads pairs by descending value, thread t holding
 // elements t*E .. t*E+E-1 in registers: strides below E compare within a
 // thread, strides below 32E across the warp (shuffles), and only the longer
@@ -293,38 +308,29 @@ __device__ void bitonic_sort_regs(uint64_t (&v)[E], uint64_t* xchg) {
   for (uint32_t size = 2; size <= n2; size <<= 1) {
 #pragma unroll 1
     for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      if (stride < uint32_t(E)) {
-#pragma unroll
-        for (int j = 0; j < E; ++j) {
-          const uint32_t i = base + uint32_t(j);
-          if ((i & stride) == 0) {
-            const int h = j + int(stride);
-            const bool desc = (i & size) == 0;
-            const uint64_t a = v[j], b = v[h];
-            if ((a < b) == desc) v[j] = b, v[h] = a;
-          }
-        }
+      if (stride < uint32_t(E)) {  // both elements in this thread: stride 1, 2 or 4
+        if (stride == 1) compare_in_thread<E, 1>(v, base, size);
+        if (stride == 2) compare_in_thread<E, 2>(v, base, size);
+        if (stride == 4) compare_in_thread<E, 4>(v, base, size);
         continue;
       }
-      uint64_t o[E];
-      if (stride < 32u * E) {
-        const int lanes = int(stride / uint32_t(E));
-#pragma unroll
-        for (int j = 0; j < E; ++j) o[j] = __shfl_xor_sync(0xffffffffu, v[j], lanes);
-      } else {
-        uint64_t* x = xchg + buf * n2;
+      // The partner of element i is i ^ stride: another lane of the warp, or
+      // (long strides) another warp, through shared memory.
+      const bool in_warp = stride < 32u * E;
+      uint64_t* x = xchg + buf * n2;
+      if (!in_warp) {
 #pragma unroll
         for (int j = 0; j < E; ++j) x[base + j] = v[j];
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < E; ++j) o[j] = x[(base + j) ^ stride];
         buf ^= 1;
       }
 #pragma unroll
       for (int j = 0; j < E; ++j) {
         const uint32_t i = base + uint32_t(j);
+        const uint64_t o =
+            in_warp ? __shfl_xor_sync(0xffffffffu, v[j], int(stride / uint32_t(E))) : x[i ^ stride];
         const bool lower = (i & stride) == 0, desc = (i & size) == 0;
-        v[j] = (lower == desc) ? (v[j] > o[j] ? v[j] : o[j]) : (v[j] < o[j] ? v[j] : o[j]);
+        v[j] = (lower == desc) ? (v[j] > o ? v[j] : o) : (v[j] < o ? v[j] : o);
       }
     }
   }
