@@ -655,6 +655,8 @@ int main(int argc, char** argv) {
     for (bool clean : {false, true}) {
       bench_topk_read<1024, 2, 2>(tm, 128, 131072, 1, clean);
       bench_topk_read<1024, 2, 4>(tm, 128, 131072, 1, clean);
+      bench_topk_read<512, 2, 4>(tm, 128, 131072, 1, clean);
+      bench_topk_read<512, 2, 8>(tm, 128, 131072, 1, clean);
       bench_topk_read<512, 2, 2>(tm, 128, 131072, 2, clean);
       bench_topk_read<512, 2, 4>(tm, 128, 131072, 2, clean);
       bench_topk_read<256, 4, 4>(tm, 128, 131072, 4, clean);
