@@ -639,7 +639,7 @@ int main(int argc, char** argv) {
     bench_topk(tm, 128, 131072, 8192);
     for (const auto& [R, N] :
          {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
-      for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+      for (tk::Kernel kern : tk::kKernels)
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
           const tk::TopkPlan plan{kern, cs};

@@ -32,8 +32,15 @@ Status launch_tile(const TopkParams& p, int cluster, cudaStream_t stream) {
 
 Status launch_topk(const TopkParams& p, Kernel kernel, int cluster, cudaStream_t stream) {
   if (p.num_rows == 0) return Status::Ok();
-  return kernel == Kernel::select_1024 ? launch_tile<Tile1024>(p, cluster, stream)
-                                       : launch_tile<Tile512>(p, cluster, stream);
+  switch (kernel) {
+    case Kernel::select_1024:
+      return launch_tile<TileOf<Kernel::select_1024>::type>(p, cluster, stream);
+    case Kernel::select_512:
+      return launch_tile<TileOf<Kernel::select_512>::type>(p, cluster, stream);
+    case Kernel::select_512_deep:
+      return launch_tile<TileOf<Kernel::select_512_deep>::type>(p, cluster, stream);
+  }
+  return Status::Ok();
 }
 
 }  // namespace mla::cuda::topk

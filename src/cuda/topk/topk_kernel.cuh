@@ -44,15 +44,17 @@ namespace mla::cuda::topk {
 
 namespace cg = cooperative_groups;
 
-// A tile of the kernel: threads, logits per thread per chunk (kVecs float4),
-// chunks in flight per thread, the buffer (kCap entries) and the compaction
-// target (kCap2 entries, the largest k; also the sort buffer of kCap2 pairs).
-template <int Threads, int Cap, int Cap2>
+// A tile of the kernel: threads, CTAs per SM, logits per thread per chunk
+// (kVecs float4), chunks in flight per thread (kDepth: registers), the buffer
+// (kCap entries) and the compaction target (kCap2 entries, the largest k; also
+// the sort buffer of kCap2 pairs).
+template <int Threads, int CtasPerSm, int Depth, int Cap, int Cap2>
 struct Tile {
   static constexpr int kThreads = Threads;
+  static constexpr int kCtasPerSm = CtasPerSm;
   static constexpr int kWarps = Threads / 32;
   static constexpr int kVecs = 2;
-  static constexpr int kDepth = 2;
+  static constexpr int kDepth = Depth;
   static constexpr int kChunk = Threads * 4 * kVecs;
   static constexpr int kCap = Cap;
   static constexpr int kCap2 = Cap2;
@@ -60,12 +62,33 @@ struct Tile {
   static_assert(kCap >= kCap2 + kChunk,
                 "after a compaction (<= kCap2 entries) a whole chunk must fit the buffer");
   static_assert((kCap2 & (kCap2 - 1)) == 0, "the bitonic sort runs on kCap2 pairs at most");
+  static_assert(
+      kCap >= 2 * (kCap2 > 2 * kThreads ? kCap2 : 2 * kThreads),
+      "the sort's two exchange buffers (pow2(n) >= 2 * kThreads pairs each) fit in key/pos");
 };
-using Tile1024 = Tile<1024, 16384, 8192>;
-using Tile512 = Tile<512, 8192, 4096>;
-static_assert(Tile1024::kCap2 == max_k(Kernel::select_1024) &&
-                  Tile512::kCap2 == max_k(Kernel::select_512),
-              "a kernel takes k up to its compaction target");
+// Tile for `kernel` (one place: the launch and the static checks below read it).
+template <Kernel K>
+struct TileOf;
+template <>
+struct TileOf<Kernel::select_1024> {
+  using type = Tile<1024, 1, 2, 16384, 8192>;
+};
+template <>
+struct TileOf<Kernel::select_512> {
+  using type = Tile<512, 2, 2, 8192, 4096>;
+};
+template <>
+struct TileOf<Kernel::select_512_deep> {
+  using type = Tile<512, 1, 6, 16384, 8192>;
+};
+template <Kernel K>
+constexpr bool tile_matches() {
+  using T = typename TileOf<K>::type;
+  return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
+}
+static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
+                  tile_matches<Kernel::select_512_deep>(),
+              "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
 
 constexpr int kRadixBins = 2048;  // 11 bits: rounds over bits [31:21], [20:10], [9:0]
 
@@ -397,8 +420,7 @@ __device__ __forceinline__ float4 load_vec(const Segment& g, int64_t v) {
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, 2048 / T::kThreads / 2)
-    topk_kernel(const TopkParams p) {
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<T>& s = *reinterpret_cast<Smem<T>*>(smem_raw);
   cg::cluster_group cluster = cg::this_cluster();

@@ -32,22 +32,26 @@ struct TopkParams {
   bool best_first = true;  // false: the same set in ascending position
 };
 
-// One kernel (a streaming threshold select, topk_kernel.cuh) in two tiles. A
-// row is read once; a cluster of `cluster` CTAs may share one row.
+// One kernel (a streaming threshold select, topk_kernel.cuh) in three tiles.
+// A row is read once; a cluster of `cluster` CTAs may share one row.
 enum class Kernel {
-  select_1024,  // 1024 threads, 1 CTA per SM, k up to 8192
-  select_512,   // 512 threads, 2 CTAs per SM, k up to 4096
+  select_1024,      // 1024 threads, 1 CTA per SM, 2 chunks in flight per thread, k up to 8192
+  select_512,       // 512 threads, 2 CTAs per SM, 2 chunks in flight, k up to 4096
+  select_512_deep,  // 512 threads, 1 CTA per SM, 6 chunks in flight, k up to 8192
 };
-inline constexpr int kKernelCount = 2;
+inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512,
+                                      Kernel::select_512_deep};
 inline const char* kernel_name(Kernel k) {
-  return k == Kernel::select_1024 ? "select_1024" : "select_512";
+  return k == Kernel::select_1024  ? "select_1024"
+         : k == Kernel::select_512 ? "select_512"
+                                   : "select_512_deep";
 }
 // The largest k a kernel takes (its shared-memory buffers are sized for it).
 constexpr int max_k(Kernel k) {
-  return k == Kernel::select_1024 ? 8192 : 4096;
+  return k == Kernel::select_512 ? 4096 : 8192;
 }
 constexpr int ctas_per_sm(Kernel k) {
-  return k == Kernel::select_1024 ? 1 : 2;
+  return k == Kernel::select_512 ? 2 : 1;
 }
 
 struct TopkPlan {

@@ -29,7 +29,7 @@ namespace tk = mla::cuda::topk;
 // Every (kernel, cluster) pair that takes k.
 std::vector<tk::TopkPlan> plans_for(int k) {
   std::vector<tk::TopkPlan> v;
-  for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+  for (tk::Kernel kern : tk::kKernels)
     if (k <= tk::max_k(kern))
       for (int cs : {1, 2, 4, 8}) v.push_back({kern, cs});
   return v;
@@ -213,8 +213,10 @@ TEST(TopkGpu, MillionLogitRow) {
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
-  const std::vector<tk::TopkPlan> plans = {
-      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 2}};
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1},
+                                           {tk::Kernel::select_1024, 4},
+                                           {tk::Kernel::select_512, 2},
+                                           {tk::Kernel::select_512_deep, 1}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
 }
