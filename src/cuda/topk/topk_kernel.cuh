@@ -182,8 +182,9 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
   for (int round = 0; round < 3; ++round) {
     const int shift = round == 0 ? 21 : round == 1 ? 10 : 0;
     const int bins = round == 2 ? 1024 : 2048;
-    // The previous round's readers of hist (other ranks too) are done.
-    sync_scope(cluster_wide);
+    // Other ranks may still read this CTA's hist of the previous round; this
+    // CTA's own readers passed the barrier after the scan (or the caller's).
+    if (cluster_wide) cg::this_cluster().sync();
     for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
     __syncthreads();
     const uint32_t n32 = (n + 31u) & ~31u;  // whole warps per iteration: ballots see every lane
