@@ -119,6 +119,19 @@ __device__ __forceinline__ uint32_t topk_key(float f) {
   return (key <= 0x007fffffu || key > 0xff800000u) ? 0u : key;
 }
 
+// The float f_B with (f > f_B) == (topk_key(f) > B) for every float f, for a
+// bound B that is 0 or a candidate's key (>= 0x00800000, <= +inf's key): the
+// stream compares raw logits and maps only the entering ones to keys. f > f_B
+// is false for NaN, as topk_key(NaN) = 0 is never above a bound.
+__device__ __forceinline__ float key_bound_as_float(uint32_t b) {
+  if (b == 0u) return -INFINITY;  // every candidate: not -inf, not NaN
+  // Keys just below +0's (0x80000000) belong to -0 and the negative denormals;
+  // -0 shares +0's key, so "above 0x7fffffff" means ">= -0": above the
+  // smallest negative denormal.
+  if (b == 0x7fffffffu) return __uint_as_float(0x80000001u);
+  return __uint_as_float((b & 0x80000000u) ? (b & 0x7fffffffu) : ~b);
+}
+
 __device__ __forceinline__ uint32_t lanemask_lt() {
   uint32_t m;
   asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
@@ -398,22 +411,24 @@ __device__ __forceinline__ uint64_t sort_pair(uint32_t key, uint32_t pos) {
   return (uint64_t(key) << 32) | uint64_t(~pos);
 }
 
-// Where this CTA's logits are: the row, its valid length, and the segment of
-// 16-byte vectors (counted from the row's first 16-byte boundary at or below
-// its start, `mis` floats before it) that this rank reads.
+// Where this CTA's logits are: the row, its valid length, and the segment
+// [v0, v1) of 16-byte vectors, counted from the row's first 16-byte boundary
+// at or below its start (`mis` floats before it), that this rank reads.
+// Vectors [vf0, vf1) lie wholly inside [0, len). 32-bit counts: the API keeps
+// rows below 2^31 logits.
 struct Segment {
   const float* row;
-  int64_t len;
-  int mis;
-  int64_t v0, v1;
+  const float4* vec;  // row - mis: vector v is vec[v]
+  int len, mis;
+  uint32_t v0, v1, vf0, vf1;
 };
 
 // The logits of vector v (positions 4v - mis .. 4v + 3 - mis); positions
-// outside [0, len) read as -inf (key 0: never entered).
-__device__ __forceinline__ float4 load_vec(const Segment& g, int64_t v) {
-  const int64_t p0 = 4 * v - g.mis;
+// outside [0, len) read as -inf (never entered).
+__device__ __forceinline__ float4 load_vec(const Segment& g, uint32_t v) {
   if (v >= g.v1) return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-  if (p0 >= 0 && p0 + 3 < g.len) return __ldg(reinterpret_cast<const float4*>(g.row + p0));
+  if (v >= g.vf0 && v < g.vf1) return __ldg(g.vec + v);
+  const int p0 = int(4 * v) - g.mis;
   float f[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) f[e] = (p0 + e >= 0 && p0 + e < g.len) ? g.row[p0 + e] : -INFINITY;
@@ -432,44 +447,49 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
 
   Segment g;
   g.row = p.logits + row * p.logits_stride;
-  g.len = p.width;
-  if (p.lengths != nullptr) g.len = min(max(int64_t(p.lengths[row]), int64_t(0)), p.width);
+  g.len = int(p.width);
+  if (p.lengths != nullptr) g.len = min(max(p.lengths[row], 0), int(p.width));
   g.mis = int((reinterpret_cast<uintptr_t>(g.row) >> 2) & 3);
-  const int64_t nvec = (g.len + g.mis + 3) / 4;
-  const int64_t per_rank = (nvec + cs - 1) / cs;
-  g.v0 = min(nvec, rank * per_rank);
+  g.vec = reinterpret_cast<const float4*>(g.row - g.mis);
+  const uint32_t nvec = (uint32_t(g.len) + uint32_t(g.mis) + 3u) / 4u;
+  const uint32_t per_rank = (nvec + cs - 1) / cs;
+  g.v0 = min(nvec, uint32_t(rank) * per_rank);
   g.v1 = min(nvec, g.v0 + per_rank);
+  g.vf0 = g.mis > 0 ? 1u : 0u;
+  g.vf1 = uint32_t(g.len + g.mis) / 4;
 
   // ---- stream: chunk c holds vectors v0 + c * kThreads * kVecs + tid * kVecs + j.
   constexpr int V = T::kVecs, D = T::kDepth;
-  const int64_t chunks = (g.v1 - g.v0 + int64_t(T::kThreads) * V - 1) / (int64_t(T::kThreads) * V);
-  const int64_t vbase = g.v0 + int64_t(tid) * V;
+  constexpr uint32_t kChunkVecs = uint32_t(T::kThreads) * V;
+  const uint32_t chunks = (g.v1 - g.v0 + kChunkVecs - 1) / kChunkVecs;
+  const uint32_t vbase = g.v0 + uint32_t(tid) * V;
   float4 ring[D][V];
 #pragma unroll
   for (int d = 0; d < D; ++d)
 #pragma unroll
-    for (int j = 0; j < V; ++j) ring[d][j] = load_vec(g, vbase + int64_t(d) * T::kThreads * V + j);
+    for (int j = 0; j < V; ++j) ring[d][j] = load_vec(g, vbase + uint32_t(d) * kChunkVecs + j);
 
-  uint32_t fill = 0, bound = 0, parity = 0;
+  uint32_t fill = 0, parity = 0;
+  float bound_f = key_bound_as_float(0u);  // a logit enters iff logit > bound_f
 #pragma unroll 1
-  for (int64_t c0 = 0; c0 < chunks; c0 += D) {
+  for (uint32_t c0 = 0; c0 < chunks; c0 += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      const int64_t c = c0 + d;
+      const uint32_t c = c0 + d;
       if (c >= chunks) break;
-      uint32_t key[V * 4];
+      float x[V * 4];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        key[4 * j + 0] = topk_key(ring[d][j].x), key[4 * j + 1] = topk_key(ring[d][j].y);
-        key[4 * j + 2] = topk_key(ring[d][j].z), key[4 * j + 3] = topk_key(ring[d][j].w);
-        ring[d][j] = load_vec(g, vbase + (c + D) * T::kThreads * V + j);
+        x[4 * j + 0] = ring[d][j].x, x[4 * j + 1] = ring[d][j].y;
+        x[4 * j + 2] = ring[d][j].z, x[4 * j + 3] = ring[d][j].w;
+        ring[d][j] = load_vec(g, vbase + (c + D) * kChunkVecs + j);
       }
       uint32_t total, start;
 #pragma unroll 1
       for (;;) {
         uint32_t mine = 0;
 #pragma unroll
-        for (int e = 0; e < V * 4; ++e) mine += key[e] > bound;
+        for (int e = 0; e < V * 4; ++e) mine += x[e] > bound_f;
         // Slots from prefix sums: lanes in order within the warp, warps in
         // order within the chunk, so entries land in position order.
         const uint32_t incl = warp_inclusive_sum(mine);
@@ -483,13 +503,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
         if (fill + total <= uint32_t(T::kCap)) break;
         const Cut cut = select_cut<T>(s, fill, k, T::kCap2, false);
         fill = compact<T>(s, fill, cut.thr, cut.need);
-        bound = cut.bound;
+        bound_f = key_bound_as_float(cut.bound);
       }
       if (total == 0u) continue;
-      const int64_t p0 = 4 * (vbase + c * T::kThreads * V) - g.mis;
+      const uint32_t p0 =
+          4 * (vbase + c * kChunkVecs) - uint32_t(g.mis);  // >= 0 where x is a logit
 #pragma unroll
       for (int e = 0; e < V * 4; ++e)
-        if (key[e] > bound) s.key[start] = key[e], s.pos[start] = uint32_t(p0 + e), ++start;
+        if (x[e] > bound_f) s.key[start] = topk_key(x[e]), s.pos[start] = p0 + e, ++start;
       fill += total;
     }
   }

@@ -96,6 +96,10 @@ HostTensor make_logits(Rng& rng, int64_t R, int64_t N, Fill f) {
             v = -0.0;
           else if (m == 42)
             v = 0.0;
+          else if (m == 43)
+            v = 1e-45;  // denormals: compared exactly (no flush to zero)
+          else if (m == 44)
+            v = -1e-45;
           break;
         }
         case Fill::one_huge: v = p == (r * 7919) % N ? 1e30 : rng.uniform(-1e-3, 1e-3); break;
