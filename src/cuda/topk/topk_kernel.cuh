@@ -26,7 +26,7 @@
 //            where its entries go (segments are in rank order, so positions
 //            and ties stay ordered across CTAs).
 //   output   best first: the leader sorts (key desc, position asc) in shared
-//            memory (bitonic); otherwise the entries are written as they are,
+//            memory (stable radix sort); otherwise the entries are written as they are,
 //            in ascending position. Positions become cache slots on the way.
 //
 // Every shared-memory hand-over between threads is ordered by a CTA or cluster
@@ -46,8 +46,7 @@ namespace cg = cooperative_groups;
 
 // A tile of the kernel: threads, CTAs per SM, logits per thread per chunk
 // (kVecs float4), chunks in flight per thread (kDepth: registers), the buffer
-// (kCap entries) and the compaction target (kCap2 entries, the largest k; also
-// the sort buffer of kCap2 pairs).
+// (kCap entries) and the compaction target (kCap2 entries, the largest k).
 template <int Threads, int CtasPerSm, int Depth, int Cap, int Cap2>
 struct Tile {
   static constexpr int kThreads = Threads;
@@ -61,10 +60,8 @@ struct Tile {
   static_assert(kWarps <= 32, "the warps' counts are scanned by one warp");
   static_assert(kCap >= kCap2 + kChunk,
                 "after a compaction (<= kCap2 entries) a whole chunk must fit the buffer");
-  static_assert((kCap2 & (kCap2 - 1)) == 0, "the bitonic sort runs on kCap2 pairs at most");
-  static_assert(
-      kCap >= 2 * (kCap2 > 2 * kThreads ? kCap2 : 2 * kThreads),
-      "the sort's two exchange buffers (pow2(n) >= 2 * kThreads pairs each) fit in key/pos");
+  static_assert(kCap - kCap2 >= kWarps * 256,
+                "the sort's counts (256 per warp) fit in key[kCap2..kCap), past the k entries");
 };
 // Tile for `kernel` (one place: the launch and the static checks below read it).
 template <Kernel K>
@@ -96,15 +93,16 @@ template <class T>
 struct Smem {
   uint32_t key[T::kCap];
   uint32_t pos[T::kCap];
-  // Compaction target; after the last compaction, the sort buffer
-  // (key << 32 | ~position pairs) of the cluster's leader.
-  alignas(16) uint32_t key2[T::kCap2];
+  // Compaction target; after the last compaction, where the cluster's leader
+  // gathers the CTAs' entries, and the sort's second buffer.
+  uint32_t key2[T::kCap2];
   uint32_t pos2[T::kCap2];
   uint32_t hist[kRadixBins];
   uint32_t chunk_count[2][32];  // warps' entries in a chunk (by parity of the exchange)
   uint32_t warp_a[32], warp_b[32];
   uint32_t found_bin, found_above, found_count, total;
-  uint32_t rank_gt, rank_eq;  // this CTA's entries above / at the cluster's threshold
+  uint32_t rank_gt, rank_eq;          // this CTA's entries above / at the cluster's threshold
+  uint32_t rank_n, rank_lo, rank_hi;  // this CTA's entries, their min and max key
 };
 
 // Order-preserving map float -> uint32: a larger logit has a larger key, -0
@@ -184,19 +182,46 @@ __device__ __forceinline__ void sync_scope(bool cluster_wide) {
 // cluster's (histograms summed over the ranks) when cluster_wide. Returns the
 // cut that keeps at least k entries (or all, when there are at most `limit`)
 // and at most `limit` (limit >= k), stopping at the first digit round that
-// gets there; after the last round, ties are cut to exactly k. Starts and ends
-// with the CTA's buffer stable (callers' barriers); uses hist and found_*.
+// gets there; when the digits run out, ties are cut to exactly k. The digits
+// start below the bits all keys share (from their min and max), so the first
+// round spreads a buffer whose keys sit in a narrow range (after compactions,
+// all of them) over up to 2048 bins instead of a few contended ones. Starts
+// and ends with the CTA's buffer stable (callers' barriers); uses hist,
+// warp_a/b, found_*, total and (cluster) rank_*.
 template <class T>
 __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bool cluster_wide) {
-  const int tid = threadIdx.x, lane = tid & 31;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cs = cluster_wide ? int(cg::this_cluster().num_blocks()) : 1;
-  uint32_t prefix = 0, prefix_mask = 0, above = 0;
+  // Count, min and max of the keys (of the cluster's, through each rank's).
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  for (uint32_t i = tid; i < n; i += T::kThreads) lo = min(lo, s.key[i]), hi = max(hi, s.key[i]);
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
+  __syncthreads();
+  lo = __reduce_min_sync(0xffffffffu, lane < T::kWarps ? s.warp_a[lane] : 0xffffffffu);
+  hi = __reduce_max_sync(0xffffffffu, lane < T::kWarps ? s.warp_b[lane] : 0u);
+  uint32_t total = n;
+  if (cluster_wide) {
+    cg::cluster_group cluster = cg::this_cluster();
+    if (tid == 0) s.rank_n = n, s.rank_lo = lo, s.rank_hi = hi;
+    cluster.sync();
+    total = 0;
+    for (int q = 0; q < cs; ++q) {
+      total += *cluster.map_shared_rank(&s.rank_n, q);
+      lo = min(lo, *cluster.map_shared_rank(&s.rank_lo, q));
+      hi = max(hi, *cluster.map_shared_rank(&s.rank_hi, q));
+    }
+  }
+  if (total <= limit) return Cut{0u, 0u, total, 0u};  // every candidate fits
+  // Bits [0, width) vary among the keys; the ones above are the common prefix.
+  int width = lo == hi ? 0 : 32 - __clz(lo ^ hi);
+  uint32_t prefix_mask = width == 32 ? 0u : ~((1u << width) - 1u);
+  uint32_t prefix = lo & prefix_mask, above = 0;
 #pragma unroll 1
-  for (int round = 0; round < 3; ++round) {
-    const int shift = round == 0 ? 21 : round == 1 ? 10 : 0;
-    const int bins = round == 2 ? 1024 : 2048;
-    // Other ranks may still read this CTA's hist of the previous round; this
-    // CTA's own readers passed the barrier after the scan (or the caller's).
+  while (width > 0) {
+    const int bits = min(width, 11), shift = width - bits, bins = 1 << bits;
+    // Other ranks may still read this CTA's hist (or rank_*) of the previous
+    // step; this CTA's own readers passed the barrier after the scan.
     if (cluster_wide) cg::this_cluster().sync();
     for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
     __syncthreads();
@@ -209,8 +234,8 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       if (m == 0u) continue;
       const int first = __ffs(m) - 1;
       const uint32_t first_bin = __shfl_sync(0xffffffffu, bin, first);
-      // One atomic per warp when its entries share a bin (ties, narrow
-      // ranges): a bin hit by every lane would otherwise serialise 32 deep.
+      // One atomic per warp when its entries share a bin (ties): a bin hit
+      // by every lane would otherwise serialise 32 deep.
       if (__all_sync(0xffffffffu, !match || bin == first_bin)) {
         if (lane == first) atomicAdd(&s.hist[first_bin], uint32_t(__popc(m)));
       } else if (match) {
@@ -218,16 +243,15 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       }
     }
     sync_scope(cluster_wide);
-    // Thread t owns `per` bins, from the top: thread 0 the highest.
-    constexpr int kMaxPer = kRadixBins / T::kThreads;
-    const int per = bins / T::kThreads;
-    const int top = bins - 1 - tid * per;
-    uint32_t c[kMaxPer > 0 ? kMaxPer : 1];
+    // Thread t owns kPer bins, from the top: thread 0 the highest.
+    constexpr int kPer = kRadixBins / T::kThreads;
+    const int top = bins - 1 - tid * kPer;
+    uint32_t c[kPer];
     uint32_t sum = 0;
 #pragma unroll
-    for (int j = 0; j < kMaxPer; ++j) {
+    for (int j = 0; j < kPer; ++j) {
       c[j] = 0u;
-      if (j < per) {
+      if (top - j >= 0) {
         if (cluster_wide) {
           for (int q = 0; q < cs; ++q)
             c[j] += cg::this_cluster().map_shared_rank(s.hist, q)[top - j];
@@ -237,13 +261,13 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       }
       sum += c[j];
     }
-    uint32_t total;
-    const uint32_t before = above + block_exclusive_sum<T>(sum, s.warp_a, &total);
+    uint32_t in_prefix;
+    const uint32_t before = above + block_exclusive_sum<T>(sum, s.warp_a, &in_prefix);
     if (before < k && before + sum >= k) {
       uint32_t acc = before;
 #pragma unroll
-      for (int j = 0; j < kMaxPer; ++j) {
-        if (j < per && acc + c[j] >= k) {
+      for (int j = 0; j < kPer; ++j) {
+        if (acc + c[j] >= k) {
           s.found_bin = uint32_t(top - j), s.found_above = acc, s.found_count = c[j];
           break;
         }
@@ -251,13 +275,13 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       }
     }
     __syncthreads();
-    if (round == 0 && total <= limit) return Cut{0u, 0u, total, 0u};  // every candidate fits
     const uint32_t low = prefix | (s.found_bin << shift);
     const uint32_t f_above = s.found_above, f_count = s.found_count;
     if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
     above = f_above;
     prefix = low;
     prefix_mask |= uint32_t(bins - 1) << shift;
+    width = shift;
   }
   return Cut{prefix, k - above, k, prefix};
 }
@@ -315,100 +339,109 @@ __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row
   return bt[pos / uint32_t(p.page_size)] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
-// One bitonic stage whose pairs (i, i + S) both lie in this thread's E
-// registers (S a compile-time constant: registers are never indexed at run time).
-template <int E, int S>
-__device__ __forceinline__ void compare_in_thread(uint64_t (&v)[E], uint32_t base, uint32_t size) {
-  if constexpr (S < E) {
-#pragma unroll
-    for (int j = 0; j < E; ++j)
-      if ((j & S) == 0) {
-        const bool desc = ((base + uint32_t(j)) & size) == 0;
-        const uint64_t a = v[j], b = v[j + S];
-        if ((a < b) == desc) v[j] = b, v[j + S] = a;
-      }
-  }
-}
-
-// Bitonic sort of E * kThreads pairs by descending value, thread t holding
-// elements t*E .. t*E+E-1 in registers: strides below E compare within a
-// thread, strides below 32E across the warp (shuffles), and only the longer
-// ones go through shared memory, through two buffers in turn (one barrier per
-// stage: a buffer is written again only after the barrier of the stage that
-// read it).
-template <class T, int E>
-__device__ void bitonic_sort_regs(uint64_t (&v)[E], uint64_t* xchg) {
-  constexpr uint32_t n2 = uint32_t(E) * T::kThreads;
-  const uint32_t base = threadIdx.x * uint32_t(E);
-  int buf = 0;
+// Stable LSD radix sort of n <= kCap2 (key, position) pairs, in position order,
+// by descending key: 8-bit digits (inverted, so larger keys come first),
+// skipping the digits every key shares. A pass ranks each entry among the
+// entries of its warp's range with the same digit (match.any, a running count
+// per warp and digit), scans the counts digit-major, and scatters; stable, so
+// ties keep ascending position. Ping-pongs between (k0, p0) and (k1, p1);
+// `table` holds kWarps * 256 counts. Returns 0 or 1: the buffer holding the
+// result. Starts after a barrier that makes (k0, p0) complete.
+template <class T>
+__device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_t* p1,
+                               uint32_t* table, uint32_t n, uint32_t* scratch_a,
+                               uint32_t* scratch_b) {
+  constexpr int W = T::kWarps, kRounds = T::kCap2 / (32 * W), kPer = 256 * W / T::kThreads;
+  static_assert(kRounds * 32 * W >= T::kCap2 && kPer * T::kThreads == 256 * W,
+                "every entry has a round; every count a thread");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t lt = lanemask_lt();
+  // Which digits vary: the bits where the keys' AND and OR differ.
+  uint32_t a = 0xffffffffu, o = 0u;
+  for (uint32_t i = tid; i < n; i += T::kThreads) a &= k0[i], o |= k0[i];
+  a = __reduce_and_sync(0xffffffffu, a), o = __reduce_or_sync(0xffffffffu, o);
+  if (lane == 0) scratch_a[warp] = a, scratch_b[warp] = o;
+  __syncthreads();
+  a = __reduce_and_sync(0xffffffffu, lane < W ? scratch_a[lane] : 0xffffffffu);
+  o = __reduce_or_sync(0xffffffffu, lane < W ? scratch_b[lane] : 0u);
+  const uint32_t varying = a ^ o;
+  const uint32_t per = ((n + W - 1) / W + 31u) & ~31u;  // this warp's range: [warp * per, +per)
+  const uint32_t b0 = warp * per;
+  int cur = 0;
 #pragma unroll 1
-  for (uint32_t size = 2; size <= n2; size <<= 1) {
-#pragma unroll 1
-    for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      if (stride < uint32_t(E)) {  // both elements in this thread: stride 1, 2 or 4
-        if (stride == 1) compare_in_thread<E, 1>(v, base, size);
-        if (stride == 2) compare_in_thread<E, 2>(v, base, size);
-        if (stride == 4) compare_in_thread<E, 4>(v, base, size);
-        continue;
-      }
-      // The partner of element i is i ^ stride: another lane of the warp, or
-      // (long strides) another warp, through shared memory.
-      const bool in_warp = stride < 32u * E;
-      uint64_t* x = xchg + buf * n2;
-      if (!in_warp) {
+  for (int shift = 0; shift < 32; shift += 8) {
+    if (((varying >> shift) & 0xffu) == 0u) continue;  // uniform over the CTA
+    const uint32_t* sk = cur ? k1 : k0;
+    const uint32_t* sp = cur ? p1 : p0;
+    uint32_t* dk = cur ? k0 : k1;
+    uint32_t* dp = cur ? p0 : p1;
+    for (int i = tid; i < 256 * W; i += T::kThreads) table[i] = 0u;
+    __syncthreads();
+    uint32_t rank[kRounds];
 #pragma unroll
-        for (int j = 0; j < E; ++j) x[base + j] = v[j];
-        __syncthreads();
-        buf ^= 1;
+    for (int r = 0; r < kRounds; ++r) {
+      const uint32_t i = b0 + uint32_t(r) * 32u + lane;
+      const bool in = uint32_t(r) * 32u < per && i < n;
+      const uint32_t d = in ? 255u - ((sk[i] >> shift) & 0xffu) : 256u;
+      const uint32_t peers = __match_any_sync(0xffffffffu, d);
+      const int leader = __ffs(peers) - 1;
+      uint32_t base = 0;
+      if (in && lane == leader) {
+        base = table[warp * 256 + d];
+        table[warp * 256 + d] = base + uint32_t(__popc(peers));
       }
+      rank[r] = __shfl_sync(0xffffffffu, base, leader) + uint32_t(__popc(peers & lt));
+      __syncwarp();
+    }
+    __syncthreads();
+    // Exclusive offsets, digit-major: count (d, w) sits at table[w * 256 + d].
+    uint32_t c[kPer], sum = 0;
 #pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const uint32_t i = base + uint32_t(j);
-        const uint64_t o =
-            in_warp ? __shfl_xor_sync(0xffffffffu, v[j], int(stride / uint32_t(E))) : x[i ^ stride];
-        const bool lower = (i & stride) == 0, desc = (i & size) == 0;
-        v[j] = (lower == desc) ? (v[j] > o ? v[j] : o) : (v[j] < o ? v[j] : o);
+    for (int j = 0; j < kPer; ++j) {
+      const int l = tid * kPer + j;
+      c[j] = table[(l % W) * 256 + l / W];
+      sum += c[j];
+    }
+    uint32_t total;
+    uint32_t off = block_exclusive_sum<T>(sum, scratch_a, &total);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int l = tid * kPer + j;
+      table[(l % W) * 256 + l / W] = off;
+      off += c[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const uint32_t i = b0 + uint32_t(r) * 32u + lane;
+      if (uint32_t(r) * 32u < per && i < n) {
+        const uint32_t key = sk[i];
+        const uint32_t o2 = table[warp * 256 + (255u - ((key >> shift) & 0xffu))] + rank[r];
+        dk[o2] = key, dp[o2] = sp[i];
       }
     }
+    __syncthreads();
+    cur ^= 1;
   }
+  return cur;
 }
 
-template <class T, int E>
-__device__ void sort_write_e(const uint64_t* pairs, uint32_t n, uint64_t* xchg, const TopkParams& p,
-                             int64_t row) {
-  const uint32_t base = threadIdx.x * uint32_t(E);
-  uint64_t v[E];
-#pragma unroll
-  for (int j = 0; j < E; ++j) v[j] = base + j < n ? pairs[base + j] : 0u;
-  bitonic_sort_regs<T, E>(v, xchg);
-  int32_t* out = p.out + row * p.out_stride;
-#pragma unroll
-  for (int j = 0; j < E; ++j)
-    if (base + j < uint32_t(p.k))
-      out[base + j] = base + j < n ? output_value(p, row, ~uint32_t(v[j])) : -1;
-  for (uint32_t j = uint32_t(E) * T::kThreads + threadIdx.x; j < uint32_t(p.k); j += T::kThreads)
-    out[j] = -1;
-}
-
-// Sorts pairs[0..n) (key << 32 | ~position: descending value = key desc, then
-// position asc) and writes the row's k outputs (-1 past n). xchg: shared
-// memory for 2 * max(pow2(n), 2 * kThreads) pairs, not aliasing pairs.
+// Writes the row's k outputs from positions pos[0..n) (-1 past n).
 template <class T>
-__device__ void sort_and_write(const uint64_t* pairs, uint32_t n, uint64_t* xchg,
-                               const TopkParams& p, int64_t row) {
-  __syncthreads();  // pairs complete; the data under xchg read
-  uint32_t n2 = 2u * T::kThreads;
-  while (n2 < n) n2 <<= 1;
-  if (n2 == 2u * T::kThreads)
-    sort_write_e<T, 2>(pairs, n, xchg, p, row);
-  else if (n2 == 4u * T::kThreads)
-    sort_write_e<T, 4>(pairs, n, xchg, p, row);
-  else
-    sort_write_e<T, 8>(pairs, n, xchg, p, row);
+__device__ void write_row(const uint32_t* pos, uint32_t n, const TopkParams& p, int64_t row) {
+  int32_t* out = p.out + row * p.out_stride;
+  for (int j = threadIdx.x; j < p.k; j += T::kThreads)
+    out[j] = uint32_t(j) < n ? output_value(p, row, pos[j]) : -1;
 }
 
-__device__ __forceinline__ uint64_t sort_pair(uint32_t key, uint32_t pos) {
-  return (uint64_t(key) << 32) | uint64_t(~pos);
+// Best first: sorts (k0, p0)[0..n) by descending key (ties in their position
+// order) and writes the row. (k1, p1) and the count table are scratch.
+template <class T>
+__device__ void sort_and_write(Smem<T>& s, uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_t* p1,
+                               uint32_t n, const TopkParams& p, int64_t row) {
+  __syncthreads();  // (k0, p0) complete
+  const int which = radix_sort_desc<T>(k0, p0, k1, p1, s.key + T::kCap2, n, s.warp_a, s.warp_b);
+  write_row<T>(which ? p1 : p0, n, p, row);
 }
 
 // Where this CTA's logits are: the row, its valid length, and the segment
@@ -521,17 +554,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
     const Cut cut = select_cut<T>(s, fill, k, k, false);
     if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
   }
-  uint64_t* pairs = reinterpret_cast<uint64_t*>(s.key2);
-  uint64_t* xchg = reinterpret_cast<uint64_t*>(s.key);  // free once the pairs are built
   if (cs == 1) {
-    if (p.best_first) {
-      for (uint32_t i = tid; i < fill; i += T::kThreads) pairs[i] = sort_pair(s.key[i], s.pos[i]);
-      sort_and_write<T>(pairs, fill, xchg, p, row);
-    } else {
-      int32_t* out = p.out + row * p.out_stride;
-      for (int j = tid; j < p.k; j += T::kThreads)
-        out[j] = uint32_t(j) < fill ? output_value(p, row, s.pos[j]) : -1;
-    }
+    if (p.best_first)
+      sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
+    else
+      write_row<T>(s.pos, fill, p, row);
     return;
   }
 
@@ -561,9 +588,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
   fill = compact<T>(s, fill, cut.thr, my_need);
   cluster.sync();  // counts read everywhere; the leader's sort buffer is free
   if (p.best_first) {
-    uint64_t* lead = cluster.map_shared_rank(pairs, 0);
+    uint32_t* lead_key = cluster.map_shared_rank(s.key2, 0);
+    uint32_t* lead_pos = cluster.map_shared_rank(s.pos2, 0);
     for (uint32_t i = tid; i < fill; i += T::kThreads)
-      lead[out_base + i] = sort_pair(s.key[i], s.pos[i]);
+      lead_key[out_base + i] = s.key[i], lead_pos[out_base + i] = s.pos[i];
   } else {
     int32_t* out = p.out + row * p.out_stride;
     for (uint32_t i = tid; i < fill; i += T::kThreads)
@@ -571,8 +599,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
     if (rank == 0)
       for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
   }
-  cluster.sync();  // the leader's sort buffer is complete
-  if (rank == 0 && p.best_first) sort_and_write<T>(pairs, out_total, xchg, p, row);
+  cluster.sync();  // the leader's entries are complete, in rank (so position) order
+  if (rank == 0 && p.best_first)
+    sort_and_write<T>(s, s.key2, s.pos2, s.key, s.pos, out_total, p, row);
 }
 
 }  // namespace mla::cuda::topk
