@@ -230,17 +230,11 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       const uint32_t key = i < n ? s.key[i] : 0u;
       const bool match = i < n && (key & prefix_mask) == prefix;
       const uint32_t bin = (key >> shift) & uint32_t(bins - 1);
-      const uint32_t m = __ballot_sync(0xffffffffu, match);
-      if (m == 0u) continue;
-      const int first = __ffs(m) - 1;
-      const uint32_t first_bin = __shfl_sync(0xffffffffu, bin, first);
-      // One atomic per warp when its entries share a bin (ties): a bin hit
-      // by every lane would otherwise serialise 32 deep.
-      if (__all_sync(0xffffffffu, !match || bin == first_bin)) {
-        if (lane == first) atomicAdd(&s.hist[first_bin], uint32_t(__popc(m)));
-      } else if (match) {
-        atomicAdd(&s.hist[bin], 1u);
-      }
+      // One atomic per bin and warp (match.any groups the lanes by bin): the
+      // keys of a buffer cluster in few bins (ties, the top of a range), and
+      // same-address atomics of one instruction would serialise.
+      const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
+      if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
     }
     sync_scope(cluster_wide);
     // Thread t owns kPer bins, from the top: thread 0 the highest.
