@@ -650,6 +650,9 @@ int main(int argc, char** argv) {
       bench_topk(tm, R, N, 2048, true, nullptr, true, true);
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }
+  // One top-k shape with the automatic plan (for a profiler): topk-one R N [k].
+  if (only == "topk-one" && argc > 4)
+    bench_topk(tm, std::atoll(argv[3]), std::atoll(argv[4]), argc > 5 ? std::atoi(argv[5]) : 2048);
   // The read alone in the select's loop shape: what a one-read select can reach.
   if (only == "topk-read")
     for (bool clean : {false, true}) {
