@@ -47,7 +47,7 @@ namespace cg = cooperative_groups;
 // A tile of the kernel: threads, CTAs per SM, logits per thread per chunk
 // (kVecs float4), chunks in flight per thread (kDepth: registers), the buffer
 // (kCap entries) and the compaction target (kCap2 entries, the largest k).
-template <int Threads, int CtasPerSm, int Depth, int Cap, int Cap2>
+template <int Threads, int CtasPerSm, int Depth, int Cap, int Cap2, int DigitBits = 11>
 struct Tile {
   static constexpr int kThreads = Threads;
   static constexpr int kCtasPerSm = CtasPerSm;
@@ -57,6 +57,10 @@ struct Tile {
   static constexpr int kChunk = Threads * 4 * kVecs;
   static constexpr int kCap = Cap;
   static constexpr int kCap2 = Cap2;
+  static constexpr int kDigitBits = DigitBits;  // select histograms: 2^kDigitBits bins
+  static constexpr int kBins = 1 << DigitBits;
+  static_assert(kBins >= kThreads && kBins % kThreads == 0,
+                "each thread owns a whole number (>= 1) of bins in the select's scan");
   static_assert(kWarps <= 32, "the warps' counts are scanned by one warp");
   static_assert(kCap >= kCap2 + kChunk,
                 "after a compaction (<= kCap2 entries) a whole chunk must fit the buffer");
@@ -75,6 +79,10 @@ struct TileOf<Kernel::select_512> {
   using type = Tile<512, 2, 2, 8192, 4096>;
 };
 template <>
+struct TileOf<Kernel::select_256> {
+  using type = Tile<256, 4, 2, 4096, 2048, 10>;
+};
+template <>
 struct TileOf<Kernel::select_512_deep> {
   using type = Tile<512, 1, 6, 16384, 8192>;
 };
@@ -84,10 +92,8 @@ constexpr bool tile_matches() {
   return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
 }
 static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
-                  tile_matches<Kernel::select_512_deep>(),
+                  tile_matches<Kernel::select_256>() && tile_matches<Kernel::select_512_deep>(),
               "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
-
-constexpr int kRadixBins = 2048;  // 11 bits: rounds over bits [31:21], [20:10], [9:0]
 
 template <class T>
 struct Smem {
@@ -97,7 +103,7 @@ struct Smem {
   // gathers the CTAs' entries, and the sort's second buffer.
   uint32_t key2[T::kCap2];
   uint32_t pos2[T::kCap2];
-  uint32_t hist[kRadixBins];
+  uint32_t hist[T::kBins];
   uint32_t chunk_count[2][32];  // warps' entries in a chunk (by parity of the exchange)
   uint32_t warp_a[32], warp_b[32];
   uint32_t found_bin, found_above, found_count, total;
@@ -219,7 +225,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
   uint32_t prefix = lo & prefix_mask, above = 0;
 #pragma unroll 1
   while (width > 0) {
-    const int bits = min(width, 11), shift = width - bits, bins = 1 << bits;
+    const int bits = min(width, T::kDigitBits), shift = width - bits, bins = 1 << bits;
     // Other ranks may still read this CTA's hist (or rank_*) of the previous
     // step; this CTA's own readers passed the barrier after the scan.
     if (cluster_wide) cg::this_cluster().sync();
@@ -238,7 +244,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     }
     sync_scope(cluster_wide);
     // Thread t owns kPer bins, from the top: thread 0 the highest.
-    constexpr int kPer = kRadixBins / T::kThreads;
+    constexpr int kPer = T::kBins / T::kThreads;
     const int top = bins - 1 - tid * kPer;
     uint32_t c[kPer];
     uint32_t sum = 0;

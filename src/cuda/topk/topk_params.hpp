@@ -32,26 +32,31 @@ struct TopkParams {
   bool best_first = true;  // false: the same set in ascending position
 };
 
-// One kernel (a streaming threshold select, topk_kernel.cuh) in three tiles.
+// One kernel (a streaming threshold select, topk_kernel.cuh) in four tiles.
 // A row is read once; a cluster of `cluster` CTAs may share one row.
 enum class Kernel {
   select_1024,      // 1024 threads, 1 CTA per SM, 2 chunks in flight per thread, k up to 8192
   select_512,       // 512 threads, 2 CTAs per SM, 2 chunks in flight, k up to 4096
+  select_256,       // 256 threads, 4 CTAs per SM, 2 chunks in flight, k up to 2048
   select_512_deep,  // 512 threads, 1 CTA per SM, 6 chunks in flight, k up to 8192
 };
-inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512,
+inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256,
                                       Kernel::select_512_deep};
 inline const char* kernel_name(Kernel k) {
-  return k == Kernel::select_1024  ? "select_1024"
-         : k == Kernel::select_512 ? "select_512"
-                                   : "select_512_deep";
+  switch (k) {
+    case Kernel::select_1024: return "select_1024";
+    case Kernel::select_512: return "select_512";
+    case Kernel::select_256: return "select_256";
+    case Kernel::select_512_deep: return "select_512_deep";
+  }
+  return "?";
 }
 // The largest k a kernel takes (its shared-memory buffers are sized for it).
 constexpr int max_k(Kernel k) {
-  return k == Kernel::select_512 ? 4096 : 8192;
+  return k == Kernel::select_512 ? 4096 : k == Kernel::select_256 ? 2048 : 8192;
 }
 constexpr int ctas_per_sm(Kernel k) {
-  return k == Kernel::select_512 ? 2 : 1;
+  return k == Kernel::select_512 ? 2 : k == Kernel::select_256 ? 4 : 1;
 }
 
 struct TopkPlan {
@@ -59,14 +64,19 @@ struct TopkPlan {
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
 };
 
-// Rows fill the GPU when there are at least as many as CTA slots; fewer rows
-// are split over a cluster (each CTA keeps at least 8K logits, so the merge of
-// the CTAs' selections stays small against the read). The 512-thread tile
-// runs two rows per SM, so one row's selection work overlaps another's read.
+// Many rows: the smallest tile that takes k, several CTAs per SM, so one
+// row's selection work overlaps other rows' reads. Fewer rows than CTA slots:
+// the 1024-thread tile, and a row split over a cluster while that still fills
+// more of the GPU (each CTA keeps at least 8K logits, so the merge of the
+// CTAs' selections stays small against the read).
 constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   TopkPlan plan;
-  plan.kernel = (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count) ? Kernel::select_512
-                                                                           : Kernel::select_1024;
+  if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
+    plan.kernel = Kernel::select_256;
+  else if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count)
+    plan.kernel = Kernel::select_512;
+  else
+    plan.kernel = Kernel::select_1024;
   const int64_t slots = int64_t(sm_count) * ctas_per_sm(plan.kernel);
   while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width / (plan.cluster * 2) >= 8192)
     plan.cluster *= 2;

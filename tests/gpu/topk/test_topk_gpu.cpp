@@ -220,6 +220,7 @@ TEST(TopkGpu, SmallForSanitizer) {
   const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1},
                                            {tk::Kernel::select_1024, 4},
                                            {tk::Kernel::select_512, 2},
+                                           {tk::Kernel::select_256, 2},
                                            {tk::Kernel::select_512_deep, 1}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
@@ -273,7 +274,8 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
 
 // The plan: rows that fill the GPU run one CTA each; few long rows are split.
 TEST(TopkGpu, ChooseSplitsFewLongRows) {
-  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 32768, 4096, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(4096, 32768, 8192, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(1, 1 << 20, 2048, 132).cluster, 8);
