@@ -218,7 +218,10 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       hi = max(hi, *cluster.map_shared_rank(&s.rank_hi, q));
     }
   }
-  if (total <= limit) return Cut{0u, 0u, total, 0u};  // every candidate fits
+  if (total <= limit) {  // every candidate fits
+    __syncthreads();      // warp_a/b read by every warp before anyone writes them again
+    return Cut{0u, 0u, total, 0u};
+  }
   // Bits [0, width) vary among the keys; the ones above are the common prefix.
   int width = lo == hi ? 0 : 32 - __clz(lo ^ hi);
   uint32_t prefix_mask = width == 32 ? 0u : ~((1u << width) - 1u);
