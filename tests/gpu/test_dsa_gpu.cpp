@@ -2,8 +2,8 @@
 // reference: indexer quantisation (bytes identical), indexer logits (decode
 // and prefill), top-k (identical lists, any cluster split), and the recall of
 // the FP8 indexer's top-k against an exact fp64 indexer (sparse attention:
-// tests/gpu/sparse/). Fresh random inputs, outputs
-// poisoned before every run.
+// tests/gpu/sparse/). Fresh random inputs, outputs poisoned before every
+// run.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
