@@ -128,10 +128,9 @@ Status decode_params(const SparseDecodeArgs& a, SparseAttnParams* p) {
 }
 
 // Prefill as decode: every query token is a "request" of one query, kv is a
-// cache of s_kv pages of one token (slot = row). Rows past kMaxTokensPerLaunch
-// go in several launches; chunk c covers rows [c * kMax, ...). These params
-// feed either kernel: sparse_attn.cu's, or the wgmma decode kernel's Indexed
-// key source (page_size 1, page_stride = the row stride).
+// cache of s_kv pages of one token (slot = row, page_size 1, page_stride =
+// the row stride). The query tokens go in launches of at most
+// Options::prefill_chunk_tokens (prefill_chunk below).
 Status prefill_params(const SparsePrefillArgs& a, SparseAttnParams* p) {
   MLA_TRY(expect_kernel_dtypes(a.q, a.out, a.lse));
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];

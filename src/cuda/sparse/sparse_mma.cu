@@ -8,6 +8,7 @@
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/ptx.cuh"
+#include "cuda/sparse/sparse_mma_config.hpp"
 #include "cuda/sparse/sparse_mma_launch.hpp"
 
 namespace mla::cuda::sparse {
@@ -66,20 +67,13 @@ __global__ void sparse_mma_combine_kernel(SparseAttnParams p, int splits, int ro
         wsum > 0.f ? m + logf(wsum) : -INFINITY;
 }
 
-int head_block(int h_q) {
-  return h_q % 64 == 0 ? 64 : h_q % 32 == 0 ? 32 : h_q % 16 == 0 ? 16 : 0;
-}
-int tile_keys(int hb) {
-  return hb == 16 ? 64 : 32;
-}
-
 // How many CTAs split each row's list: enough CTAs for one wave at least, and
 // at least 4 tiles per split.
 int choose_splits(const SparseAttnParams& p) {
-  const int hb = head_block(p.h_q);
+  const int hb = mma_head_block(p.h_q);
   if (hb == 0) return 1;
   const int64_t ctas = int64_t(p.batch) * p.s_q * (p.h_q / hb);
-  const int tiles = (p.topk + tile_keys(hb) - 1) / tile_keys(hb);
+  const int tiles = (p.topk + mma_tile_keys(hb) - 1) / mma_tile_keys(hb);
   int splits = 1;
   while (ctas * splits < num_sms() && tiles / (splits * 2) >= 4) splits *= 2;
   return splits;
@@ -95,7 +89,7 @@ size_t sparse_mma_workspace_size(const SparseAttnParams& p) {
 
 Status launch_sparse_mma(const SparseAttnParams& p, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {
-  const int hb = head_block(p.h_q);
+  const int hb = mma_head_block(p.h_q);
   if (hb == 0)
     return Status(Errc::invalid_value,
                   "sparse attention: h_q = " + std::to_string(p.h_q) + " is not a multiple of 16");
