@@ -192,15 +192,17 @@ int64_t index_token_stride(const SparseAttnParams& p) {
   return -1;
 }
 
-k::Problem problem_of(const SparseAttnParams& p) {
-  return {.h_q = p.h_q,
+k::Problem problem_of(const SparseAttnParams& p, bool prefill) {
+  return {.prefill = prefill,
+          .fp8 = p.fp8,
+          .h_q = p.h_q,
           .tokens = int64_t(p.batch) * p.s_q,
           .page_size = p.page_size,
           .flat_index = index_token_stride(p) >= 0};
 }
 
-Status resolve_kernel(Kernel forced, const SparseAttnParams& p, Kernel* kernel) {
-  const k::Problem problem = problem_of(p);
+Status resolve_kernel(Kernel forced, const SparseAttnParams& p, bool prefill, Kernel* kernel) {
+  const k::Problem problem = problem_of(p, prefill);
   *kernel = forced == Kernel::automatic ? k::choose_kernel(problem) : forced;
   if (!k::kernel_takes(*kernel, problem))
     return error(Errc::unsupported,
@@ -334,7 +336,7 @@ Status prefill_plan(const SparseAttnParams& p0, int64_t s_q, const k::Options& o
   plan->need = 0;
   plan->rows = opts.prefill_chunk_tokens;
   MLA_TRY(resolve_kernel(opts.kernel, prefill_chunk(p0, std::max<int64_t>(s_q, 1), 0, plan->rows),
-                         &plan->kernel));
+                         /*prefill=*/true, &plan->kernel));
   if (s_q == 0) return Status::Ok();
   // Only the first and the last chunk differ in size.
   for (const int64_t c : {int64_t(0), prefill_chunks(s_q, plan->rows) - 1}) {
@@ -399,7 +401,7 @@ Status sparse_decode_workspace_size(const SparseDecodeArgs& a, size_t* bytes,
   SparseAttnParams p;
   MLA_TRY(decode_params(a, &p));
   Kernel kernel;
-  MLA_TRY(resolve_kernel(opts.kernel, p, &kernel));
+  MLA_TRY(resolve_kernel(opts.kernel, p, /*prefill=*/false, &kernel));
   return workspace_need(kernel, p, bytes);
 }
 
@@ -408,7 +410,7 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
   SparseAttnParams p;
   MLA_TRY(decode_params(a, &p));
   Kernel kernel;
-  MLA_TRY(resolve_kernel(opts.kernel, p, &kernel));
+  MLA_TRY(resolve_kernel(opts.kernel, p, /*prefill=*/false, &kernel));
   if (kernel == Kernel::mma_sync) {
     size_t need = 0;
     MLA_TRY(workspace_need(kernel, p, &need));
