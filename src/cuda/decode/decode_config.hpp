@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "cuda/decode/decode_params.hpp"
+#include "mla/kv_cache.hpp"
 
 namespace mla::cuda::decode {
 
@@ -16,6 +17,9 @@ inline constexpr int kBlockBytes = 64 * 128;              // one SW128 block: 64
 inline constexpr int kBlocks = kDqk / 64;                 // 9 blocks across the 576 dims
 inline constexpr int kTileBytes = kBlocks * kBlockBytes;  // 73728: 64 rows x 576 bf16
 static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
+// fp8_ds_mla entry: e4m3 codes, then the fp32 scales, then the bf16 rope.
+inline constexpr int kFp8ScaleOffset = Fp8DsMlaLayout::kScaleOffset;  // 512
+inline constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;    // 528
 
 // Register split. The CTA is launched with kLaunchRegs per thread (65536 /
 // 384, rounded down to 8); setmaxnreg.inc blocks until the pool has the

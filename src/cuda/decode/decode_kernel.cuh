@@ -165,7 +165,8 @@ __device__ __forceinline__ void load_raw_half(RawHalf& raw, const uint8_t* src, 
 #pragma unroll
   for (int g = 0; g < 2; ++g)
     raw.scale[g] =
-        src ? __ldg(reinterpret_cast<const float*>(src + 512 + (2 * half + g) * 4)) : 0.f;
+        src ? __ldg(reinterpret_cast<const float*>(src + kFp8ScaleOffset + (2 * half + g) * 4))
+            : 0.f;
 }
 
 // Rope of the current entry (`cur`, nullptr: zeros) by cp.async into key row
@@ -178,7 +179,7 @@ __device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_
 #pragma unroll
   for (int i = 0; i < 4; ++i)  // src-size 0 (cur == nullptr) reads nothing, writes zeros
     ptx::cp_async_16(stage + tile_off(r, 64 + 4 * half + i),
-                     cur ? cur + 528 + (4 * half + i) * 16 : p.kv, cur != nullptr);
+                     cur ? cur + kFp8RopeOffset + (4 * half + i) * 16 : p.kv, cur != nullptr);
   ptx::cp_async_commit();
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
@@ -201,7 +202,8 @@ __device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_
       *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
       *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
     }
-    raw.scale[g] = next ? __ldg(reinterpret_cast<const float*>(next + 512 + sg * 4)) : 0.f;
+    raw.scale[g] =
+        next ? __ldg(reinterpret_cast<const float*>(next + kFp8ScaleOffset + sg * 4)) : 0.f;
   }
 }
 

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* d = tile + key * kRowBytes;
         if (part < 32) {
           const uint4 codes = *reinterpret_cast<const uint4*>(e + part * 16);
-          const float sc = reinterpret_cast<const float*>(e + 512)[part / 8];
+          const float sc =
+              reinterpret_cast<const float*>(e + Fp8DsMlaLayout::kScaleOffset)[part / 8];
           const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
           uint32_t o[8];
 #pragma unroll
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           reinterpret_cast<uint4*>(d + part * 32)[1] = make_uint4(o[4], o[5], o[6], o[7]);
         } else {
           *reinterpret_cast<uint4*>(d + 1024 + (part - 32) * 16) =
-              *reinterpret_cast<const uint4*>(e + 528 + (part - 32) * 16);
+              *reinterpret_cast<const uint4*>(e + Fp8DsMlaLayout::kRopeOffset + (part - 32) * 16);
         }
       }
       __syncthreads();
