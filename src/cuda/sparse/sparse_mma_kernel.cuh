@@ -33,8 +33,8 @@
 
 namespace mla::cuda::sparse {
 
-// The kernel was written against cp.async without the "memory" clobber
-// (ordering comes from the __syncthreads after cp_async_wait).
+// cp.async without the "memory" clobber: the kernel orders its copies
+// by the __syncthreads after each cp_async_wait.
 using ptx::ldmatrix_x4;
 using ptx::ldmatrix_x4_trans;
 using ptx::mma_bf16_16816;

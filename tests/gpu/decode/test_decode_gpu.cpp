@@ -12,7 +12,7 @@
 //    accumulation over <= 64K keys adds far less. The P rounding is an
 //    absolute error of ~2^-9 * mean|v| while max|out| shrinks as a row averages
 //    more keys, so rows over hundreds of keys show the most: the largest seen
-//    on the H200 (2026-11-29) is 5.8e-3 (fp8, h64 s_q3, L 777). 1e-2 still
+//    on the H200 is 5.8e-3 (fp8, h64 s_q3, L 777). 1e-2 still
 //    catches a wrong key, a lost tile or a mis-scaled row, which move a row by
 //    O(max|ref|).
 //  * lse: |gpu - ref| <= 1e-3. Scores are fp32 sums of exact bf16 products
