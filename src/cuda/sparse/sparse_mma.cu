@@ -70,10 +70,10 @@ __global__ void sparse_mma_combine_kernel(SparseAttnParams p, int splits, int ro
 // How many CTAs split each row's list: enough CTAs for one wave at least, and
 // at least 4 tiles per split.
 int choose_splits(const SparseAttnParams& p) {
-  const int hb = mma_head_block(p.h_q);
+  const int hb = mma::head_block(p.h_q);
   if (hb == 0) return 1;
   const int64_t ctas = int64_t(p.batch) * p.s_q * (p.h_q / hb);
-  const int tiles = (p.topk + mma_tile_keys(hb) - 1) / mma_tile_keys(hb);
+  const int tiles = (p.topk + mma::tile_keys(hb) - 1) / mma::tile_keys(hb);
   int splits = 1;
   while (ctas * splits < num_sms() && tiles / (splits * 2) >= 4) splits *= 2;
   return splits;
@@ -89,7 +89,7 @@ size_t sparse_mma_workspace_size(const SparseAttnParams& p) {
 
 Status launch_sparse_mma(const SparseAttnParams& p, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {
-  const int hb = mma_head_block(p.h_q);
+  const int hb = mma::head_block(p.h_q);
   if (hb == 0)
     return Status(Errc::invalid_value,
                   "sparse attention: h_q = " + std::to_string(p.h_q) + " is not a multiple of 16");
@@ -110,12 +110,12 @@ Status launch_sparse_mma(const SparseAttnParams& p, void* workspace, size_t work
   }
   const Status launched = [&]() -> Status {
     switch (hb * 2 + (p.fp8 ? 1 : 0)) {
-      case 128: return launch_sparse_mma_kernel<64, false>(p, splits, part_o, part_lse, stream);
-      case 129: return launch_sparse_mma_kernel<64, true>(p, splits, part_o, part_lse, stream);
-      case 64: return launch_sparse_mma_kernel<32, false>(p, splits, part_o, part_lse, stream);
-      case 65: return launch_sparse_mma_kernel<32, true>(p, splits, part_o, part_lse, stream);
-      case 32: return launch_sparse_mma_kernel<16, false>(p, splits, part_o, part_lse, stream);
-      default: return launch_sparse_mma_kernel<16, true>(p, splits, part_o, part_lse, stream);
+      case 128: return mma::launch_kernel<64, false>(p, splits, part_o, part_lse, stream);
+      case 129: return mma::launch_kernel<64, true>(p, splits, part_o, part_lse, stream);
+      case 64: return mma::launch_kernel<32, false>(p, splits, part_o, part_lse, stream);
+      case 65: return mma::launch_kernel<32, true>(p, splits, part_o, part_lse, stream);
+      case 32: return mma::launch_kernel<16, false>(p, splits, part_o, part_lse, stream);
+      default: return mma::launch_kernel<16, true>(p, splits, part_o, part_lse, stream);
     }
   }();
   MLA_TRY(launched);

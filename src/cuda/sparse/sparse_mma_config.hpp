@@ -5,15 +5,15 @@
 #include "mla/dims.hpp"
 #include "mla/kv_cache.hpp"
 
-namespace mla::cuda::sparse {
+namespace mla::cuda::sparse::mma {
 
 // Heads per CTA: the largest of 64, 32, 16 that divides h_q (0: none does).
-constexpr int mma_head_block(int h_q) {
+constexpr int head_block(int h_q) {
   return h_q % 64 == 0 ? 64 : h_q % 32 == 0 ? 32 : h_q % 16 == 0 ? 16 : 0;
 }
 // Keys per tile for a head block of hb heads: fewer keys where more heads
 // share the shared memory.
-constexpr int mma_tile_keys(int hb) {
+constexpr int tile_keys(int hb) {
   return hb == 16 ? 64 : 32;
 }
 
@@ -27,9 +27,9 @@ template <int HB, bool kFp8>
 struct Traits {
   static constexpr int kMT = HB / 16;
   static constexpr int kWPM = 8 / kMT;
-  static constexpr int kNK = mma_tile_keys(HB);  // keys per tile
-  static constexpr int kKW = kNK / kWPM;         // keys per warp in S
-  static constexpr int kDVW = kDv / kWPM;        // value columns per warp in O
+  static constexpr int kNK = tile_keys(HB);  // keys per tile
+  static constexpr int kKW = kNK / kWPM;     // keys per warp in S
+  static constexpr int kDVW = kDv / kWPM;    // value columns per warp in O
   static constexpr int kStages = kNK == 64 ? 2 : 3;
   static_assert(HB == 16 || HB == 32 || HB == 64, "head blocks of 16, 32 or 64");
   static_assert(kKW == 8 || kKW == 16, "S loads B fragments for 8 or 16 keys per warp");
@@ -49,4 +49,4 @@ struct Traits {
   static_assert(kSmem <= 227 * 1024, "fits the 227 KB a Hopper CTA may use");
 };
 
-}  // namespace mla::cuda::sparse
+}  // namespace mla::cuda::sparse::mma

@@ -31,7 +31,7 @@
 #include "cuda/sparse/sparse_mma_config.hpp"
 #include "cuda/sparse/sparse_params.hpp"
 
-namespace mla::cuda::sparse {
+namespace mla::cuda::sparse::mma {
 
 // cp.async without the "memory" clobber: the kernel orders its copies
 // by the __syncthreads after each cp_async_wait.
@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // One launch of one instantiation: grid (h_q / HB, batch * s_q, splits).
 template <int HB, bool kFp8>
-Status launch_sparse_mma_kernel(const SparseAttnParams& p, int splits, float* part_o,
-                                float* part_lse, cudaStream_t stream) {
+Status launch_kernel(const SparseAttnParams& p, int splits, float* part_o, float* part_lse,
+                     cudaStream_t stream) {
   using Tr = Traits<HB, kFp8>;
   auto kernel = sparse_mma_kernel<HB, kFp8>;
   static bool attr_set = false;
@@ -335,4 +335,4 @@ Status launch_sparse_mma_kernel(const SparseAttnParams& p, int splits, float* pa
   return check_launch("sparse_mma_kernel");
 }
 
-}  // namespace mla::cuda::sparse
+}  // namespace mla::cuda::sparse::mma

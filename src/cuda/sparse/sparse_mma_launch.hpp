@@ -7,15 +7,15 @@
 
 #include "cuda/sparse/sparse_params.hpp"
 
-namespace mla::cuda::sparse {
+namespace mla::cuda::sparse::mma {
 
 template <int HB, bool kFp8>
-Status launch_sparse_mma_kernel(const SparseAttnParams& p, int splits, float* part_o,
-                                float* part_lse, cudaStream_t stream);
+Status launch_kernel(const SparseAttnParams& p, int splits, float* part_o, float* part_lse,
+                     cudaStream_t stream);
 
-#define MLA_SPARSE_MMA_INSTANCE(EXTERN, HB, FP8)                                                 \
-  EXTERN template Status launch_sparse_mma_kernel<HB, FP8>(const SparseAttnParams&, int, float*, \
-                                                           float*, cudaStream_t);
+#define MLA_SPARSE_MMA_INSTANCE(EXTERN, HB, FP8)                                              \
+  EXTERN template Status launch_kernel<HB, FP8>(const SparseAttnParams&, int, float*, float*, \
+                                                cudaStream_t);
 MLA_SPARSE_MMA_INSTANCE(extern, 16, false)
 MLA_SPARSE_MMA_INSTANCE(extern, 32, false)
 MLA_SPARSE_MMA_INSTANCE(extern, 64, false)
@@ -23,4 +23,4 @@ MLA_SPARSE_MMA_INSTANCE(extern, 16, true)
 MLA_SPARSE_MMA_INSTANCE(extern, 32, true)
 MLA_SPARSE_MMA_INSTANCE(extern, 64, true)
 
-}  // namespace mla::cuda::sparse
+}  // namespace mla::cuda::sparse::mma
