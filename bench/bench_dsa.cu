@@ -15,10 +15,9 @@
 #include <vector>
 
 #include "bench_check.hpp"
-#include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/indexer_launch.hpp"
-#include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_launch.hpp"
+#include "cuda/sparse/sparse_cuda.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
 #include "mla/sparse.hpp"
@@ -380,24 +379,22 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   fill_indices<<<2048, 256>>>(idx, int64_t(B) * s_q, topk, s_q, L, 11);
   auto* out = dalloc(int64_t(B) * s_q * h * 512 * 2);
   auto* lse = static_cast<float*>(dalloc(int64_t(B) * s_q * h * 4));
-  dsa::SparseAttnParams p;
-  p.q = q, p.q_sb = int64_t(s_q) * h * 576, p.q_ss = int64_t(h) * 576, p.q_sh = 576;
-  p.batch = B, p.s_q = s_q, p.h_q = h, p.indices = idx, p.idx_sb = int64_t(s_q) * topk,
-  p.idx_ss = topk, p.topk = topk;
-  p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64,
-  p.num_slots = slots;
-  p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512,
-  p.out_ss = int64_t(h) * 512, p.out_sh = 512;
-  p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
-  // The kernel the API picks (sparse_wgmma_chosen: the wgmma decode kernel
-  // unless MLA_SPARSE_KERNEL=mma).
-  const bool wgmma = mla::cuda::decode::sparse_wgmma_chosen(p);
-  size_t wsb = dsa::sparse_attn_workspace_size(p);
-  if (wgmma) BENCH_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
+  // The backend of mla::sparse_decode with its automatic kernel choice.
+  const mla::Device dev = mla::Device::cuda(0);
+  mla::SparseDecodeArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {B, s_q, h, 576}, dev);
+  a.kv.format = fp8 ? mla::KvFormat::fp8_ds_mla : mla::KvFormat::bf16;
+  a.kv.data = mla::TensorView::make(kv, fp8 ? mla::DType::u8 : mla::DType::bf16,
+                                    {slots / 64, 64, 1, fp8 ? entry : 576}, dev);
+  a.indices = mla::TensorView::make(idx, mla::DType::i32, {B, s_q, topk}, dev);
+  a.softmax_scale = 0.1352f;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {B, s_q, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, s_q}, dev);
+  size_t wsb = 0;
+  BENCH_OK(mla::cuda::sparse_decode_workspace_size(a, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time([&] {
-    BENCH_OK(wgmma ? mla::cuda::decode::launch_sparse_wgmma(p, ws, wsb, nullptr)
-                   : dsa::launch_sparse_attn(p, ws, wsb, nullptr));
+    BENCH_OK(mla::cuda::sparse_decode(a, mla::Workspace{ws, wsb}, {}));
   });
   const double queries = double(B) * s_q;
   const double flops = 2.0 * h * topk * (576 + 512) * queries;
@@ -405,18 +402,19 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
       queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
   if (print)
     report(suite,
-           std::string(wgmma ? "wgmma " : "") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) +
-               " s_q" + std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" +
-               std::to_string(L / 1024) + "K top" + std::to_string(topk),
+           // "wgmma": automatic runs the decode kernel on dense [B, s_q, topk] lists
+           std::string("wgmma ") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" +
+               std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" + std::to_string(L / 1024) +
+               "K top" + std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
 }
 
-// Sparse prefill through the public API (mla::sparse_prefill): q [s_q, h, 576]
+// Sparse prefill through the backend of mla::sparse_prefill: q [s_q, h, 576]
 // over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
-// kernel is the API's choice: `mma` sets MLA_SPARSE_KERNEL=mma (sparse_attn.cu's
-// kernel, the old path), else the default (the wgmma decode kernel).
+// kernel is the automatic choice (the decode kernel), or with `mma` the
+// mma_sync kernel forced.
 double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
   const mla::Device dev = mla::Device::cuda(0);
   auto* kv = dalloc(s_kv * 576 * 2);
@@ -434,16 +432,16 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  if (mma) setenv("MLA_SPARSE_KERNEL", "mma", 1);
+  const mla::cuda::sparse::Options opts{.kernel = mma ? mla::cuda::sparse::Kernel::mma_sync
+                                                      : mla::cuda::sparse::Kernel::automatic};
   size_t wsb = 0;
-  BENCH_OK(mla::sparse_workspace_size(a, &wsb));
+  BENCH_OK(mla::cuda::sparse_prefill_workspace_size(a, &wsb, opts));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time(
       [&] {
-        BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
+        BENCH_OK(mla::cuda::sparse_prefill(a, mla::Workspace{ws, wsb}, {}, opts));
       },
       mma ? 5 : 9);
-  if (mma) unsetenv("MLA_SPARSE_KERNEL");
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
@@ -578,8 +576,8 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the old kernel
-  // (MLA_SPARSE_KERNEL=mma) and the default, same run.
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the mma_sync
+  // kernel and the automatic choice, same run.
   if (want("sparse-prefill")) {
     for (int64_t skv : {8192L, 32768L, 131072L})
       for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);

@@ -1,7 +1,9 @@
-// GPU dense decode (src/cuda/decode) against the fp64 CPU reference, called
-// through the public API for both (mla::mla_decode with CPU tensors runs the
-// reference). Fresh random inputs per case, outputs and workspace poisoned with
-// NaN bytes before every run.
+// GPU dense decode (src/cuda/decode) against the fp64 CPU reference. Every
+// test runs once per decode::Kernel value: automatic through the public API
+// (mla::mla_decode, which runs the reference for CPU tensors), the others
+// forced through the CUDA backend; a case a forced kernel cannot run must be
+// refused with an error naming the kernel. Fresh random inputs per case,
+// outputs and workspace poisoned with NaN bytes before every run.
 //
 // Error bounds and why:
 //  * out: per query row, max |gpu - ref| <= 1e-2 * max |ref| of the row. The
@@ -10,7 +12,7 @@
 //    accumulation over <= 64K keys adds far less. The P rounding is an
 //    absolute error of ~2^-9 * mean|v| while max|out| shrinks as a row averages
 //    more keys, so rows over hundreds of keys show the most: the largest seen
-//    on the H200 (2026-11-29) is 5.8e-3 (fp8, h64 s_q3, L 777). 1e-2 still
+//    on the H200 is 5.8e-3 (fp8, h64 s_q3, L 777). 1e-2 still
 //    catches a wrong key, a lost tile or a mis-scaled row, which move a row by
 //    O(max|ref|).
 //  * lse: |gpu - ref| <= 1e-3. Scores are fp32 sums of exact bf16 products
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "cuda/decode/decode_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
@@ -32,7 +35,10 @@
 namespace mla::testing {
 namespace {
 
+using cuda::decode::Kernel;
+
 struct Case {
+  Kernel kernel = Kernel::automatic;
   std::vector<int32_t> lengths;
   int h_q = 16, s_q = 1;
   int64_t page_size = 64;
@@ -44,13 +50,35 @@ struct Case {
   uint64_t seed = 1;
   std::string name() const {
     std::string s = "h" + std::to_string(h_q) + " s_q" + std::to_string(s_q) + " page" +
-                    std::to_string(page_size) + " " + kv_format_name(format) + " pad" +
-                    std::to_string(page_pad) + (invariant ? " invariant" : "") +
-                    (causal ? "" : " noncausal") + " L[";
+                    std::to_string(page_size) + " " + kv_format_name(format) + " " +
+                    cuda::decode::kernel_name(kernel) + " pad" + std::to_string(page_pad) +
+                    (invariant ? " invariant" : "") + (causal ? "" : " noncausal") + " L[";
     for (size_t i = 0; i < lengths.size(); ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
     return s + "]";
   }
 };
+
+// Whether c.kernel can run c (the test caches' layouts all encode as TMA maps).
+bool kernel_takes(const Case& c) {
+  const bool fp8 = c.format == KvFormat::fp8_ds_mla;
+  return cuda::decode::kernel_takes(
+      c.kernel, {.fp8 = fp8, .page_size = c.page_size, .tma_map = !fp8 && c.page_size % 64 == 0});
+}
+
+// c on kernel k, its cache format and page size changed to ones k runs.
+Case on_kernel(Case c, Kernel k) {
+  c.kernel = k;
+  if (k == Kernel::wgmma_fp8) c.format = KvFormat::fp8_ds_mla;
+  if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
+  if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
+  return c;
+}
+
+class DecodeGpu : public ::testing::TestWithParam<Kernel> {};
+INSTANTIATE_TEST_SUITE_P(Kernels, DecodeGpu, ::testing::ValuesIn(cuda::decode::kKernels),
+                         [](const ::testing::TestParamInfo<Kernel>& info) {
+                           return std::string(cuda::decode::kernel_name(info.param));
+                         });
 
 // Inputs on the host and the device, and the reference result.
 struct Problem {
@@ -138,7 +166,9 @@ Status run(Problem& P, cudaStream_t stream = nullptr, bool poison = true) {
   opts.batch_invariant = P.c.invariant;
   ExecContext ctx;
   ctx.stream = stream;
-  return mla_decode(P.dev_args, opts, Workspace{P.d_ws.get(), P.d_ws.bytes()}, ctx);
+  const Workspace ws{P.d_ws.get(), P.d_ws.bytes()};
+  if (P.c.kernel == Kernel::automatic) return mla_decode(P.dev_args, opts, ws, ctx);
+  return cuda::mla_decode(P.dev_args, opts, ws, ctx, P.c.kernel);
 }
 
 struct Result {
@@ -204,7 +234,19 @@ void check(const Problem& P, const Result& r, const std::vector<bool>& nan_reque
       }
 }
 
+// A case the forced kernel cannot run: refused with an error naming it.
+void expect_refused(const Case& c) {
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  if (::testing::Test::HasFatalFailure()) return;
+  const Status st = run(P);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string() << " (" << c.name() << ")";
+  EXPECT_NE(st.message().find(cuda::decode::kernel_name(c.kernel)), std::string::npos)
+      << st.to_string();
+}
+
 void run_and_check(const Case& c) {
+  if (!kernel_takes(c)) return expect_refused(c);
   Problem P;
   setup(P, c);
   if (::testing::Test::HasFatalFailure()) return;
@@ -219,7 +261,7 @@ void run_and_check(const Case& c) {
 // 64-key tile, several tiles.
 const std::vector<int32_t> kEdgeLengths = {0, 1, 5, 63, 64, 65, 200, 777};
 
-TEST(DecodeGpu, GridOfEdges) {
+TEST_P(DecodeGpu, GridOfEdges) {
   const std::pair<int, int> heads_sq[] = {{16, 1}, {32, 2}, {64, 3}, {128, 4}, {16, 4}, {128, 1}};
   uint64_t seed = 100;
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
@@ -228,6 +270,7 @@ TEST(DecodeGpu, GridOfEdges) {
         // Every (heads, s_q) with page 64 (the fast path); two per other page.
         if (page != 64 && k % 3 != int(page) % 3) continue;
         Case c;
+        c.kernel = GetParam();
         c.lengths = kEdgeLengths;
         c.h_q = heads_sq[k].first;
         c.s_q = heads_sq[k].second;
@@ -244,13 +287,14 @@ TEST(DecodeGpu, GridOfEdges) {
 // chunks of prefill through the absorbed form, the layer's CUDA path): query
 // rows span many 64-row blocks and the causal limit differs per block; lengths
 // below s_q leave the first tokens without keys.
-TEST(DecodeGpu, ManyNewTokensUpToTheLimit) {
+TEST_P(DecodeGpu, ManyNewTokensUpToTheLimit) {
   const std::pair<int, int> heads_sq[] = {
       {16, 5}, {16, 17}, {64, 9}, {128, 40}, {32, kCudaDecodeMaxSq}};
   uint64_t seed = 300;
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
     for (auto [h, sq] : heads_sq) {
       Case c;
+      c.kernel = GetParam();
       c.lengths = {0, 3, 40, 65, 777};
       c.h_q = h;
       c.s_q = sq;
@@ -262,10 +306,11 @@ TEST(DecodeGpu, ManyNewTokensUpToTheLimit) {
     }
 }
 
-TEST(DecodeGpu, LongRequestsSplitAcrossWorkers) {
+TEST_P(DecodeGpu, LongRequestsSplitAcrossWorkers) {
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
     for (bool inv : {false, true}) {
       Case c;
+      c.kernel = GetParam();
       c.lengths = {20000, 33, 4097, 1};
       c.h_q = 32;
       c.s_q = 2;
@@ -279,16 +324,17 @@ TEST(DecodeGpu, LongRequestsSplitAcrossWorkers) {
   one.lengths = {65536};
   one.h_q = 16;
   one.seed = 9;
-  run_and_check(one);
+  run_and_check(on_kernel(one, GetParam()));
 }
 
-TEST(DecodeGpu, BatchInvariantModeAndNonCausalAndF32Out) {
+TEST_P(DecodeGpu, BatchInvariantModeAndNonCausalAndF32Out) {
   Case c;
   c.lengths = kEdgeLengths;
   c.h_q = 64;
   c.s_q = 2;
   c.invariant = true;
   c.seed = 11;
+  c = on_kernel(c, GetParam());
   run_and_check(c);
   c.invariant = false;
   c.causal = false;
@@ -301,7 +347,7 @@ TEST(DecodeGpu, BatchInvariantModeAndNonCausalAndF32Out) {
 }
 
 // batch_invariant: request 0's bits are the same alone and inside a batch.
-TEST(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
+TEST_P(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
     Case big;
     big.lengths = {9000, 30000, 12, 5000, 17000, 64};
@@ -309,6 +355,8 @@ TEST(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
     big.format = f;
     big.invariant = true;
     big.seed = 21;
+    big.kernel = GetParam();
+    if (!kernel_takes(big)) continue;  // run_and_check covers the refusal
     Problem P;
     setup(P, big, /*with_reference=*/false);
     ASSERT_TRUE(run(P).ok());
@@ -335,11 +383,12 @@ TEST(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
 }
 
 // 100 calls reusing the buffers without clearing them: identical bits.
-TEST(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
+TEST_P(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
   Case c;
   c.lengths = {3000, 70, 9000, 0, 1, 4100};
   c.h_q = 128;
   c.seed = 31;
+  c = on_kernel(c, GetParam());
   Problem P;
   setup(P, c, /*with_reference=*/false);
   ASSERT_TRUE(run(P).ok());
@@ -351,12 +400,13 @@ TEST(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
 }
 
 // The whole step captured once in a CUDA graph, replayed with new lengths.
-TEST(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
+TEST_P(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
   Case c;
   c.lengths = {5000, 800, 20000, 64};  // capacity: the block table covers these
   c.h_q = 64;
   c.s_q = 2;
   c.seed = 41;
+  c = on_kernel(c, GetParam());
   Problem P;
   setup(P, c);
   ASSERT_FALSE(HasFatalFailure());
@@ -397,11 +447,12 @@ TEST(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
 // a length past the block table's capacity, a negative length. The kernel
 // never reads through them and the request's rows come out NaN; the other
 // requests are unaffected.
-TEST(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
+TEST_P(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
   Case c;
   c.lengths = {300, 300, 300, 300};
   c.h_q = 16;
   c.seed = 51;
+  c = on_kernel(c, GetParam());
   Problem P;
   setup(P, c);
   ASSERT_FALSE(HasFatalFailure());
@@ -420,7 +471,7 @@ TEST(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
   check(P, fetch(P), {false, true, true, true});
 }
 
-TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
+TEST(DecodeGpuArgs, InvalidArgumentsAreErrorsNamingTheArgument) {
   Case c;
   c.lengths = {100, 200};
   c.h_q = 16;
@@ -461,20 +512,51 @@ TEST(DecodeGpu, InvalidArgumentsAreErrorsNamingTheArgument) {
       << st.to_string();
 }
 
+// The automatic choice, and a forced kernel that cannot run the call: an
+// unsupported error naming the kernel, before any launch.
+TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
+  using cuda::decode::choose_kernel;
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 64, .tma_map = true}), Kernel::wgmma_tma);
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 128, .tma_map = false}),
+            Kernel::wgmma_cp_async);
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false}),
+            Kernel::wgmma_cp_async);
+  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false}), Kernel::wgmma_fp8);
+  const struct {
+    Kernel kernel;
+    KvFormat format;
+    int64_t page_size;
+  } impossible[] = {{Kernel::wgmma_tma, KvFormat::bf16, 16},
+                    {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_fp8, KvFormat::bf16, 64}};
+  for (const auto& x : impossible) {
+    Case c;
+    c.lengths = {100, 200};
+    c.kernel = x.kernel;
+    c.format = x.format;
+    c.page_size = x.page_size;
+    ASSERT_FALSE(kernel_takes(c)) << c.name();
+    expect_refused(c);
+  }
+}
+
 }  // namespace
 }  // namespace mla::testing
 
 namespace mla::testing {
 namespace {
-// Small cases for compute-sanitizer (memcheck, racecheck): every code path
-// (direct and split pieces, both formats, all three CTA row counts, masked
-// tails, empty requests) in a few tiles.
-TEST(DecodeGpu, SanitizerSmall) {
+// Small cases for compute-sanitizer (memcheck, racecheck): direct and split
+// pieces, both formats, one and two row blocks, masked tails, empty requests,
+// in a few tiles. Page 16: the cp.async and fp8 producers (SanitizerSmallTma
+// covers wgmma_tma).
+TEST_P(DecodeGpu, SanitizerSmall) {
   const std::pair<int, int> heads_sq[] = {{16, 1}, {16, 2}, {64, 2}};
   uint64_t seed = 900;
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
     for (auto [h, s] : heads_sq) {
       Case c;
+      c.kernel = GetParam();
       c.lengths = {0, 1, 70, 300};
       c.h_q = h;
       c.s_q = s;
@@ -486,11 +568,10 @@ TEST(DecodeGpu, SanitizerSmall) {
     }
 }
 
-// The bf16 TMA path (page 64; v8, v9) for the sanitizers: SanitizerSmall's
-// page 16 runs the cp.async kernels only. Tile counts 0, 1, 2, 3 and 5: full
-// tiles by TMA, partial last tiles, and odd counts (v9 takes tiles in pairs:
-// the second of the last pair is past the piece); h128 has two row blocks.
-TEST(DecodeGpu, SanitizerSmallTma) {
+// Page 64 for the sanitizers: the TMA tiles (automatic and wgmma_tma on a
+// bf16 cache). Tile counts 0, 1, 2, 3 and 5: full tiles by TMA, partial last
+// tiles by cp.async, odd and even counts; h128 has two row blocks.
+TEST_P(DecodeGpu, SanitizerSmallTma) {
   const std::pair<int, int> heads_sq[] = {{16, 1}, {128, 1}, {64, 2}};
   uint64_t seed = 950;
   for (auto [h, s] : heads_sq) {
@@ -500,22 +581,22 @@ TEST(DecodeGpu, SanitizerSmallTma) {
     c.s_q = s;
     c.page_size = 64;
     c.seed = seed++;
-    run_and_check(c);
+    run_and_check(on_kernel(c, GetParam()));
     if (HasFatalFailure()) return;
   }
 }
 
 // h128 requests long enough to be split over the workers: pieces start on
-// odd and even tiles and hold odd and even tile counts (v9's pairs), with
-// both row blocks, s_q 1 and 2.
-TEST(DecodeGpu, SplitPiecesAtH128) {
+// odd and even tiles and hold odd and even tile counts (the two stages' parity),
+// with both row blocks, s_q 1 and 2.
+TEST_P(DecodeGpu, SplitPiecesAtH128) {
   for (int s_q : {1, 2}) {
     Case c;
     c.lengths = {4097, 3000, 65, 1, 2049};
     c.h_q = 128;
     c.s_q = s_q;
     c.seed = 960 + s_q;
-    run_and_check(c);
+    run_and_check(on_kernel(c, GetParam()));
     if (HasFatalFailure()) return;
   }
 }

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "gpu/decode/wgmma_probe.hpp"
 #include "gpu/gpu_buffer.hpp"
-#include "gpu/wgmma_probe.hpp"
 #include "mla/numeric.hpp"
 
 namespace mla::testing {

@@ -8,25 +8,27 @@
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/decode/decode_keys.cuh"
-#include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/split/split.hpp"
 
-namespace mla::cuda::decode {
+namespace mla::cuda::split {
+
+using decode::DecodeParams;
 namespace {
 
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 
-// One CTA per (request, query row). v1 ran one warp per row over the pieces
-// in sequence and was latency-bound (a 64K-key request split 132 ways took
-// ~100 us to merge); here the 8 warps take every 8th piece, each lane holding
-// 16 of the 512 dims, and the warps' sums meet in shared memory in a fixed
-// order, so the bits depend only on the number of pieces.
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams p) {
+// One CTA per (request, query row): the 8 warps take every 8th piece (one
+// warp per row in sequence is latency-bound on a request split over every
+// worker), each lane holding 16 of the 512 dims, and the warps' sums meet in
+// shared memory in a fixed order, so the bits depend only on the number of
+// pieces.
+__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const DecodeParams p) {
   const int b = blockIdx.x, rr = blockIdx.y;
   const RequestSplit rs = p.req_split[b];
   if (rs.num_pieces <= 1) return;
   __shared__ float s_red[kCombineWarps];
-  __shared__ float s_acc[kCombineWarps][kDv];
+  __shared__ float s_acc[kCombineWarps][decode::kDv];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n = rs.num_pieces;
   const float* plse = p.partial_lse + int64_t(rs.slot_base) * p.rows + rr;
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
 #pragma unroll 2
     for (int i = warp; i < n; i += kCombineWarps) {
       const float wgt = expf(plse[int64_t(i) * p.rows] - mx) * inv;
-      const float* po = p.partial_out + (int64_t(rs.slot_base + i) * p.rows + rr) * kDv;
+      const float* po = p.partial_out + (int64_t(rs.slot_base + i) * p.rows + rr) * decode::kDv;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const float4 v = *reinterpret_cast<const float4*>(po + lane * 4 + 128 * k);
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   if (nan) o0 = o1 = lse = NAN;
   const int h = rr % p.h_q;
   int tb, s;
-  token_coords(p, b, rr / p.h_q, &tb, &s);
+  decode::token_coords(p, b, rr / p.h_q, &tb, &s);
   const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h + d;
   if (p.out_f32)
     *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off) = make_float2(o0, o1);
@@ -98,9 +100,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
 
 }  // namespace
 
-cudaError_t launch_decode_combine(const DecodeParams& p, cudaStream_t stream) {
-  decode_combine_kernel<<<dim3(p.B, p.rows), kCombineThreads, 0, stream>>>(p);
+cudaError_t launch_combine(const DecodeParams& p, cudaStream_t stream) {
+  split_combine_kernel<<<dim3(p.B, p.rows), kCombineThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-}  // namespace mla::cuda::decode
+}  // namespace mla::cuda::split

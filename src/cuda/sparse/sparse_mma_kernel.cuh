@@ -1,5 +1,7 @@
-// Sparse absorbed attention (MQA, d_qk 576, d_v 512) over per-query index
-// lists: FlashAttention-2 style on mma.sync m16n8k16 bf16 tensor cores.
+// The mma_sync sparse attention kernel (MQA, d_qk 576, d_v 512) over
+// per-query index lists: FlashAttention-2 style on mma.sync m16n8k16 bf16
+// tensor cores. It runs where the decode kernel cannot (sparse_cuda.hpp,
+// choose_kernel); instantiations in sparse_mma_bf16.cu / sparse_mma_fp8.cu.
 //
 // A CTA owns one query row (b, i), a block of HB heads (16/32/64) and a range of
 // the row's index list, and streams the listed keys in tiles of NK. The tile
@@ -17,52 +19,34 @@
 // is split by keys among them (KW = NK/WPM keys each), the row max is exchanged
 // through shared memory, P goes to shared memory as bf16, and O += P V is split
 // by value columns (DVW = 512/WPM each), so no MMA is done twice.
+#pragma once
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
-#include "cuda/dsa/dsa_device.cuh"
-#include "cuda/dsa/sparse_launch.hpp"
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/fp8.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/sparse/sparse_mma_config.hpp"
+#include "cuda/sparse/sparse_params.hpp"
 
-namespace mla::cuda::dsa {
-namespace {
+namespace mla::cuda::sparse::mma {
 
-constexpr int kThreads = 256;
-constexpr int kDqk = 576, kDv = 512;
-constexpr int kRowBytes = kDqk * 2 + 16;  // padded: 73 x 16 B, odd, so ldmatrix rows spread over banks
-constexpr int kFp8Entry = 656;
-constexpr float kLog2e = 1.4426950408889634f;
-
-template <int HB, bool kFp8>
-struct Traits {
-  static constexpr int kMT = HB / 16;
-  static constexpr int kWPM = 8 / kMT;
-  static constexpr int kNK = HB == 16 ? 64 : 32;  // keys per tile
-  static constexpr int kKW = kNK / kWPM;           // keys per warp in S
-  static constexpr int kDVW = kDv / kWPM;          // value columns per warp in O
-  static constexpr int kStages = kNK == 64 ? 2 : 3;
-  static_assert(HB == 16 || HB == 32 || HB == 64, "head blocks of 16, 32 or 64");
-  static_assert(kKW == 8 || kKW == 16, "S loads B fragments for 8 or 16 keys per warp");
-  static constexpr int kQBytes = HB * kRowBytes;
-  static constexpr int kTileBytes = kNK * kRowBytes;
-  static constexpr int kStageBytes = kFp8 ? kNK * kFp8Entry : kTileBytes;
-  static constexpr int kPRow = kNK * 2 + 16;  // bf16 P row, padded (odd multiple of 16 B)
-  // layout
-  static constexpr int kOffQ = 0;
-  static constexpr int kOffStages = kOffQ + kQBytes;
-  static constexpr int kOffTile = kOffStages + kStages * kStageBytes;  // fp8: dequantised tile
-  static constexpr int kOffP = kOffTile + (kFp8 ? kTileBytes : 0);
-  static constexpr int kOffMax = kOffP + HB * kPRow;
-  static constexpr int kOffSum = kOffMax + kWPM * HB * 4;
-  static constexpr int kOffOk = kOffSum + kWPM * HB * 4;
-  static constexpr int kSmem = kOffOk + kStages * kNK * 4;
-  static_assert(kSmem <= 227 * 1024, "fits the 227 KB a Hopper CTA may use");
-};
+// cp.async without the "memory" clobber: the kernel orders its copies
+// by the __syncthreads after each cp_async_wait.
+using ptx::ldmatrix_x4;
+using ptx::ldmatrix_x4_trans;
+using ptx::mma_bf16_16816;
+using ptx::pack_bf16x2;
+using ptx::noclobber::cp_async_16;
+using ptx::noclobber::cp_async_commit;
+using ptx::noclobber::cp_async_wait;
 
 // Slots are i32, so 32-bit arithmetic; power-of-two pages (every engine's
 // choice) by shift and mask instead of a division per 16-byte piece.
-__device__ __forceinline__ const uint8_t* entry_ptr(const SparseAttnParams& p, int page_shift, int64_t slot) {
+__device__ __forceinline__ const uint8_t* entry_ptr(const SparseAttnParams& p, int page_shift,
+                                                    int64_t slot) {
   const uint32_t s = uint32_t(slot);
   uint32_t page, off;
   if (page_shift >= 0) {
@@ -75,7 +59,7 @@ __device__ __forceinline__ const uint8_t* entry_ptr(const SparseAttnParams& p, i
 
 template <int HB, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    sparse_attn_kernel(SparseAttnParams p, int tiles_per_split, float* part_o, float* part_lse) {
+    sparse_mma_kernel(SparseAttnParams p, int tiles_per_split, float* part_o, float* part_lse) {
   using Tr = Traits<HB, kFp8>;
   constexpr int NK = Tr::kNK, KW = Tr::kKW, DVW = Tr::kDVW, WPM = Tr::kWPM, S = Tr::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -124,7 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int pos = key0 + key;
         const int64_t slot = pos < n_keys ? idx[pos] : -1;
         const bool ok = slot >= 0 && slot < p.num_slots;
-        const uint8_t* src = ok ? entry_ptr(p, page_shift, slot) + part * 16 : sQ;  // not read when !ok
+        const uint8_t* src =
+            ok ? entry_ptr(p, page_shift, slot) + part * 16 : sQ;  // not read when !ok
         uint8_t* d = kFp8 ? dst + key * kFp8Entry + part * 16 : dst + key * kRowBytes + part * 16;
         cp_async_16(d, src, ok);
         if (part == 0) sOk[st * NK + key] = ok;
@@ -147,21 +132,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* d = tile + key * kRowBytes;
         if (part < 32) {
           const uint4 codes = *reinterpret_cast<const uint4*>(e + part * 16);
-          const float sc = reinterpret_cast<const float*>(e + 512)[part / 8];
+          const float sc =
+              reinterpret_cast<const float*>(e + Fp8DsMlaLayout::kScaleOffset)[part / 8];
           const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
           uint32_t o[8];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            float f[4];
-            e4m3x4_to_f32(w[i], f);
-            o[2 * i] = pack_bf16x2(f[0] * sc, f[1] * sc);
-            o[2 * i + 1] = pack_bf16x2(f[2] * sc, f[3] * sc);
+            const float2 lo = e4m3x2_to_float2(static_cast<uint16_t>(w[i] & 0xffff));
+            const float2 hi = e4m3x2_to_float2(static_cast<uint16_t>(w[i] >> 16));
+            o[2 * i] = pack_bf16x2(lo.x * sc, lo.y * sc);
+            o[2 * i + 1] = pack_bf16x2(hi.x * sc, hi.y * sc);
           }
           reinterpret_cast<uint4*>(d + part * 32)[0] = make_uint4(o[0], o[1], o[2], o[3]);
           reinterpret_cast<uint4*>(d + part * 32)[1] = make_uint4(o[4], o[5], o[6], o[7]);
         } else {
           *reinterpret_cast<uint4*>(d + 1024 + (part - 32) * 16) =
-              *reinterpret_cast<const uint4*>(e + 528 + (part - 32) * 16);
+              *reinterpret_cast<const uint4*>(e + Fp8DsMlaLayout::kRopeOffset + (part - 32) * 16);
         }
       }
       __syncthreads();
@@ -194,9 +180,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sc[kSNt][4];
 #pragma unroll
     for (int n = 0; n < kSNt; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-    const uint8_t* qa = sQ + (hrow + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes + (lane >> 4) * 16;
+    const uint8_t* qa =
+        sQ + (hrow + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes + (lane >> 4) * 16;
     if constexpr (KW == 16) {
-      const uint8_t* kb = sK + (j * KW + ((lane >> 4) & 1) * 8 + (lane & 7)) * kRowBytes + ((lane >> 3) & 1) * 16;
+      const uint8_t* kb =
+          sK + (j * KW + ((lane >> 4) & 1) * 8 + (lane & 7)) * kRowBytes + ((lane >> 3) & 1) * 16;
 #pragma unroll 4
       for (int ks = 0; ks < kDqk / 16; ++ks) {
         uint32_t a[4], bb[4];
@@ -272,8 +260,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // P complete
     // O[:, j*DVW .. +DVW] += P V
-    const uint8_t* pa = sP + (hrow + (lane & 7) + ((lane >> 3) & 1) * 8) * Tr::kPRow + (lane >> 4) * 16;
-    const uint8_t* vb = sK + (((lane >> 3) & 1) * 8 + (lane & 7)) * kRowBytes + (j * DVW + (lane >> 4) * 8) * 2;
+    const uint8_t* pa =
+        sP + (hrow + (lane & 7) + ((lane >> 3) & 1) * 8) * Tr::kPRow + (lane >> 4) * 16;
+    const uint8_t* vb =
+        sK + (((lane >> 3) & 1) * 8 + (lane & 7)) * kRowBytes + (j * DVW + (lane >> 4) * 8) * 2;
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) {
       uint32_t a[4];
@@ -304,135 +294,45 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float inv = empty ? 0.f : 1.f / l_tot[r];
     const float lse = empty ? -INFINITY : (m_run[r] + log2f(l_tot[r])) / kLog2e;
     if (part_o == nullptr) {
-      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_sb + qi * p.out_ss + int64_t(h) * p.out_sh;
+      __nv_bfloat16* out =
+          static_cast<__nv_bfloat16*>(p.out) + b * p.out_sb + qi * p.out_ss + int64_t(h) * p.out_sh;
 #pragma unroll
       for (int n = 0; n < kONt; ++n)
-        *reinterpret_cast<uint32_t*>(out + j * DVW + n * 8 + 2 * t) = pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(out + j * DVW + n * 8 + 2 * t) =
+            pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
       if (t == 0 && j == 0) p.lse[b * p.lse_sb + int64_t(h) * p.lse_sh + qi * p.lse_ss] = lse;
     } else {
       const int64_t prow = (int64_t(split) * gridDim.y + row) * p.h_q + h;
       float* out = part_o + prow * kDv;
 #pragma unroll
       for (int n = 0; n < kONt; ++n)
-        *reinterpret_cast<float2*>(out + j * DVW + n * 8 + 2 * t) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        *reinterpret_cast<float2*>(out + j * DVW + n * 8 + 2 * t) =
+            make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
       if (t == 0 && j == 0) part_lse[prow] = lse;
     }
   }
 }
 
 // Merge the splits of each (row, head) by log-sum-exp: one warp per (row, head).
-__global__ void sparse_combine_kernel(SparseAttnParams p, int splits, int rows, const float* part_o,
-                                      const float* part_lse) {
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= int64_t(rows) * p.h_q) return;
-  const int row = int(w / p.h_q), h = int(w % p.h_q);
-  const int b = row / p.s_q, qi = row % p.s_q;
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, part_lse[(int64_t(s) * rows + row) * p.h_q + h]);
-  float acc[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  float wsum = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const int64_t prow = (int64_t(s) * rows + row) * p.h_q + h;
-    const float l = part_lse[prow];
-    if (l == -INFINITY) continue;
-    const float wt = __expf(l - m);
-    wsum += wt;
-    const float* src = part_o + prow * kDv;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 v = reinterpret_cast<const float4*>(src)[i * 32 + lane];
-      acc[4 * i] += wt * v.x, acc[4 * i + 1] += wt * v.y, acc[4 * i + 2] += wt * v.z, acc[4 * i + 3] += wt * v.w;
-    }
-  }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_sb + qi * p.out_ss + int64_t(h) * p.out_sh;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int c = (i * 32 + lane) * 4;
-    reinterpret_cast<uint32_t*>(out + c)[0] = pack_bf16x2(acc[4 * i] * inv, acc[4 * i + 1] * inv);
-    reinterpret_cast<uint32_t*>(out + c)[1] = pack_bf16x2(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
-  }
-  if (lane == 0)
-    p.lse[b * p.lse_sb + int64_t(h) * p.lse_sh + qi * p.lse_ss] = wsum > 0.f ? m + logf(wsum) : -INFINITY;
-}
 
-int head_block(int h_q) { return h_q % 64 == 0 ? 64 : h_q % 32 == 0 ? 32 : h_q % 16 == 0 ? 16 : 0; }
-int tile_keys(int hb) { return hb == 16 ? 64 : 32; }
-
-// How many CTAs split each row's list: enough CTAs for one wave at least, and
-// at least 4 tiles per split.
-int choose_splits(const SparseAttnParams& p) {
-  const int hb = head_block(p.h_q);
-  if (hb == 0) return 1;
-  const int64_t ctas = int64_t(p.batch) * p.s_q * (p.h_q / hb);
-  const int tiles = (p.topk + tile_keys(hb) - 1) / tile_keys(hb);
-  int splits = 1;
-  while (ctas * splits < num_sms() && tiles / (splits * 2) >= 4) splits *= 2;
-  return splits;
-}
-
+// One launch of one instantiation: grid (h_q / HB, batch * s_q, splits).
 template <int HB, bool kFp8>
-Status launch_one(const SparseAttnParams& p, int splits, float* part_o, float* part_lse, cudaStream_t stream) {
+Status launch_kernel(const SparseAttnParams& p, int splits, float* part_o, float* part_lse,
+                     cudaStream_t stream) {
   using Tr = Traits<HB, kFp8>;
-  auto kernel = sparse_attn_kernel<HB, kFp8>;
+  auto kernel = sparse_mma_kernel<HB, kFp8>;
   static bool attr_set = false;
   if (!attr_set) {
-    MLA_TRY(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem),
-                        "cudaFuncSetAttribute(sparse_attn_kernel)"));
+    MLA_TRY(cuda_status(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem),
+        "cudaFuncSetAttribute(sparse_mma_kernel)"));
     attr_set = true;
   }
   const int tiles = (p.topk + Tr::kNK - 1) / Tr::kNK;
   const int per_split = (tiles + splits - 1) / splits;
   const dim3 grid{unsigned(p.h_q / HB), unsigned(p.batch * p.s_q), unsigned(splits)};
   kernel<<<grid, kThreads, Tr::kSmem, stream>>>(p, per_split, part_o, part_lse);
-  return launch_status("sparse_attn_kernel");
+  return check_launch("sparse_mma_kernel");
 }
 
-}  // namespace
-
-size_t sparse_attn_workspace_size(const SparseAttnParams& p) {
-  const int splits = choose_splits(p);
-  if (splits == 1) return 0;
-  return size_t(splits) * p.batch * p.s_q * p.h_q * (kDv + 1) * sizeof(float);
-}
-
-Status launch_sparse_attn(const SparseAttnParams& p, void* workspace, size_t workspace_bytes,
-                          cudaStream_t stream) {
-  const int hb = head_block(p.h_q);
-  if (hb == 0)
-    return value_error(Errc::invalid_value, "sparse attention: h_q", p.h_q, "is not a multiple of 16");
-  if (int64_t(p.batch) * p.s_q == 0 || p.h_q == 0) return Status::Ok();
-  if (int64_t(p.batch) * p.s_q > 65535)
-    return value_error(Errc::invalid_value, "sparse attention: B * s_q", int64_t(p.batch) * p.s_q, "exceeds 65535");
-  int splits = choose_splits(p);
-  if (splits > 1 && (workspace == nullptr || workspace_bytes < sparse_attn_workspace_size(p))) splits = 1;
-  float* part_o = nullptr;
-  float* part_lse = nullptr;
-  const int rows = p.batch * p.s_q;
-  if (splits > 1) {
-    part_o = static_cast<float*>(workspace);
-    part_lse = part_o + size_t(splits) * rows * p.h_q * kDv;
-  }
-  const Status launched = [&]() -> Status {
-    switch (hb * 2 + (p.fp8 ? 1 : 0)) {
-      case 128: return launch_one<64, false>(p, splits, part_o, part_lse, stream);
-      case 129: return launch_one<64, true>(p, splits, part_o, part_lse, stream);
-      case 64: return launch_one<32, false>(p, splits, part_o, part_lse, stream);
-      case 65: return launch_one<32, true>(p, splits, part_o, part_lse, stream);
-      case 32: return launch_one<16, false>(p, splits, part_o, part_lse, stream);
-      default: return launch_one<16, true>(p, splits, part_o, part_lse, stream);
-    }
-  }();
-  MLA_TRY(launched);
-  if (splits > 1) {
-    const int64_t warps = int64_t(rows) * p.h_q;
-    sparse_combine_kernel<<<unsigned((warps * 32 + 255) / 256), 256, 0, stream>>>(p, splits, rows, part_o, part_lse);
-    MLA_TRY(launch_status("sparse_combine_kernel"));
-  }
-  return Status::Ok();
-}
-
-}  // namespace mla::cuda::dsa
+}  // namespace mla::cuda::sparse::mma

@@ -4,7 +4,7 @@
 // lengths.
 //
 // Cost positions: every request occupies a run of "cost units" (tiles plus a
-// fixed per-piece overhead, decode_traits.hpp); the total is cut into P equal
+// fixed per-piece overhead, split_params.hpp); the total is cut into P equal
 // spans, one per persistent worker, and a piece is the part of a request that
 // falls in one span. Balanced mode cuts at the span boundaries (a request is
 // split only where a boundary falls inside it). Batch-invariant mode cuts a
@@ -12,9 +12,11 @@
 // same positions; its output bits cannot depend on the batch.
 #include <cub/block/block_scan.cuh>
 
-#include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/split/split.hpp"
 
-namespace mla::cuda::decode {
+namespace mla::cuda::split {
+
+using decode::DecodeParams;
 namespace {
 
 constexpr int kSchedThreads = 512;
@@ -38,7 +40,7 @@ __device__ __forceinline__ int64_t invariant_pieces(int64_t tiles) {
   return n < kInvariantMaxSplits ? n : kInvariantMaxSplits;
 }
 
-__global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(DecodeParams p) {
+__global__ void __launch_bounds__(kSchedThreads) split_schedule_kernel(DecodeParams p) {
   using Scan = cub::BlockScan<int64_t, kSchedThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   const int tid = threadIdx.x;
@@ -148,9 +150,9 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(DecodePa
 
 }  // namespace
 
-cudaError_t launch_decode_schedule(const DecodeParams& p, cudaStream_t stream) {
-  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p);
+cudaError_t launch_schedule(const DecodeParams& p, cudaStream_t stream) {
+  split_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-}  // namespace mla::cuda::decode
+}  // namespace mla::cuda::split

@@ -1,9 +1,9 @@
 // Device side of test_wgmma_gpu.cpp: one warpgroup runs the decode kernel's
 // two wgmma products on known matrices, with the kernel's own shared-memory
-// layout (v4::tile_off) and descriptors (v4::desc_kmajor, v4::desc_v), so a
-// wrong swizzle, descriptor field or transpose bit shows here in isolation.
-#include "cuda/decode/decode_wgmma_kernel.cuh"
-#include "gpu/wgmma_probe.hpp"
+// layout (tile_off) and descriptors (desc_kmajor, desc_v), so a wrong
+// swizzle, descriptor field or transpose bit shows here in isolation.
+#include "cuda/decode/decode_kernel.cuh"
+#include "gpu/decode/wgmma_probe.hpp"
 
 namespace mla::testing {
 namespace {
@@ -18,13 +18,13 @@ __global__ void __launch_bounds__(128, 1)
     probe_kernel(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
-  uint8_t* sB = smem + v4::kTileBytes;
+  uint8_t* sB = smem + kTileBytes;
   const int tid = threadIdx.x;
   for (int idx = tid; idx < 64 * kChunksPerRow; idx += 128) {
     const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
-    *reinterpret_cast<uint4*>(sA + v4::tile_off(r, q)) =
+    *reinterpret_cast<uint4*>(sA + tile_off(r, q)) =
         *reinterpret_cast<const uint4*>(a + r * kDqk + q * 8);
-    *reinterpret_cast<uint4*>(sB + v4::tile_off(r, q)) =
+    *reinterpret_cast<uint4*>(sB + tile_off(r, q)) =
         *reinterpret_cast<const uint4*>(b + r * kDqk + q * 8);
   }
   wgmma::fence_proxy_async();
@@ -33,13 +33,13 @@ __global__ void __launch_bounds__(128, 1)
   float sacc[4][4];
   float o[32][4];
   wgmma::fence();
-  for (int kb = 0; kb < v4::kBlocks; ++kb)
+  for (int kb = 0; kb < kBlocks; ++kb)
     for (int k4 = 0; k4 < 4; ++k4)
-      wgmma::m64n32k16_ss(sacc, v4::desc_kmajor(aA, 0, kb, k4), v4::desc_kmajor(aB, 32, kb, k4),
+      wgmma::m64n32k16_ss(sacc, desc_kmajor(aA, 0, kb, k4), desc_kmajor(aB, 32, kb, k4),
                           kb + k4 > 0);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
-    wgmma::m64n256k16_ss_tb(o, v4::desc_kmajor(aA, 0, 0, kk), v4::desc_v(aB, 256, kk), kk > 0);
+    wgmma::m64n256k16_ss_tb(o, desc_kmajor(aA, 0, 0, kk), desc_v(aB, 256, kk), kk > 0);
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_regs(sacc);
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(128, 1)
 }  // namespace
 
 cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
-  const int smem = 2 * v4::kTileBytes;
+  const int smem = 2 * kTileBytes;
   cudaError_t e =
       cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
