@@ -7,15 +7,14 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda/prefill/flash_fwd_kernel.cuh"
 #include "cuda/prefill/flash_fwd_launch.hpp"
 #include "cuda/prefill/flash_fwd_wgmma_kernel.cuh"
 #include "cuda/prefill/flash_fwd_ws_kernel.cuh"
 
 namespace mla::cuda::prefill {
 
-template <class Traits, class Kernel>
-static cudaError_t launch(Kernel kernel, const FlashFwdParams& p, cudaStream_t stream) {
+template <class Traits, class KernelFn>
+static cudaError_t launch(KernelFn kernel, const FlashFwdParams& p, cudaStream_t stream) {
   // The dynamic shared-memory limit is per function; setting it on every call
   // costs about a microsecond and keeps the launcher free of static state.
   cudaError_t e =
@@ -26,11 +25,11 @@ static cudaError_t launch(Kernel kernel, const FlashFwdParams& p, cudaStream_t s
   return cudaGetLastError();
 }
 
-// The warp-specialised kernel: a 1-D grid in the order of ws_block, heads
+// The TMA kernel: a 1-D grid in the order of ws_block, heads
 // grouped by how many heads' K/V fit in FlashWsTraits::kL2GroupBytes (with
 // varlen, sized from all keys of the batch: a conservative group).
-template <class Kernel>
-static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const FlashWsMaps& maps,
+template <class KernelFn>
+static cudaError_t launch_ws(KernelFn kernel, const FlashFwdParams& p, const FlashWsMaps& maps,
                              cudaStream_t stream) {
   using Tr = FlashWsTraits;
   cudaError_t e =
@@ -47,19 +46,11 @@ static cudaError_t launch_ws(Kernel kernel, const FlashFwdParams& p, const Flash
   return cudaGetLastError();
 }
 
-cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, const FlashWsMaps* maps,
+cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, Kernel kernel, const FlashWsMaps& maps,
                                  cudaStream_t stream) {
-  if (p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong) {
-    if (maps == nullptr) return cudaErrorInvalidValue;
-    if (p.kernel == FlashKernel::wgmma_ws_pingpong)
-      return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true, true>, p, *maps, stream)
-                       : launch_ws(flash_fwd_ws_kernel<false, true>, p, *maps, stream);
-    return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true, false>, p, *maps, stream)
-                     : launch_ws(flash_fwd_ws_kernel<false, false>, p, *maps, stream);
-  }
-  if (p.kernel == FlashKernel::mma_sync)
-    return p.out_f32 ? launch<FlashFwdTraits>(flash_fwd_kernel<true>, p, stream)
-                     : launch<FlashFwdTraits>(flash_fwd_kernel<false>, p, stream);
+  if (kernel == Kernel::tma_warp_specialized)
+    return p.out_f32 ? launch_ws(flash_fwd_ws_kernel<true>, p, maps, stream)
+                     : launch_ws(flash_fwd_ws_kernel<false>, p, maps, stream);
   return p.out_f32 ? launch<FlashWgmmaTraits>(flash_fwd_wgmma_kernel<true>, p, stream)
                    : launch<FlashWgmmaTraits>(flash_fwd_wgmma_kernel<false>, p, stream);
 }

@@ -1,4 +1,4 @@
-// Raw launch of the prefill attention kernel (no validation; see flash_fwd.hpp).
+// Raw launch of the prefill attention kernels (no validation; see flash_fwd.hpp).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -6,7 +6,7 @@
 #include "cuda/prefill/flash_fwd_ws_maps.hpp"
 
 namespace mla::cuda::prefill {
-// `maps` is used by FlashKernel::wgmma_ws only (null there: invalid value).
-cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, const FlashWsMaps* maps,
+// `maps` (encoded for p) is read by Kernel::tma_warp_specialized only.
+cudaError_t flash_fwd_launch_raw(const FlashFwdParams& p, Kernel kernel, const FlashWsMaps& maps,
                                  cudaStream_t stream);
 }  // namespace mla::cuda::prefill
