@@ -12,14 +12,6 @@
 namespace mla::cuda {
 namespace indexer {
 
-const char* kernel_name(Kernel k) {
-  switch (k) {
-    case Kernel::paged_tma_wgmma: return "paged_tma_wgmma";
-    case Kernel::flat_mma_sync: return "flat_mma_sync";
-  }
-  return "unknown";
-}
-
 Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
                              const LogitsOptions& opt) {
   const Kernel want = choose_kernel(p);

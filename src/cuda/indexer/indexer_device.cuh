@@ -19,7 +19,7 @@ __device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
 }
 
 // The smallest power of two >= x for finite x > 0, from the exponent bits (no
-// log2 rounding): the indexer's scale rule (docs/design.md). Same values as
+// log2 rounding): the indexer's scale rule (docs/design.md 2.5). Same values as
 // cuda/common/fp8.cuh's pow2_ceil, which goes through frexpf/ldexpf.
 __device__ __forceinline__ float pow2_ceil_bits(float x) {
   uint32_t u = __float_as_uint(x);

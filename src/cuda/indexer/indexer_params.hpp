@@ -102,7 +102,9 @@ struct IndexerLogitsParams {
 //                    m16n8k32 e4m3 (indexer_prefill.cu).
 enum class Kernel { paged_tma_wgmma, flat_mma_sync };
 inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_mma_sync};
-const char* kernel_name(Kernel k);
+inline const char* kernel_name(Kernel k) {
+  return k == Kernel::paged_tma_wgmma ? "paged_tma_wgmma" : "flat_mma_sync";
+}
 
 // The kernel for a problem: the form of its keys decides it.
 inline Kernel choose_kernel(const IndexerLogitsParams& p) {

@@ -1,5 +1,5 @@
 // Indexer quantisation: key-cache append and query quantisation. One warp
-// quantises one 128-value vector with a power-of-two scale (docs/design.md)
+// quantises one 128-value vector with a power-of-two scale (docs/design.md section 2.5)
 // and writes codes and scale into the token's page (or the query rows). Bytes
 // identical to reference::quantize_indexer_vector.
 #include <cuda_bf16.h>

@@ -31,7 +31,7 @@ using testing::Rng;
 // The FP8 indexer + GPU top-k against the exact indexer (fp64 over the
 // unquantised q, k, w) on random data: the fraction of the exact top-k that
 // the FP8 pipeline finds. Reported; DeepSeek's target is >= 0.99.
-TEST(DsaPipelineGpu, Fp8IndexerTopkRecall) {
+TEST(IndexerTopkGpu, Fp8RecallAgainstExactIndexer) {
   Rng rng(109);
   const int T = 4, N = 8192, k = 2048;
   HostTensor qf = random_tensor(rng, DType::f32, {T, 64, 128}, -1, 1);

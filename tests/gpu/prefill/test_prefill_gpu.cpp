@@ -35,7 +35,7 @@ using testing::DeviceBuffer;
 // pass a device address), as mirrors of HostTensors do.
 constexpr auto kAlloc = DeviceBuffer::Empty::kAllocate;
 
-// ---- fp64 reference of the non-absorbed attention (docs/design.md, the math) ----
+// ---- fp64 reference of the non-absorbed attention (docs/design.md section 1.2) ----
 // q [T, h, 192], k [Tk, h, 192], v [Tk, h, 128] as doubles; varlen by offsets;
 // causal bottom-right: query i of a sequence sees keys j <= i + (Tk - Tq).
 // A query that sees no key: out 0, lse -inf.
