@@ -59,7 +59,9 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream, std::optional<Ker
         "total_k {} with varlen must be given; bases 16-byte aligned, strides multiples of 8 "
         "elements)",
         kernel_name(k), p.total_q, p.total_k);
-  const cudaError_t e = flash_fwd_launch_raw(p, k, maps, static_cast<cudaStream_t>(stream));
+  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaError_t e = k == Kernel::tma_warp_specialized ? launch_flash_fwd_tma(p, maps, s)
+                                                          : launch_flash_fwd_cp_async(p, s);
   if (e != cudaSuccess)
     return detail::error(Errc::cuda_error,
                          "prefill attention launch ({}, B {}, h {}, max_seqlen_q {}): {}",

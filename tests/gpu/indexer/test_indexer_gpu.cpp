@@ -164,6 +164,21 @@ HostTensor abs_indexer_cache(const HostTensor& cache) {
   return a;
 }
 
+// The fp64 reference logits of a decode problem, and the same computed on
+// |q|, |w|, |k| (the magnitudes the accumulator sees: the error bound's scale).
+void decode_references(const HostTensor& q8, const HostTensor& w, const HostTensor& cache,
+                       const HostTensor& bt, const HostTensor& lens, int max_len, HostTensor* ref,
+                       HostTensor* absref) {
+  *ref = HostTensor(DType::f32, {q8.shape[0], q8.shape[1], max_len});
+  ref->poison();
+  *absref = *ref;
+  ASSERT_MLA_OK(indexer_logits_decode(
+      {q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens.view(), ref->view()}));
+  const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
+  ASSERT_MLA_OK(indexer_logits_decode(
+      {aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(), lens.view(), absref->view()}));
+}
+
 // The paged kernel against one fp64 reference per s_q, in runs of each of
 // `ppcs` pages per CTA (LogitsOptions::pages_per_cta; 0 = sized from the
 // problem): the sized runs are 4 pages here, fewer than the ring holds, so
@@ -187,14 +202,8 @@ void run_indexer_decode_cases(Rng& rng, std::initializer_list<int> s_qs,
     for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
     HostTensor q8 = random_tensor(rng, DType::e4m3, {B, s_q, 64, 128}, -448, 448);
     HostTensor w = random_tensor(rng, DType::f32, {B, s_q, 64}, -1, 1);
-    HostTensor ref(DType::f32, {B, s_q, max_len});
-    ref.poison();
-    ASSERT_MLA_OK(indexer_logits_decode({q8.view(), w.view(), IndexerCacheView{cache.view()},
-                                         bt.view(), lens_t.view(), ref.view()}));
-    HostTensor absref = ref;
-    const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
-    ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()},
-                                         bt.view(), lens_t.view(), absref.view()}));
+    HostTensor ref, absref;
+    decode_references(q8, w, cache, bt, lens_t, max_len, &ref, &absref);
     DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t);
     for (Kernel kernel : cuda::indexer::kAllKernels)
       for (int ppc : ppcs) {
@@ -261,14 +270,8 @@ TEST(IndexerGpu, LogitsDecodeSkipsInvalidPages) {
   for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
   HostTensor q8 = random_tensor(rng, DType::e4m3, {B, 1, 64, 128}, -448, 448);
   HostTensor w = random_tensor(rng, DType::f32, {B, 1, 64}, -1, 1);
-  HostTensor ref(DType::f32, {B, 1, max_len});
-  ref.poison();
-  ASSERT_MLA_OK(indexer_logits_decode(
-      {q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens_t.view(), ref.view()}));
-  HostTensor absref = ref;
-  const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
-  ASSERT_MLA_OK(indexer_logits_decode({aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(),
-                                       lens_t.view(), absref.view()}));
+  HostTensor ref, absref;
+  decode_references(q8, w, cache, bt, lens_t, max_len, &ref, &absref);
   DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt_bad), dl(lens_t);
   for (int ppc : {0, 2}) {
     const std::string what = "invalid pages, pages/CTA " + std::to_string(ppc);
