@@ -22,6 +22,7 @@
 #include "cuda/indexer/indexer_params.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
+#include "mla/indexer.hpp"
 #include "mla/sparse.hpp"
 
 namespace dsa = mla::cuda::dsa;
@@ -30,6 +31,8 @@ namespace idx = mla::cuda::indexer;
 namespace {
 
 constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+constexpr int kIdxPageKeys = mla::IndexerCacheLayout::kPageTokens;  // 64
+constexpr int kIdxPageBytes = mla::IndexerCacheLayout::kPageBytes;  // 8448
 
 __device__ uint32_t hash32(uint64_t x) {
   x ^= x >> 33;
@@ -64,7 +67,8 @@ __global__ void fix_fp8_entries(uint8_t* p, int64_t n_entries) {
 __global__ void fix_indexer_pages(uint8_t* p, int64_t pages) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pages * 64;
        i += int64_t(gridDim.x) * blockDim.x)
-    reinterpret_cast<float*>(p + (i / 64) * 8448 + 8192)[i % 64] = 0.0078125f;
+    reinterpret_cast<float*>(p + (i / kIdxPageKeys) * kIdxPageBytes +
+                             mla::IndexerCacheLayout::kCodeBytes)[i % kIdxPageKeys] = 0.0078125f;
 }
 // Random distinct-ish slots of request b: b * L + uniform position (pages of
 // request b are contiguous in the pool, identity block table).
@@ -169,8 +173,8 @@ struct IndexerDecodeInputs {
 
   IndexerDecodeInputs(int B_, int s_q_, int64_t L_)
       : B(B_), s_q(s_q_), L(L_), pages_per((L_ + 63) / 64), pages(B_ * pages_per) {
-    cache = static_cast<uint8_t*>(dalloc(pages * 8448));
-    fill(cache, pages * 8448, kBytesE4m3, 1);
+    cache = static_cast<uint8_t*>(dalloc(pages * kIdxPageBytes));
+    fill(cache, pages * kIdxPageBytes, kBytesE4m3, 1);
     fix_indexer_pages<<<1024, 256>>>(cache, pages);
     q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
     fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
@@ -193,7 +197,7 @@ struct IndexerDecodeInputs {
     p.num_tokens = int64_t(B) * s_q, p.paged = true;
     p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt,
     p.block_table_stride = pages_per;
-    p.cache = {cache, 8448, 64, pages};
+    p.cache = {cache, kIdxPageBytes, kIdxPageKeys, pages};
     return p;
   }
   int64_t logits_count() const { return int64_t(B) * s_q * L; }
