@@ -7,7 +7,7 @@
 
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/kv_cache/append_launch.hpp"
+#include "cuda/kv_cache/kv_cache_params.hpp"
 #include "mla/kv_cache.hpp"
 
 namespace mla::cuda::kv_cache {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/random.hpp"
-#include "cuda/kv_cache/append_cuda.hpp"
+#include "cuda/kv_cache/kv_cache_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/kv_cache.hpp"
 
