@@ -1,10 +1,9 @@
-// Lightning-indexer logits, decode form, v2: the v1 kernel
-// (indexer_decode_wgmma.cu) with the copies and the epilogue rebuilt, because
-// v1 ran at 64% of the read bandwidth (b128 L128K s_q 1) while its copies alone
-// ran at 96% and copies + wgmma at 92% (docs/perf-log.md, DSA session 3): per
-// page every thread computed swizzled addresses for 528 cp.async copies, and
-// the reduction over heads went through 14 shuffles, shared memory and a
-// second barrier, all before the next page could start.
+// Lightning-indexer logits, decode form (paged cache): Kernel::paged_tma_wgmma.
+//
+// A CTA (one warpgroup) owns request blockIdx.y and a run of its pages
+// (indexer_decode_config.cuh), so each key is read from memory once per
+// request and the request's s_q queries only add MMAs on data already in
+// shared memory.
 //
 // Copies: thread 0 issues each page as one TMA box (the 64 x 128 e4m3 codes,
 // 128-byte swizzle: the SW128 tile the wgmma descriptors read) plus one bulk
@@ -23,23 +22,21 @@
 //
 // Page ids outside the cache are never read: thread 0 zero-fills the stage
 // with ordinary stores (then a proxy fence: the tensor cores read it) and
-// arrives without transaction bytes; the zero keys and scales give logit 0,
-// as v1's zero-filled copies do.
+// arrives without transaction bytes; the zero keys and scales give logit 0.
 #include <cuda.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <climits>
 
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/tma_map.hpp"
 #include "cuda/common/wgmma.cuh"
-#include "cuda/dsa/indexer_decode_common.cuh"
+#include "cuda/indexer/indexer_decode_config.cuh"
 
-namespace mla::cuda::dsa {
+namespace mla::cuda::indexer {
 namespace {
 
-using namespace indexer_decode;
+using namespace decode;
 using ptx::cp_async_bulk_g2s;
 using ptx::mbar_arrive;
 using ptx::mbar_arrive_expect_tx;
@@ -49,16 +46,15 @@ using ptx::mbar_wait;
 using ptx::tma_load_3d;
 
 // Ring depth: 5 at s_q 1 and 4 above keep 4 CTAs on an SM (228 KB) for
-// s_q <= 2, as v1 has; s_q 3 and 4 fit 3. The benchmark also times 3 stages at
-// s_q 1 (IndexerLogitsParams::v2_stages): 6 CTAs per SM (37 KB each), fewer pages each.
+// s_q <= 2; s_q 3 and 4 fit 3.
 template <int kQ>
-constexpr int kDefaultStages = kQ == 1 ? 5 : 4;
+constexpr int kStagesFor = kQ == 1 ? 5 : 4;
 
 // Shared memory of one CTA: kQ queries (SW128), the ring of kStages pages, the
 // weights of the kQ queries, the ring's mbarriers.
-template <int kQ, int kStages_>
+template <int kQ>
 struct TmaSmem {
-  static constexpr int kStages = kStages_;
+  static constexpr int kStages = kStagesFor<kQ>;
   static constexpr int kQueryOff = 0;
   static constexpr int kStageOff = kQ * kQueryBytes;
   static constexpr int kWeightOff = kStageOff + kStages * kStageBytes;  // [kQ][64] f32
@@ -67,16 +63,16 @@ struct TmaSmem {
   static constexpr int kAlloc = kBytes + 1024;  // room to align the base to 1024
   static_assert(kStageOff % 1024 == 0, "TMA's 128-byte swizzle needs 1024-byte aligned stages");
   static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
-  static_assert(kQ > 2 || kStages != kDefaultStages<kQ> || 4 * (kAlloc + 1024) <= 228 * 1024,
+  static_assert(kQ > 2 || 4 * (kAlloc + 1024) <= 228 * 1024,
                 "s_q 1 and 2 keep 4 CTAs per SM (1 KB reserved per CTA)");
   static_assert(kStages >= 2, "a page in flight while one is computed");
 };
 
-template <int kQ, int kStages>
+template <int kQ>
 __global__ void __launch_bounds__(kThreads)
-    indexer_decode_tma_kernel(const __grid_constant__ IndexerLogitsParams p,
-                              const __grid_constant__ CUtensorMap keys_map, int pages_per_cta) {
-  using S = TmaSmem<kQ, kStages>;
+    indexer_decode_kernel(const __grid_constant__ IndexerLogitsParams p,
+                          const __grid_constant__ CUtensorMap keys_map, int pages_per_cta) {
+  using S = TmaSmem<kQ>;
   constexpr int kSt = S::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -95,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int s = 0; s < kSt; ++s) mbar_init(&full[s], 1);
     mbar_fence_init();
   }
-  // Queries (swizzled) by cp.async, as v1; the weights by plain stores.
+  // Queries (swizzled) by cp.async; the weights by plain stores.
   for (int c = tid; c < kQ * (kQueryBytes / 16); c += kThreads) {
     const int q = c / (kQueryBytes / 16), row = (c / 8) % kIndexerHeads, part = c % 8;
     cp_async_16(sq + q * kQueryBytes + sw128(row, part),
@@ -192,13 +188,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kQ, int kStages = kDefaultStages<kQ>>
-Status launch_tma_q(const IndexerLogitsParams& p, const CUtensorMap& map, cudaStream_t stream) {
-  if (p.batch == 0 || p.width == 0) return Status::Ok();
+template <int kQ>
+Status launch_q(const IndexerLogitsParams& p, const CUtensorMap& map, int pages_per_cta,
+                cudaStream_t stream) {
   DecodeGrid grid;
-  MLA_TRY(decode_grid(p, &grid));
-  auto kernel = indexer_decode_tma_kernel<kQ, kStages>;
-  constexpr int smem = TmaSmem<kQ, kStages>::kAlloc;
+  MLA_TRY(decode_grid(p, pages_per_cta, &grid));
+  auto kernel = indexer_decode_kernel<kQ>;
+  constexpr int smem = TmaSmem<kQ>::kAlloc;
   // The whole 228 KB as shared memory: 4 CTAs of ~55 KB per SM at s_q 1 and 2.
   static const cudaError_t attr = [&] {
     const cudaError_t e =
@@ -207,47 +203,48 @@ Status launch_tma_q(const IndexerLogitsParams& p, const CUtensorMap& map, cudaSt
     return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                 int(cudaSharedmemCarveoutMaxShared));
   }();
-  MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_decode_tma_kernel)"));
+  MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_decode_kernel)"));
   kernel<<<dim3(unsigned(grid.splits), unsigned(p.batch), 1u), kThreads, smem, stream>>>(
       p, map, grid.pages_per_cta);
-  return launch_status("indexer_decode_tma_kernel");
+  return check_launch("indexer_decode_kernel");
 }
 
 }  // namespace
 
-bool indexer_decode_v2_chosen(const IndexerLogitsParams& p) {
-  if (p.timing_variant != 0 || p.decode_version == 1) return false;
-  if (p.decode_version == 2) return true;
-  // v2 is the default (1.19-1.42x v1 on the H200, docs/perf-log.md);
-  // MLA_INDEXER_KERNEL=v1 forces the old kernel.
-  const char* env = std::getenv("MLA_INDEXER_KERNEL");
-  return env == nullptr || std::strcmp(env, "v1") != 0;
-}
-
-Status launch_indexer_logits_decode_tma(const IndexerLogitsParams& p, cudaStream_t stream,
-                                        bool* taken) {
-  *taken = false;
-  if (p.batch == 0 || p.width == 0 || p.s_q < 1) return Status::Ok();  // v1 answers these
+Status launch_indexer_logits_paged(const IndexerLogitsParams& p, cudaStream_t stream,
+                                   const LogitsOptions& opt) {
+  if (p.cache.page_size != kPageKeys)
+    return value_error(Errc::unsupported, "indexer logits decode: page_size", p.cache.page_size,
+                       "is not 64 (the indexer cache layout of mla/indexer.hpp)");
+  if (p.s_q < 1)
+    return value_error(Errc::invalid_value, "indexer logits decode: s_q", p.s_q, "is below 1");
+  if (p.batch == 0 || p.width == 0) return Status::Ok();
+  if (p.cache.page_stride % 16 != 0)
+    return value_error(Errc::misaligned, "indexer logits decode: cache page stride (bytes)",
+                       p.cache.page_stride, "is not a multiple of 16");
   // The cache as [num_pages][64 rows][128 bytes], read a page (64 x 128 box,
-  // 128-byte swizzle) at a time; page ids past num_pages are never issued.
-  CUtensorMap map;
-  const int64_t dims[3] = {kIndexerDim, kPageKeys, p.cache.num_pages};
-  const int64_t strides[2] = {kIndexerDim, p.cache.page_stride};
-  const uint32_t box[3] = {kIndexerDim, kPageKeys, 1};
-  if (p.cache.num_pages > INT32_MAX || reinterpret_cast<uintptr_t>(p.cache.base) % 16 != 0 ||
-      !encode_u8_3d_map(&map, p.cache.base, dims, strides, box))
-    return Status::Ok();
-  *taken = true;
+  // 128-byte swizzle) at a time. Page ids outside [0, num_pages) are never
+  // issued, so a cache without pages needs no map (the kernel never reads it).
+  CUtensorMap map{};
+  if (p.cache.num_pages > 0) {
+    const int64_t dims[3] = {kIndexerDim, kPageKeys, p.cache.num_pages};
+    const int64_t strides[2] = {kIndexerDim, p.cache.page_stride};
+    const uint32_t box[3] = {kIndexerDim, kPageKeys, 1};
+    if (p.cache.num_pages > INT32_MAX || reinterpret_cast<uintptr_t>(p.cache.base) % 16 != 0 ||
+        !encode_u8_3d_map(&map, p.cache.base, dims, strides, box))
+      return value_error(Errc::unsupported,
+                         "indexer logits decode: no TMA map for the cache (base 16-byte aligned, "
+                         "at most 2^31 pages, page stride below 2^40 bytes); its page stride",
+                         p.cache.page_stride, "bytes");
+  }
   return for_each_token_chunk(p, [&](const IndexerLogitsParams& c) {
     switch (c.s_q) {
-      case 1:
-        return c.v2_stages == 3 ? launch_tma_q<1, 3>(c, map, stream)
-                                : launch_tma_q<1>(c, map, stream);
-      case 2: return launch_tma_q<2>(c, map, stream);
-      case 3: return launch_tma_q<3>(c, map, stream);
-      default: return launch_tma_q<4>(c, map, stream);
+      case 1: return launch_q<1>(c, map, opt.pages_per_cta, stream);
+      case 2: return launch_q<2>(c, map, opt.pages_per_cta, stream);
+      case 3: return launch_q<3>(c, map, opt.pages_per_cta, stream);
+      default: return launch_q<4>(c, map, opt.pages_per_cta, stream);
     }
   });
 }
 
-}  // namespace mla::cuda::dsa
+}  // namespace mla::cuda::indexer

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/random.hpp"
-#include "cuda/kv_cache/append_cuda.hpp"
+#include "cuda/kv_cache/kv_cache_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/kv_cache.hpp"
 
@@ -23,10 +23,10 @@ HostTensor tricky_values(Rng& rng, DType dt, int64_t T, int64_t width) {
     const int kind = int(i % 5);
     for (int64_t d = 0; d < width; ++d) {
       double v = rng.uniform(-1, 1);
-      if (kind == 1) v *= 1e-7;                              // below the scale floor
-      if (kind == 2) v *= 3000.0;                            // large groups
-      if (kind == 3 && d % 7 == 0) v = -1e-9;                // rounds to -0
-      if (kind == 4 && d % 128 == 5) v = 448.0 * 0.0625;     // amax exactly 448 * 2^-4
+      if (kind == 1) v *= 1e-7;                           // below the scale floor
+      if (kind == 2) v *= 3000.0;                         // large groups
+      if (kind == 3 && d % 7 == 0) v = -1e-9;             // rounds to -0
+      if (kind == 4 && d % 128 == 5) v = 448.0 * 0.0625;  // amax exactly 448 * 2^-4
       t.set(i * width + d, v);
     }
   }
@@ -87,7 +87,8 @@ void run_case(KvFormat f, DType in, int64_t page, int64_t pad, uint64_t seed) {
     if (s5 >= 0) {
       const uint8_t* old = reinterpret_cast<const uint8_t*>(cache.storage.data());
       const int64_t esz = f == KvFormat::bf16 ? 2 : 1;
-      const int64_t off = ((s5 / page) * cache.page_stride() + (s5 % page) * cache.entry_elems()) * esz;
+      const int64_t off =
+          ((s5 / page) * cache.page_stride() + (s5 % page) * cache.entry_elems()) * esz;
       std::memcpy(want.data() + off, old + off, kv_entry_bytes(f));
     }
   }

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,7 +35,7 @@ using testing::DeviceBuffer;
 // pass a device address), as mirrors of HostTensors do.
 constexpr auto kAlloc = DeviceBuffer::Empty::kAllocate;
 
-// ---- fp64 reference of the non-absorbed attention (DESIGN.md section 1) ----
+// ---- fp64 reference of the non-absorbed attention (docs/design.md section 1.2) ----
 // q [T, h, 192], k [Tk, h, 192], v [Tk, h, 128] as doubles; varlen by offsets;
 // causal bottom-right: query i of a sequence sees keys j <= i + (Tk - Tq).
 // A query that sees no key: out 0, lse -inf.
@@ -184,33 +187,30 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   std::vector<double> ref_out, ref_lse;
   reference_mha(as_doubles(q), as_doubles(kfull), as_doubles(v), cu_q, cu_k, h,
                 double(float(scale)), c.causal, ref_out, ref_lse);
-  // Every kernel, each on freshly poisoned outputs.
-  using cuda::prefill::FlashKernel;
-  for (auto kernel : {FlashKernel::wgmma, FlashKernel::mma_sync, FlashKernel::wgmma_ws,
-                      FlashKernel::wgmma_ws_pingpong, FlashKernel::automatic}) {
+  // Every kernel, then the chosen one, each on freshly poisoned outputs.
+  using cuda::prefill::Kernel;
+  std::vector<std::optional<Kernel>> kernels(std::begin(cuda::prefill::kAllKernels),
+                                             std::end(cuda::prefill::kAllKernels));
+  kernels.push_back(std::nullopt);
+  for (const std::optional<Kernel>& kernel : kernels) {
+    const std::string what =
+        std::string("attention (") + (kernel ? kernel_name(*kernel) : "chosen") + ")";
     dout.poison();
     dlse.poison();
-    p.kernel = kernel;
-    const bool ws = kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong;
-    if (ws && Tk == 0) {
-      // No key at all: no TMA map can describe an empty tensor; a forced ws
-      // kernel refuses (automatic falls back to wgmma, checked below).
-      const Status st = cuda::prefill::launch_flash_fwd(p, nullptr);
+    if (kernel == Kernel::tma_warp_specialized && Tk == 0) {
+      // No key at all: no TMA map can describe an empty tensor; the forced TMA
+      // kernel refuses (the chosen one falls back to cp_async_wgmma, checked).
+      const Status st = cuda::prefill::launch_flash_fwd(p, nullptr, kernel);
       EXPECT_EQ(st.code(), Errc::unsupported) << st.message();
       continue;
     }
-    ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
+    ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr, kernel));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
     dout.to_host(out);
     dlse.to_host(lse);
-    expect_close(out, ref_out, lse, ref_lse,
-                 kernel == FlashKernel::wgmma               ? "attention (wgmma)"
-                 : kernel == FlashKernel::wgmma_ws          ? "attention (wgmma_ws)"
-                 : kernel == FlashKernel::wgmma_ws_pingpong ? "attention (wgmma_ws_pingpong)"
-                 : kernel == FlashKernel::automatic         ? "attention (automatic)"
-                                                            : "attention (mma.sync)");
-    if (kernel == FlashKernel::wgmma_ws || kernel == FlashKernel::wgmma_ws_pingpong) {
+    expect_close(out, ref_out, lse, ref_lse, what.c_str());
+    if (kernel == Kernel::tma_warp_specialized) {
       // The pipelined kernel's reductions have a fixed order: repeated calls
       // give the same bytes (a race in the barrier ring would show here).
       const auto first_out = dout.download<uint16_t>(size_t(T) * h * 128);
@@ -218,7 +218,7 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
       for (int rep = 0; rep < 20; ++rep) {
         dout.poison();
         dlse.poison();
-        ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr));
+        ASSERT_MLA_OK(cuda::prefill::launch_flash_fwd(p, nullptr, kernel));
         MLA_CUDA_CHECK(cudaDeviceSynchronize());
         ASSERT_EQ(dout.download<uint16_t>(first_out.size()), first_out) << "repeat " << rep;
         ASSERT_EQ(dlse.download<uint32_t>(first_lse.size()), first_lse) << "repeat " << rep;
@@ -342,10 +342,6 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   size_t ws_bytes = 0;
   ASSERT_MLA_OK(cuda::chunked_prefill_workspace_size(a, &ws_bytes));
   DeviceBuffer ws(ws_bytes, kAlloc);
-  ws.poison();
-  ASSERT_MLA_OK(cuda::chunked_prefill(a, {ws.get(), ws_bytes}, {}));
-  MLA_CUDA_CHECK(cudaDeviceSynchronize());
-
   // Reference: decompress in fp64 from the cache's values, attend to all L at once.
   std::vector<double> k(size_t(L) * h * 192), v(size_t(L) * h * 128);
   for (int s = 0; s < L; ++s)
@@ -366,14 +362,29 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   std::vector<double> ref_out, ref_lse;
   reference_mha(as_doubles(q), k, v, {0, T}, {0, L}, h, double(a.softmax_scale), true, ref_out,
                 ref_lse);
-  HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
-  dout.to_host(out);
-  dlse.to_host(lse);
-  // k_nope and v are rounded to bf16 after the GEMM (the reference keeps fp64).
-  // A score then moves by up to scale * 2^-9 * sum_c |q_c k_c| (~1e-2 here,
-  // typically far less), and lse by at most the largest score change: 1e-2.
-  // (Measured: 2.8e-3 worst on 300 x 16 rows; 2e-3 was too tight for this.)
-  expect_close(out, ref_out, lse, ref_lse, "chunked prefill", 1e-2);
+  // Every attention kernel, then the chosen one, on freshly poisoned outputs
+  // and workspace.
+  using cuda::prefill::Kernel;
+  std::vector<std::optional<Kernel>> kernels(std::begin(cuda::prefill::kAllKernels),
+                                             std::end(cuda::prefill::kAllKernels));
+  kernels.push_back(std::nullopt);
+  for (const std::optional<Kernel>& kernel : kernels) {
+    const std::string what =
+        std::string("chunked prefill (") + (kernel ? kernel_name(*kernel) : "chosen") + ")";
+    dout.poison();
+    dlse.poison();
+    ws.poison();
+    ASSERT_MLA_OK(cuda::chunked_prefill(a, {ws.get(), ws_bytes}, {}, kernel));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    HostTensor out(DType::bf16, {T, h, 128}), lse(DType::f32, {h, T});
+    dout.to_host(out);
+    dlse.to_host(lse);
+    // k_nope and v are rounded to bf16 after the GEMM (the reference keeps fp64).
+    // A score then moves by up to scale * 2^-9 * sum_c |q_c k_c| (~1e-2 here,
+    // typically far less), and lse by at most the largest score change: 1e-2.
+    // (Measured: 2.8e-3 worst on 300 x 16 rows; 2e-3 was too tight for this.)
+    expect_close(out, ref_out, lse, ref_lse, what.c_str(), 1e-2);
+  }
 }
 
 TEST(PrefillGpu, ChunkedEqualsAllAtOnceBf16Cache) {

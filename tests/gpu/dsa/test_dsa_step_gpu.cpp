@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/dsa_step_problem.hpp"
-#include "gpu_buffer.hpp"
+#include "gpu/gpu_buffer.hpp"
 #include "mla/dsa.hpp"
 #include "mla/sparse.hpp"
 #include "mla/topk.hpp"
@@ -205,8 +205,8 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       Mirror dlog(logits), didx(idx), dout2(out2), dlse2(lse2);
       dlog.buf.poison(), didx.buf.poison(), dout2.buf.poison(), dlse2.buf.poison();
       ASSERT_MLA_OK(indexer_logits_decode({a.index_q8, a.index_w_folded, a.index_cache,
-                                        shared ? a.block_table : a.index_block_table,
-                                        a.cache_seqlens, dlog.view}));
+                                           shared ? a.block_table : a.index_block_table,
+                                           a.cache_seqlens, dlog.view}));
       TopkArgs tk;
       tk.logits = dlog.view;
       tk.logits.ndim = 2, tk.logits.shape[0] = R, tk.logits.shape[1] = max_seqlen;

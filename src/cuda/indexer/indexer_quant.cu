@@ -1,12 +1,13 @@
-// Indexer quantisation: key-cache append and query quantisation. One warp quantises one token's 128-value key with a
-// power-of-two scale (DESIGN.md section 2) and writes codes and scale into the
-// token's page. Bytes identical to reference::quantize_indexer_vector.
+// Indexer quantisation: key-cache append and query quantisation. One warp
+// quantises one 128-value vector with a power-of-two scale (docs/design.md section 2.5)
+// and writes codes and scale into the token's page (or the query rows). Bytes
+// identical to reference::quantize_indexer_vector.
 #include <cuda_bf16.h>
 
-#include "cuda/dsa/dsa_device.cuh"
-#include "cuda/dsa/indexer_launch.hpp"
+#include "cuda/indexer/indexer_device.cuh"
+#include "cuda/indexer/indexer_params.hpp"
 
-namespace mla::cuda::dsa {
+namespace mla::cuda::indexer {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
@@ -15,7 +16,8 @@ constexpr int kWarpsPerBlock = 8;
 template <bool kBf16>
 __device__ __forceinline__ void load4(const void* base, int64_t off, float* v) {
   if constexpr (kBf16) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + off);
+    const uint2 raw =
+        *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + off);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
     const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
@@ -31,7 +33,7 @@ __device__ __forceinline__ void load4(const void* base, int64_t off, float* v) {
 __device__ __forceinline__ uint32_t quantize_warp_vector(const float* v, float* scale) {
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
   amax = warp_max(amax);
-  const float s = pow2_ceil(fmaxf(amax, 1e-4f) / 448.f);
+  const float s = pow2_ceil_bits(fmaxf(amax, 1e-4f) / 448.f);
   uint32_t codes = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -65,8 +67,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // One warp per (row, head) of the query: codes into q8, the scale folded into
 // the head weight as w * 64^-0.5 * 128^-0.5 * s, in double like the reference.
 template <bool kBf16>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    indexer_query_kernel(IndexerQueryParams p) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) indexer_query_kernel(IndexerQueryParams p) {
   const int64_t w = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= p.rows * kIndexerHeads) return;
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   reinterpret_cast<uint32_t*>(p.q8 + row * p.q8_row_stride + h * p.q8_head_stride)[lane] = codes;
   if (lane == 0) {
     const double fold = 1.0 / sqrt(double(kIndexerHeads)) / sqrt(double(kIndexerDim));
-    p.w_folded[row * p.wf_row_stride + h] = float(double(p.weights[row * p.w_row_stride + h]) * fold * double(scale));
+    p.w_folded[row * p.wf_row_stride + h] =
+        float(double(p.weights[row * p.w_row_stride + h]) * fold * double(scale));
   }
 }
 
@@ -91,7 +93,7 @@ Status launch_indexer_query(const IndexerQueryParams& p, cudaStream_t stream) {
     indexer_query_kernel<true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
   else
     indexer_query_kernel<false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
-  return launch_status("indexer_query_kernel");
+  return check_launch("indexer_query_kernel");
 }
 
 Status launch_indexer_append(const IndexerAppendParams& p, cudaStream_t stream) {
@@ -101,7 +103,7 @@ Status launch_indexer_append(const IndexerAppendParams& p, cudaStream_t stream) 
     indexer_append_kernel<true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
   else
     indexer_append_kernel<false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
-  return launch_status("indexer_append_kernel");
+  return check_launch("indexer_append_kernel");
 }
 
-}  // namespace mla::cuda::dsa
+}  // namespace mla::cuda::indexer

@@ -1,16 +1,14 @@
-// Lightning-indexer logits on FP8 tensor cores (mma.sync m16n8k32 e4m3, f32
-// accumulation). One kernel serves decode and prefill; they differ only in where
-// key s of a query group lives (a paged cache through block_table, or a flat
-// array) and in each query's key range.
+// Lightning-indexer logits, prefill form (flat keys, a key range per query):
+// Kernel::flat_mma_sync, on FP8 tensor cores (mma.sync m16n8k32 e4m3, f32
+// accumulation).
 //
 // A CTA owns a group of up to kQ queries and a chunk of key columns. It streams
 // the chunk in tiles of 64 keys (8448 B: codes + scales) through a 3-stage
-// cp.async pipeline, so each key is read from memory once per group (once per
-// request in decode). Warp w works on query w / 4 and keys 16*(w % 4) .. +15 of
-// the tile, with that query's 64x128 e4m3 q held in registers as the mma B
-// operand. Per (key, head) the 128-dim dot product is one chain of 4 mma k-steps;
-// ReLU, the head weight and the sum over heads follow in registers, and the
-// sum over the 4 lanes of a quad finishes the head reduction.
+// cp.async pipeline, so each key is read from memory once per group. Warp w works on query w / 4
+// and keys 16*(w % 4) .. +15 of the tile, with that query's 64x128 e4m3 q held in registers as the
+// mma B operand. Per (key, head) the 128-dim dot product is one chain of 4 mma k-steps; ReLU, the
+// head weight and the sum over heads follow in registers, and the sum over the 4 lanes of a quad
+// finishes the head reduction.
 //
 // Dimension order inside a k-step: the mma multiplies logical k slots; we map
 // thread t's slots of k-step kk to the physical dims t*32 + kk*8 + [0, 8), the
@@ -21,16 +19,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/dsa/dsa_device.cuh"
-#include "cuda/dsa/indexer_launch.hpp"
+#include "cuda/indexer/indexer_device.cuh"
+#include "cuda/indexer/indexer_params.hpp"
 
-namespace mla::cuda::dsa {
+namespace mla::cuda::indexer {
 namespace {
 
-constexpr int kTile = 64;    // keys per pipeline stage
+constexpr int kTile = 64;  // keys per pipeline stage
 constexpr int kStages = 3;
-constexpr int kTileCodeBytes = kTile * kIndexerDim;           // 8192
-constexpr int kStageBytes = kTileCodeBytes + kTile * 4;       // + 64 fp32 scales
+constexpr int kTileCodeBytes = kTile * kIndexerDim;      // 8192
+constexpr int kStageBytes = kTileCodeBytes + kTile * 4;  // + 64 fp32 scales
 static_assert(kIndexerHeads == 64 && kIndexerDim == 128,
               "the warp layout assumes 64 heads (8 n-tiles) of 128 dims (4 k-steps of 32)");
 
@@ -38,33 +36,17 @@ struct QueryRange {
   int64_t lo, hi;  // keys [lo, hi) are seen; hi <= lo means none
 };
 
-template <bool kPaged>
-struct KeyAddress {
-  // Where key `pos` of group `grp` is: its 128 codes and its scale. valid=false
-  // for keys that do not exist (never read: the copy zero-fills).
-  __device__ __forceinline__ static bool locate(const IndexerLogitsParams& p, int grp, int64_t pos,
-                                                const uint8_t** codes, const float** scale) {
-    if constexpr (kPaged) {
-      // Pages of 64 tokens (mla/indexer.hpp): shifts, not 64-bit divisions.
-      const int32_t pos32 = int32_t(pos);
-      const int64_t page = p.block_table[grp * p.block_table_stride + (pos32 >> 6)];
-      if (page < 0 || page >= p.cache.num_pages) return false;
-      const uint8_t* pb = p.cache.base + page * p.cache.page_stride;
-      const int off = pos32 & 63;
-      constexpr int P = 64;
-      *codes = pb + off * kIndexerDim;
-      *scale = reinterpret_cast<const float*>(pb + int64_t(P) * kIndexerDim) + off;
-    } else {
-      *codes = p.flat_keys + pos * kIndexerDim;
-      *scale = p.flat_scales + pos;
-    }
-    return true;
-  }
-};
+// Where key `pos` is: its 128 codes and its scale.
+__device__ __forceinline__ bool locate_key(const IndexerLogitsParams& p, int64_t pos,
+                                           const uint8_t** codes, const float** scale) {
+  *codes = p.flat_keys + pos * kIndexerDim;
+  *scale = p.flat_scales + pos;
+  return true;
+}
 
-template <int kQ, bool kPaged>
-__global__ void __launch_bounds__(kQ * 128) indexer_logits_kernel(IndexerLogitsParams p,
-                                                                  int64_t chunk) {
+template <int kQ>
+__global__ void __launch_bounds__(kQ * 128)
+    indexer_prefill_kernel(IndexerLogitsParams p, int64_t chunk) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kThreads = kQ * 128;
   const int grp = blockIdx.x;
@@ -74,14 +56,7 @@ __global__ void __launch_bounds__(kQ * 128) indexer_logits_kernel(IndexerLogitsP
   // ---- the group's queries and their key ranges ----
   const int64_t tok0 = int64_t(grp) * kQ;
   const int nq = int(p.num_tokens - tok0 < kQ ? p.num_tokens - tok0 : kQ);
-  auto range_of = [&](int i) -> QueryRange {
-    if constexpr (kPaged) {
-      const int64_t len = p.seqlens[grp];
-      return {0, len - (kQ - 1 - i)};
-    } else {
-      return {p.ks[tok0 + i], p.ke[tok0 + i]};
-    }
-  };
+  auto range_of = [&](int i) -> QueryRange { return {p.ks[tok0 + i], p.ke[tok0 + i]}; };
   int64_t glo = INT64_MAX, ghi = INT64_MIN;  // union of the group's ranges: keys to load
   for (int i = 0; i < nq; ++i) {
     const QueryRange r = range_of(i);
@@ -125,9 +100,10 @@ __global__ void __launch_bounds__(kQ * 128) indexer_logits_kernel(IndexerLogitsP
       for (int c = threadIdx.x; c < kTile * 8; c += kThreads) {
         const int row = c / 8, part = c % 8;
         const int64_t pos = base + row;
+        // Keys outside the group's ranges are zero-filled, never read.
         const uint8_t* codes = nullptr;
         const float* scale = nullptr;
-        bool ok = pos >= glo && pos < ghi && KeyAddress<kPaged>::locate(p, grp, pos, &codes, &scale);
+        bool ok = pos >= glo && pos < ghi && locate_key(p, pos, &codes, &scale);
         cp_async_16(st + row * kIndexerDim + part * 16, ok ? codes + part * 16 : p.q, ok);
         if (part == 0)
           cp_async_4(st + kTileCodeBytes + row * 4, ok ? static_cast<const void*>(scale) : p.q, ok);
@@ -157,8 +133,12 @@ __global__ void __launch_bounds__(kQ * 128) indexer_logits_kernel(IndexerLogitsP
       uint4 x1 = *reinterpret_cast<const uint4*>(r1 + first * 16);
       uint4 y1 = *reinterpret_cast<const uint4*>(r1 + (first ^ 1) * 16);
       if (first) {
-        const uint4 tmp0 = x0; x0 = y0; y0 = tmp0;
-        const uint4 tmp1 = x1; x1 = y1; y1 = tmp1;
+        const uint4 tmp0 = x0;
+        x0 = y0;
+        y0 = tmp0;
+        const uint4 tmp1 = x1;
+        x1 = y1;
+        y1 = tmp1;
       }
       const uint32_t ra[8] = {x0.x, x0.y, x0.z, x0.w, y0.x, y0.y, y0.z, y0.w};
       const uint32_t rb[8] = {x1.x, x1.y, x1.z, x1.w, y1.x, y1.y, y1.z, y1.w};
@@ -187,43 +167,29 @@ __global__ void __launch_bounds__(kQ * 128) indexer_logits_kernel(IndexerLogitsP
   cp_async_wait<0>();
 }
 
-template <int kQ, bool kPaged>
+template <int kQ>
 Status launch(const IndexerLogitsParams& p, int groups, cudaStream_t stream) {
   if (groups == 0 || p.width == 0) return Status::Ok();
   // Enough CTAs for several waves; each chunk a multiple of the tile.
-  const int64_t want_ctas = int64_t(num_sms()) * 8;
+  const int64_t want_ctas = int64_t(current_sm_count()) * 8;
   int64_t splits = std::max<int64_t>(1, (want_ctas + groups - 1) / groups);
   int64_t chunk = (p.width + splits - 1) / splits;
   chunk = std::max<int64_t>(kTile * 4, (chunk + kTile - 1) / kTile * kTile);
   splits = (p.width + chunk - 1) / chunk;
   if (splits > 65535)
-    return value_error(Errc::invalid_value, "indexer logits: width", p.width, "needs more than 65535 chunks");
+    return value_error(Errc::invalid_value, "indexer logits: width", p.width,
+                       "needs more than 65535 chunks");
   const size_t smem = size_t(kStages) * kStageBytes;
-  auto kernel = indexer_logits_kernel<kQ, kPaged>;
   const dim3 grid{unsigned(groups), unsigned(splits), 1u};
-  kernel<<<grid, kQ * 128, smem, stream>>>(p, chunk);
-  return launch_status("indexer_logits_kernel");
+  indexer_prefill_kernel<kQ><<<grid, kQ * 128, smem, stream>>>(p, chunk);
+  return check_launch("indexer_prefill_kernel");
 }
 
 }  // namespace
 
-Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream) {
-  if (p.cache.page_size != 64)
-    return value_error(Errc::unsupported, "indexer logits decode: page_size", p.cache.page_size,
-                       "is not 64 (the indexer cache layout of mla/indexer.hpp)");
-  if (!p.decode_mma_sync) return launch_indexer_logits_decode_wgmma(p, stream);
-  switch (p.s_q) {
-    case 1: return launch<1, true>(p, p.batch, stream);
-    case 2: return launch<2, true>(p, p.batch, stream);
-    case 3: return launch<3, true>(p, p.batch, stream);
-    case 4: return launch<4, true>(p, p.batch, stream);
-  }
-  return value_error(Errc::invalid_value, "indexer logits decode: s_q", p.s_q, "is not in [1, 4]");
-}
-
-Status launch_indexer_logits_prefill(const IndexerLogitsParams& p, cudaStream_t stream) {
+Status launch_indexer_logits_flat(const IndexerLogitsParams& p, cudaStream_t stream) {
   constexpr int kGroup = 4;
-  return launch<kGroup, false>(p, int((p.num_tokens + kGroup - 1) / kGroup), stream);
+  return launch<kGroup>(p, int((p.num_tokens + kGroup - 1) / kGroup), stream);
 }
 
-}  // namespace mla::cuda::dsa
+}  // namespace mla::cuda::indexer

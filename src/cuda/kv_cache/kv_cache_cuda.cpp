@@ -1,9 +1,9 @@
 // Host side of the CUDA cache append: GPU-specific checks, then one launch.
-#include "cuda/kv_cache/append_cuda.hpp"
+#include "cuda/kv_cache/kv_cache_cuda.hpp"
 
 #include "common/validate.hpp"
 #include "cuda/common/cuda_status.hpp"
-#include "cuda/kv_cache/append_launch.hpp"
+#include "cuda/kv_cache/kv_cache_params.hpp"
 
 namespace mla::cuda {
 

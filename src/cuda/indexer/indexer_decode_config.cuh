@@ -1,18 +1,14 @@
-// Pieces shared by the two lightning-indexer decode kernels on FP8 wgmma:
-// indexer_decode_wgmma.cu (v1: every thread issues cp.async copies of the
-// pages) and indexer_decode_tma.cu (v2: one thread issues TMA copies into a
-// deeper ring, and the heads are reduced inside each thread's registers).
-// Both cut the grid the same way and fill the same -inf columns, so the page
-// geometry, the CTA's run of pages and the grid live here once.
+// The constants and the work split of the paged indexer decode kernel
+// (indexer_decode.cu): the page geometry, the run of pages a CTA computes, the
+// grid, and the chunks of at most 4 new tokens per launch.
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
-#include "cuda/dsa/dsa_device.cuh"
-#include "cuda/dsa/indexer_launch.hpp"
+#include "cuda/indexer/indexer_device.cuh"
+#include "cuda/indexer/indexer_params.hpp"
 
-namespace mla::cuda::dsa::indexer_decode {
+namespace mla::cuda::indexer::decode {
 
 constexpr int kPageKeys = 64;
 constexpr int kCodeBytes = kPageKeys * kIndexerDim;       // 8192: 8 swizzle atoms of 1024 B
@@ -35,7 +31,7 @@ __device__ __forceinline__ int sw128(int row, int part) {
 // The run of pages [pg0, pg0 + nload) of request blockIdx.y that this CTA
 // computes, its token rows and causal limits. Constructing it also writes -inf
 // to this CTA's columns that hold no key of the request (coalesced), so the
-// kernels only visit pages with keys.
+// kernel only visits pages with keys.
 template <int kQ>
 struct DecodeRun {
   int64_t len;            // keys of the request
@@ -51,10 +47,10 @@ struct DecodeRun {
     len = p.seqlens[b];
     const int64_t width_pages = (p.width + kPageKeys - 1) / kPageKeys;
     pg0 = int64_t(blockIdx.x) * pages_per_cta;
-    const int64_t pg1 = min64(pg0 + pages_per_cta, width_pages);
-    c1 = min64(p.width, pg1 * kPageKeys);
+    const int64_t pg1 = min(pg0 + pages_per_cta, width_pages);
+    c1 = min(p.width, pg1 * kPageKeys);
     const int64_t len_pages = len > 0 ? (len + kPageKeys - 1) / kPageKeys : 0;
-    nload = int(max64(0, min64(len_pages, pg1) - pg0));
+    nload = int(max(int64_t(0), min(len_pages, pg1) - pg0));
     // Row of this launch's first token of request b, and how many of the
     // request's new tokens come after this launch's last one (causal limits).
     const int tpr = p.tokens_per_request > 0 ? p.tokens_per_request : kQ;
@@ -71,13 +67,14 @@ struct DecodeRun {
   }
 };
 
-// The grid of both kernels: several waves of equal CTAs (4 resident per SM),
-// each a run of >= 4 pages; x = splits of the width, y = requests.
+// The grid: several waves of equal CTAs (4 resident per SM), each a run of
+// >= 4 pages (or `pages_per_cta`, when given); x = splits of the width,
+// y = requests.
 struct DecodeGrid {
   int64_t splits = 0;
   int pages_per_cta = 0;
 };
-inline Status decode_grid(const IndexerLogitsParams& p, DecodeGrid* g) {
+inline Status decode_grid(const IndexerLogitsParams& p, int pages_per_cta, DecodeGrid* g) {
   if (p.batch > 65535)
     return value_error(Errc::invalid_value, "indexer logits decode: batch", p.batch,
                        "is past 65535");
@@ -85,15 +82,13 @@ inline Status decode_grid(const IndexerLogitsParams& p, DecodeGrid* g) {
     return value_error(Errc::misaligned, "indexer logits decode: cache page stride (bytes)",
                        p.cache.page_stride, "is not a multiple of 16");
   const int64_t width_pages = (p.width + kPageKeys - 1) / kPageKeys;
-  const int64_t want_ctas = int64_t(num_sms()) * 16;
+  const int64_t want_ctas = int64_t(current_sm_count()) * 16;
   int64_t ppc = (int64_t(p.batch) * width_pages + want_ctas - 1) / want_ctas;
   ppc = std::clamp<int64_t>(ppc, 4, 256);
-  // Test knob MLA_INDEXER_PAGES_PER_CTA=<n>: runs of n pages, so that the
-  // short requests of a test wrap the kernels' rings several times.
-  if (const char* env = std::getenv("MLA_INDEXER_PAGES_PER_CTA")) {
-    const long long v = std::atoll(env);
-    if (v >= 1 && v <= 4096) ppc = v;
-  }
+  if (pages_per_cta < 0)
+    return value_error(Errc::invalid_value, "indexer logits decode: pages_per_cta", pages_per_cta,
+                       "is negative");
+  if (pages_per_cta > 0) ppc = pages_per_cta;
   const int64_t splits = (width_pages + ppc - 1) / ppc;
   ppc = (width_pages + splits - 1) / splits;  // even runs
   if (splits > (int64_t(1) << 31) - 1)
@@ -105,7 +100,7 @@ inline Status decode_grid(const IndexerLogitsParams& p, DecodeGrid* g) {
 }
 
 // More than 4 new tokens (a chunk of prefill through the decode form): chunks
-// of 4 (the kernels keep a request's queries in shared memory, 8 KB each),
+// of 4 (the kernel keeps a request's queries in shared memory, 8 KB each),
 // each still reading every key once; the launches are independent.
 // launch(c) runs one chunk c (c.s_q in [1, 4]).
 template <class Launch>
@@ -122,4 +117,4 @@ Status for_each_token_chunk(const IndexerLogitsParams& p, Launch&& launch) {
   return Status::Ok();
 }
 
-}  // namespace mla::cuda::dsa::indexer_decode
+}  // namespace mla::cuda::indexer::decode

@@ -5,16 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
+#include "mla/indexer.hpp"
 #include "mla/status.hpp"
 
-namespace mla::cuda::dsa {
-
-inline constexpr int kIndexerHeads = 64;  // H_I
-inline constexpr int kIndexerDim = 128;   // d_I
+namespace mla::cuda::indexer {
 
 // The paged indexer key cache: each page holds page_size x 128 e4m3 codes,
-// then page_size fp32 scales (DESIGN.md section 2; 8448 B for a page of 64).
+// then page_size fp32 scales (mla/indexer.hpp; 8448 B for a page of 64).
 struct IndexerCachePtr {
   uint8_t* base = nullptr;
   int64_t page_stride = 0;  // bytes between pages (>= page_size * 132)
@@ -57,8 +56,7 @@ Status launch_indexer_query(const IndexerQueryParams& p, cudaStream_t stream);
 //   w      [num_tokens, 64] f32 (query scale and 64^-0.5 * 128^-0.5 folded in)
 //   logits [num_tokens, width] f32, row stride logits_stride elements
 // Decode (paged):  tokens are [B, s_q] flattened, token (b, i) sees keys
-//   [0, seqlens[b] - (s_q - 1 - i)) of request b through block_table. Any s_q
-//   >= 1 on the wgmma kernel (chunks of 4); 1 to 4 on the mma.sync one.
+//   [0, seqlens[b] - (s_q - 1 - i)) of request b through block_table; any s_q >= 1.
 // Prefill (flat):  keys [num_keys, 128] e4m3 + scales [num_keys] f32; token t
 //   sees [ks[t], ke[t]).
 struct IndexerLogitsParams {
@@ -73,10 +71,10 @@ struct IndexerLogitsParams {
   // decode
   int batch = 0;
   int s_q = 1;
-  // Token chunks (set by the wgmma launcher, which runs s_q > 4 as chunks of at
-  // most 4 new tokens): request b's tokens are rows b * tokens_per_request + i,
-  // this launch covers i in [token_begin, token_begin + s_q), and token i's
-  // causal limit counts the tokens after it in the whole request.
+  // Token chunks (set by the decode launcher, which runs s_q > 4 as chunks of
+  // at most 4 new tokens): request b's tokens are rows b * tokens_per_request
+  // + i, this launch covers i in [token_begin, token_begin + s_q), and token
+  // i's causal limit counts the tokens after it in the whole request.
   // tokens_per_request 0 means s_q (one launch, token_begin 0).
   int tokens_per_request = 0;
   int token_begin = 0;
@@ -90,35 +88,44 @@ struct IndexerLogitsParams {
   int64_t num_keys = 0;
   const int32_t* ks = nullptr;
   const int32_t* ke = nullptr;
-  // Decode kernel choice: the wgmma kernel (default) or the first mma.sync one,
-  // kept so the benchmark and the tests can compare the two in one run.
-  bool decode_mma_sync = false;
-  // Benchmark-only timing variants of the wgmma decode (bench_dsa sets them to
-  // place the time; those that stop early do NOT write the logits): 0 = the
-  // real kernel; 1 = the page copies alone (no wgmma, no epilogue); 2 = copies
-  // and wgmma (no epilogue, no stores).
-  int timing_variant = 0;
-  // Which wgmma decode kernel: 0 = as MLA_INDEXER_KERNEL says (v2 unless it is
-  // "v1"), 1 = v1 (indexer_decode_wgmma.cu: cp.async from every thread, heads
-  // reduced through shared memory), 2 = v2 (indexer_decode_tma.cu: TMA page
-  // copies from one thread into a deeper ring, heads reduced in registers).
-  // v2 falls back to v1 where the cache's TMA map cannot be built, and the
-  // timing variants above are v1's.
-  int decode_version = 0;
-  // Benchmark-only: v2's ring depth at s_q 1 (0: its default, 5 stages and 4
-  // CTAs per SM; 3: 3 stages, 6 CTAs per SM). Other values mean the default.
-  int v2_stages = 0;
+  // The form: decode (keys in the paged cache) or prefill (flat keys).
+  bool paged = false;
 };
-Status launch_indexer_logits_decode(const IndexerLogitsParams& p, cudaStream_t stream);
-// The wgmma form of the decode (indexer_decode_wgmma.cu); the entry above
-// dispatches to it unless p.decode_mma_sync.
-Status launch_indexer_logits_decode_wgmma(const IndexerLogitsParams& p, cudaStream_t stream);
-// v2 chosen for p (decode_version, MLA_INDEXER_KERNEL, no timing variant).
-bool indexer_decode_v2_chosen(const IndexerLogitsParams& p);
-// The v2 decode; *taken is false (and nothing launched) when the TMA map of
-// the cache cannot be built.
-Status launch_indexer_logits_decode_tma(const IndexerLogitsParams& p, cudaStream_t stream,
-                                        bool* taken);
-Status launch_indexer_logits_prefill(const IndexerLogitsParams& p, cudaStream_t stream);
 
-}  // namespace mla::cuda::dsa
+// The indexer's logits kernels, one per form of the keys:
+//   paged_tma_wgmma  decode form (paged cache): a CTA walks a run of pages of one
+//                    request, one thread issuing each page as a TMA box into a
+//                    ring, FP8 wgmma with the keys as the A operand, the heads
+//                    reduced in registers (indexer_decode.cu).
+//   flat_mma_sync    prefill form (flat keys with per-query ranges): a CTA owns 4
+//                    queries and a chunk of keys, cp.async pipeline, mma.sync
+//                    m16n8k32 e4m3 (indexer_prefill.cu).
+enum class Kernel { paged_tma_wgmma, flat_mma_sync };
+inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_mma_sync};
+inline const char* kernel_name(Kernel k) {
+  return k == Kernel::paged_tma_wgmma ? "paged_tma_wgmma" : "flat_mma_sync";
+}
+
+// The kernel for a problem: the form of its keys decides it.
+inline Kernel choose_kernel(const IndexerLogitsParams& p) {
+  return p.paged ? Kernel::paged_tma_wgmma : Kernel::flat_mma_sync;
+}
+
+// Internal options of the logits launch (the public API never sets them).
+struct LogitsOptions {
+  // The kernel to run; unset: choose_kernel(p). Errc::unsupported names a
+  // kernel that does not serve p's form of the keys.
+  std::optional<Kernel> kernel;
+  // Pages per CTA of the paged kernel; 0 sizes the runs from the problem. The
+  // tests set a few pages so that short requests wrap the ring of stages.
+  int pages_per_cta = 0;
+};
+Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
+                             const LogitsOptions& opt = {});
+
+// The two kernels behind launch_indexer_logits.
+Status launch_indexer_logits_paged(const IndexerLogitsParams& p, cudaStream_t stream,
+                                   const LogitsOptions& opt);
+Status launch_indexer_logits_flat(const IndexerLogitsParams& p, cudaStream_t stream);
+
+}  // namespace mla::cuda::indexer
