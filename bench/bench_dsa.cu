@@ -18,13 +18,13 @@
 #include "bench_timing.hpp"
 #include "cuda/indexer/indexer_params.hpp"
 #include "cuda/sparse/sparse_cuda.hpp"
+#include "cuda/topk/topk_kernel.cuh"  // topk-probe: the kernel with a clock probe
 #include "cuda/topk/topk_params.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
 #include "mla/sparse.hpp"
 
-namespace dsa = mla::cuda::dsa;
 namespace idx = mla::cuda::indexer;
 
 namespace {
@@ -322,6 +322,71 @@ void bench_topk_read(Timer& tm, int64_t R, int64_t N, int split) {
   cudaFree(logits);
 }
 
+// Where a top-k CTA's time goes (the kernel's Probe hook): clock64 stamps of
+// thread 0 of every CTA, averaged over the CTAs of one launch after an L2 flush.
+struct TopkClockProbe {
+  long long* out;  // 8 per CTA (topk_kernel.cuh's NoProbe says which)
+  __device__ void mark(int i) const {
+    if (threadIdx.x == 0) out[blockIdx.x * 8 + i] = clock64();
+  }
+  __device__ long long now() const { return clock64(); }
+  __device__ void add(int i, long long v) const {
+    if (threadIdx.x == 0) out[blockIdx.x * 8 + i] += v;
+  }
+};
+
+template <mla::cuda::topk::Kernel K>
+void bench_topk_probe(int64_t R, int64_t N, int cs, bool best_first = true, int k = 2048) {
+  namespace tk = mla::cuda::topk;
+  using T = typename tk::TileOf<K>::type;
+  const auto kern = tk::topk_kernel<T, TopkClockProbe>;
+  const int smem = int(sizeof(tk::Smem<T>));
+  BENCH_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto* logits = static_cast<float*>(dalloc(R * N * 4));
+  fill(logits, R * N, kF32, 8);
+  auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
+  const int64_t grid = R * cs;
+  auto* buf = static_cast<long long*>(dalloc(grid * 8 * sizeof(long long)));
+  tk::TopkParams p;
+  p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
+  p.out_stride = k, p.best_first = best_first;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid), 1u, 1u);
+  cfg.blockDim = dim3(unsigned(T::kThreads), 1u, 1u);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute la[1];
+  la[0].id = cudaLaunchAttributeClusterDimension;
+  la[0].val.clusterDim.x = unsigned(cs), la[0].val.clusterDim.y = 1, la[0].val.clusterDim.z = 1;
+  cfg.attrs = la, cfg.numAttrs = 1;
+  size_t flush_bytes = 0;
+  void* flush = bench_flush_buffer(&flush_bytes);
+  for (int it = 0; it < 4; ++it) {
+    BENCH_CUDA(cudaMemset(buf, 0, grid * 8 * sizeof(long long)));
+    BENCH_CUDA(cudaMemset(flush, it, flush_bytes));
+    BENCH_CUDA(cudaLaunchKernelEx(&cfg, kern, p, TopkClockProbe{buf}));
+    BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  std::vector<long long> h(grid * 8);
+  BENCH_CUDA(cudaMemcpy(h.data(), buf, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  double sum[8] = {0};
+  for (int64_t b = 0; b < grid; ++b) {
+    const long long* m = &h[b * 8];
+    sum[0] += m[1] - m[0], sum[1] += m[2] - m[1], sum[2] += m[3] - m[2], sum[3] += m[4] - m[3];
+    sum[4] += m[4] - m[0], sum[5] += m[5], sum[6] += m[6], sum[7] += m[7];
+  }
+  const double mhz = sm_clock_mhz(), us = 1.0 / (mhz * grid);
+  std::printf(
+      "topk-probe      %lld x %lldK k%d %s c%d%s: per CTA stream %.1f us (%.1f compactions, %.1f "
+      "us), "
+      "own select %.1f us, merge %.1f us, output %.1f us, total %.1f us; %.0f entries after the "
+      "stream\n",
+      (long long)R, (long long)(N / 1024), k, tk::kernel_name(K), cs,
+      best_first ? "" : " by-position", sum[0] * us, sum[6] / grid, sum[5] * us, sum[1] * us,
+      sum[2] * us, sum[3] * us, sum[4] * us, sum[7] / grid);
+  std::fflush(stdout);
+  cudaFree(logits), cudaFree(out), cudaFree(buf);
+}
+
 // sparse decode (paged) or prefill (flat kv = one page); returns microseconds
 double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t L, int topk,
                     bool fp8, bool print = true) {
@@ -517,6 +582,18 @@ int main(int argc, char** argv) {
           bench_topk(tm, R, N, 2048, true, &plan);
         }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
+  }
+  // Where a top-k CTA's time goes, phase by phase, on the targets' plans.
+  if (only == "topk-probe") {
+    namespace tk = mla::cuda::topk;
+    bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1, false);
+    bench_topk_probe<tk::Kernel::select_512_deep>(128, 131072, 1);
+    bench_topk_probe<tk::Kernel::select_256>(4096, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_512>(4096, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(128, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(1, 1048576, 8);
+    bench_topk_probe<tk::Kernel::select_1024>(8, 131072, 8);
   }
   // One top-k shape with the automatic plan (for a profiler): topk-one R N [k].
   if (only == "topk-one" && argc > 4)

@@ -7,7 +7,7 @@ namespace {
 
 template <class T>
 Status launch_tile(const TopkParams& p, int cluster, cudaStream_t stream) {
-  const auto kernel = topk_kernel<T>;
+  const auto kernel = topk_kernel<T, NoProbe>;
   const int smem = int(sizeof(Smem<T>));
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -24,7 +24,7 @@ Status launch_tile(const TopkParams& p, int cluster, cudaStream_t stream) {
   la[0].val.clusterDim.z = 1;
   cfg.attrs = la;
   cfg.numAttrs = 1;
-  MLA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(topk_kernel)");
+  MLA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, NoProbe{}), "cudaLaunchKernelEx(topk_kernel)");
   return check_launch("topk_kernel");
 }
 

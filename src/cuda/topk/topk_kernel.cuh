@@ -219,7 +219,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     }
   }
   if (total <= limit) {  // every candidate fits
-    __syncthreads();      // warp_a/b read by every warp before anyone writes them again
+    __syncthreads();     // warp_a/b read by every warp before anyone writes them again
     return Cut{0u, 0u, total, 0u};
   }
   // Bits [0, width) vary among the keys; the ones above are the common prefix.
@@ -383,8 +383,9 @@ __device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_
     uint32_t rank[kRounds];
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
+      if (uint32_t(r) * 32u >= per) break;  // the same for every warp
       const uint32_t i = b0 + uint32_t(r) * 32u + lane;
-      const bool in = uint32_t(r) * 32u < per && i < n;
+      const bool in = i < n;
       const uint32_t d = in ? 255u - ((sk[i] >> shift) & 0xffu) : 256u;
       const uint32_t peers = __match_any_sync(0xffffffffu, d);
       const int leader = __ffs(peers) - 1;
@@ -416,8 +417,9 @@ __device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
+      if (uint32_t(r) * 32u >= per) break;
       const uint32_t i = b0 + uint32_t(r) * 32u + lane;
-      if (uint32_t(r) * 32u < per && i < n) {
+      if (i < n) {
         const uint32_t key = sk[i];
         const uint32_t o2 = table[warp * 256 + (255u - ((key >> shift) & 0xffu))] + rank[r];
         dk[o2] = key, dp[o2] = sp[i];
@@ -471,8 +473,20 @@ __device__ __forceinline__ float4 load_vec(const Segment& g, uint32_t v) {
   return make_float4(f[0], f[1], f[2], f[3]);
 }
 
-template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const TopkParams p) {
+// Where a CTA's time goes, for the benchmark's `topk-probe` (bench/bench_dsa.cu
+// defines a probe that records clock64 stamps): the library instantiates
+// NoProbe, whose calls compile to nothing. Stamps: 0 start, 1 stream done,
+// 2 own k best done, 3 output begins, 4 end; sums: 5 cycles in compactions,
+// 6 compactions, 7 entries after the stream.
+struct NoProbe {
+  __device__ __forceinline__ void mark(int) const {}
+  __device__ __forceinline__ long long now() const { return 0; }
+  __device__ __forceinline__ void add(int, long long) const {}
+};
+
+template <class T, class Probe = NoProbe>
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
+    topk_kernel(const TopkParams p, const Probe probe = Probe{}) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<T>& s = *reinterpret_cast<Smem<T>*>(smem_raw);
   cg::cluster_group cluster = cg::this_cluster();
@@ -481,6 +495,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t k = uint32_t(p.k);
 
+  probe.mark(0);
   Segment g;
   g.row = p.logits + row * p.logits_stride;
   g.len = int(p.width);
@@ -537,9 +552,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
         total = __shfl_sync(0xffffffffu, wincl, T::kWarps - 1);
         start = fill + __shfl_sync(0xffffffffu, wincl - w, warp) + incl - mine;
         if (fill + total <= uint32_t(T::kCap)) break;
+        const long long t0 = probe.now();
         const Cut cut = select_cut<T>(s, fill, k, T::kCap2, false);
         fill = compact<T>(s, fill, cut.thr, cut.need);
         bound_f = key_bound_as_float(cut.bound);
+        probe.add(5, probe.now() - t0), probe.add(6, 1);
       }
       if (total == 0u) continue;
       const uint32_t p0 =
@@ -552,16 +569,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
   }
   __syncthreads();
 
+  probe.mark(1), probe.add(7, fill);
+
   // ---- finish: this CTA's k best (its entries are in position order).
   {
     const Cut cut = select_cut<T>(s, fill, k, k, false);
     if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
   }
+  probe.mark(2);
   if (cs == 1) {
+    probe.mark(3);
     if (p.best_first)
       sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
     else
       write_row<T>(s.pos, fill, p, row);
+    probe.mark(4);
     return;
   }
 
@@ -603,8 +625,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) topk_kernel(const 
       for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
   }
   cluster.sync();  // the leader's entries are complete, in rank (so position) order
+  probe.mark(3);
   if (rank == 0 && p.best_first)
     sort_and_write<T>(s, s.key2, s.pos2, s.key, s.pos, out_total, p, row);
+  probe.mark(4);
 }
 
 }  // namespace mla::cuda::topk
