@@ -200,6 +200,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
   const int cs = cluster_wide ? int(cg::this_cluster().num_blocks()) : 1;
   // Count, min and max of the keys (of the cluster's, through each rank's).
   uint32_t lo = 0xffffffffu, hi = 0u;
+#pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) lo = min(lo, s.key[i]), hi = max(hi, s.key[i]);
   lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
   if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
@@ -235,6 +236,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
     __syncthreads();
     const uint32_t n32 = (n + 31u) & ~31u;  // whole warps per iteration: ballots see every lane
+#pragma unroll 4
     for (uint32_t i = tid; i < n32; i += T::kThreads) {
       const uint32_t key = i < n ? s.key[i] : 0u;
       const bool match = i < n && (key & prefix_mask) == prefix;
@@ -298,6 +300,7 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
   const uint32_t per = ((n + T::kWarps - 1) / T::kWarps + 31u) & ~31u;
   const uint32_t b0 = min(n, warp * per), b1 = min(n, b0 + per);
   uint32_t gt = 0, eq = 0;
+#pragma unroll 4
   for (uint32_t base = b0; base < b1; base += 32) {
     const uint32_t i = base + lane;
     const uint32_t key = i < b1 ? s.key[i] : 0u;
@@ -314,6 +317,7 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
   uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);
   uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
   const uint32_t lt = lanemask_lt();
+#pragma unroll 4
   for (uint32_t base = b0; base < b1; base += 32) {
     const uint32_t i = base + lane;
     const bool in = i < b1;
@@ -329,6 +333,7 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
     eq_before += __popc(eb);
   }
   __syncthreads();
+#pragma unroll 4
   for (uint32_t i = threadIdx.x; i < kept; i += T::kThreads)
     s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
   __syncthreads();
@@ -361,6 +366,7 @@ __device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_
   const uint32_t lt = lanemask_lt();
   // Which digits vary: the bits where the keys' AND and OR differ.
   uint32_t a = 0xffffffffu, o = 0u;
+#pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) a &= k0[i], o |= k0[i];
   a = __reduce_and_sync(0xffffffffu, a), o = __reduce_or_sync(0xffffffffu, o);
   if (lane == 0) scratch_a[warp] = a, scratch_b[warp] = o;
