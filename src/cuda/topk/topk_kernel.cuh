@@ -559,7 +559,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
         start = fill + __shfl_sync(0xffffffffu, wincl - w, warp) + incl - mine;
         if (fill + total <= uint32_t(T::kCap)) break;
         const long long t0 = probe.now();
-        const Cut cut = select_cut<T>(s, fill, k, T::kCap2, false);
+        // Keep at most 2k (at most kCap2): a tighter bound lets fewer later
+        // logits in, so fewer compactions and a smaller final select.
+        const Cut cut = select_cut<T>(s, fill, k, min(2 * k, uint32_t(T::kCap2)), false);
         fill = compact<T>(s, fill, cut.thr, cut.need);
         bound_f = key_bound_as_float(cut.bound);
         probe.add(5, probe.now() - t0), probe.add(6, 1);
@@ -577,13 +579,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
 
   probe.mark(1), probe.add(7, fill);
 
-  // ---- finish: this CTA's k best (its entries are in position order).
-  {
+  // ---- finish, one CTA per row: its k best (its entries are in position order).
+  if (cs == 1) {
     const Cut cut = select_cut<T>(s, fill, k, k, false);
     if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
-  }
-  probe.mark(2);
-  if (cs == 1) {
+    probe.mark(2);
     probe.mark(3);
     if (p.best_first)
       sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
@@ -593,7 +593,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     return;
   }
 
-  // ---- cluster: the k best of the CTAs' k best.
+  // ---- cluster: the k best of the CTAs' entries (the select runs once, over
+  // the sum of the CTAs' histograms; each CTA then keeps its share).
+  probe.mark(2);
   const Cut cut = select_cut<T>(s, fill, k, k, true);
   {
     uint32_t gt = 0, eq = 0;
