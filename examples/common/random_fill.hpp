@@ -1,7 +1,9 @@
 // Random input data of the examples, made on the host and uploaded: counter
 // based (splitmix64 of the seed and the index), so a buffer is reproducible,
 // and never zeros (zeros run faster than real data on tensor cores). The
-// threads of the machine generate slices of 16 MiB in turn.
+// threads of the machine generate slices of 16 MiB in turn. The fills end with
+// a device synchronisation: a copy from pageable memory may still be in flight
+// when cudaMemcpy returns, and the examples read the data on non-blocking streams.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,7 +62,7 @@ inline cudaError_t fill_uniform_bf16(void* dst, int64_t n, float lo, float hi, u
                                        size_t(e - s) * 2, cudaMemcpyHostToDevice);
     if (err != cudaSuccess) return err;
   }
-  return cudaSuccess;
+  return cudaDeviceSynchronize();
 }
 
 // n fp8_ds_mla entries, `stride` bytes apart: finite e4m3 codes, power-of-two
@@ -93,7 +95,7 @@ inline cudaError_t fill_fp8_ds_mla(void* dst, int64_t n, int64_t stride, uint64_
                      L::kEntryBytes, L::kEntryBytes, size_t(e - s), cudaMemcpyHostToDevice);
     if (err != cudaSuccess) return err;
   }
-  return cudaSuccess;
+  return cudaDeviceSynchronize();
 }
 
 }  // namespace mla::examples
