@@ -1,4 +1,4 @@
-// mla bench decode: the decode suites of PERF.md on the GPU.
+// mla bench decode: the decode suites of docs/benchmarks.md on the GPU.
 //
 // Per shape: a paged cache of random data (page 64, shuffled page ids), the
 // whole decode step (scheduler + main + combine) timed with CUDA events around
@@ -7,7 +7,7 @@
 // calls, the median of --reps calls. Reported: time, TFLOP/s (2*h_q*(576+512)
 // per query and attended key, causal counted exactly), GB/s (each cache entry
 // once per request + q + out + lse), the roofline floor from the measured H200
-// ceilings (PERF.md: 792 TFLOP/s bf16, 4391 GB/s read) and the fraction of it.
+// ceilings (docs/benchmarks.md: 792 TFLOP/s bf16, 4391 GB/s read) and the fraction of it.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -36,7 +36,7 @@ struct BenchOptions {
   std::string json;
   int reps = 30;
   bool batch_invariant = false;
-  double peak_tflops = 792.0;  // PERF.md, measured on the H200 we are lent
+  double peak_tflops = 792.0;  // docs/benchmarks.md, measured on the H200 we are lent
   double peak_gbps = 4391.0;
   std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
@@ -262,7 +262,7 @@ int run_decode_bench(const BenchOptions& o) {
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks on the GPU (PERF.md suites)");
+  auto* bench = app.add_subcommand("bench", "benchmarks on the GPU (docs/benchmarks.md suites)");
   bench->require_subcommand(1);
   auto* dec = bench->add_subcommand("decode", "dense MLA decode suites");
   auto o = std::make_shared<BenchOptions>();

@@ -1,4 +1,4 @@
-// The whole DeepSeek Sparse Attention decode step as one operation (DESIGN.md
+// The whole DeepSeek Sparse Attention decode step as one operation (docs/design.md
 // section 1, docs/dsa.md): lightning-indexer logits over the paged indexer
 // cache -> token top-k (global cache slots) -> sparse absorbed attention, or
 // plain dense decode when the batch is short enough that DSA cannot pay off.
@@ -127,7 +127,7 @@ struct DsaThresholdOptions {
 // planner's cost model predicts the DSA step (indexer + top-k + sparse
 // attention) to be cheaper than dense decode, for `gpu` ("h200", ...; see
 // `mla plan --help`). Without calibration it compares roofline floors
-// (datasheet or PERF.md-measured ceilings); with `calibration_json` (the TEXT
+// (datasheet or docs/benchmarks.md-measured ceilings); with `calibration_json` (the TEXT
 // of a calibration file, docs/planner.md's schema, for the same GPU) it
 // compares the calibrated predictions (floor / measured fraction per kernel).
 // *tokens = 0 when DSA never wins up to 16M tokens. This is the planner's

@@ -1,4 +1,4 @@
-// The planner: DESIGN.md section 5 as a library. Given a GPU, a model and a
+// The planner as a library. Given a GPU, a model and a
 // workload it computes KV bytes per token for each cache format, the largest
 // batch that fits beside the weights, bytes and FLOPs per decode step, the
 // roofline floor and the ceiling that binds, and a recommended configuration
@@ -36,7 +36,8 @@ struct GpuSpec {
   int sms;
   double l2_bytes;
   const char* source;  // where the numbers come from
-  // Our own measurements (PERF.md); 0 = none. Used instead of the datasheet where present.
+  // Our own measurements (docs/benchmarks.md); 0 = none. Used instead of the datasheet where
+  // present.
   double measured_read_bw;
   double measured_copy_bw;
   double measured_bf16_flops;
