@@ -1,43 +1,93 @@
 #!/usr/bin/env bash
-# The package as a user gets it, checked on a machine without a GPU (CI runs this
-# after the tests): `cmake --install` + a find_package(mla) consumer, and the wheel
-# built in one fresh virtual environment, installed into another, imported and
-# tested there (the CPU tests against the installed copy, not the source tree).
-#   bash scripts/package_check.sh [build-dir]
+# The package as a user gets it, checked on a machine without a GPU (CI runs this after
+# the tests; it works on the GPU machine too):
+#  1. `cmake --install` of a built tree, a find_package(mla) consumer (examples/consumer)
+#     built against the installed copy and run, and the installed CLI: --version, check,
+#     bench <suite> --help for every suite;
+#  2. the wheel built in one fresh virtual environment, installed into another, imported
+#     outside the source tree and the CPU tests (python/tests) run against the installed
+#     copy; what its libmla.so links and `auditwheel show`.
+#   bash scripts/package_check.sh [build-dir] [--cuda-wheel]
+# build-dir: a configured and built tree (default: build). The wheel is built CPU-only
+# (-C cmake.define.MLA_ENABLE_CUDA=OFF) unless --cuda-wheel: on CI's 2 cores the CUDA
+# library is compiled once already by the main build, and compiling it again for the
+# wheel would double the longest step (README: "Python: pip install").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build}
 root=$PWD
+B=build
+wheel_cuda=OFF
+for a in "$@"; do
+  case $a in
+    --cuda-wheel) wheel_cuda=ON ;;
+    -*) echo "package_check.sh: unknown option $a" >&2; exit 2 ;;
+    *) B=$a ;;
+  esac
+done
+B=$(cd "$B" && pwd)
+W=$B/package-check  # everything this script makes
 py=${PYTHON:-python3}
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}" CCACHE_BASEDIR="$root"
+start=$(date +%s)
+step() { echo "== $* ($(($(date +%s) - start)) s)"; }
 
-echo "== cmake --install and a find_package(mla) consumer"
-rm -rf "$B/prefix" "$B/consumer"
-cmake --install "$B" --prefix "$B/prefix" >/dev/null
-cmake -S examples/consumer -B "$B/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$root/$B/prefix" >/dev/null
-cmake --build "$B/consumer" >/dev/null
-"$B/consumer/mla_consumer"
-"$B/prefix/bin/mla" --version
+step "cmake --install and a find_package(mla) consumer"
+rm -rf "$W"
+mkdir -p "$W"
+cmake --install "$B" --prefix "$W/prefix" >/dev/null
+cmake -S examples/consumer -B "$W/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$W/prefix" >/dev/null
+cmake --build "$W/consumer" >/dev/null
+"$W/consumer/mla_consumer"
 
-echo "== wheel: build in one fresh venv, install into another"
-rm -rf "$B/venv-build" "$B/venv-use" "$B/wheel"
-"$py" -m venv "$B/venv-build"
-"$B/venv-build/bin/python" -m pip install -q --disable-pip-version-check build
-# A fixed build directory so ccache serves the objects the main build compiled.
-"$B/venv-build/bin/python" -m build --wheel --outdir "$B/wheel" \
-  -C build-dir="$root/$B/wheel-build" -C build.verbose=true . 2>&1 |
-  grep -E '^\[[0-9]+/[0-9]+\]|Successfully built|error' | tail -n 5
-whl=$(ls "$B"/wheel/mla-*.whl)
-"$py" -m venv "$B/venv-use"
-"$B/venv-use/bin/python" -m pip install -q --disable-pip-version-check "$whl" numpy ml_dtypes pytest auditwheel
+step "the installed CLI"
+mla="$W/prefix/bin/mla"
+"$mla" --version
+set +e
+"$mla" check
+rc=$?
+set -e
+case $rc in
+  0) echo "(mla check: every kernel agrees with the CPU reference on this GPU)" ;;
+  77) echo "(mla check: exit 77, no CUDA GPU here, as expected on CI)" ;;
+  *) echo "mla check failed with exit code $rc" >&2; exit 1 ;;
+esac
+for s in decode sparse indexer topk prefill layer; do
+  "$mla" bench "$s" --help | grep -q -- '--json' || { echo "mla bench $s --help: no --json" >&2; exit 1; }
+done
+echo "mla bench <suite> --help: decode sparse indexer topk prefill layer"
+"$mla" plan --context 8192 | head -n 1
+
+step "wheel (CUDA $wheel_cuda): build in one fresh venv"
+"$py" -m venv "$W/venv-build"
+"$W/venv-build/bin/python" -m pip install -q --disable-pip-version-check build
+# Build progress stays visible (one line per compiled file). A fixed build directory
+# lets ccache serve what an earlier run compiled.
+"$W/venv-build/bin/python" -m build --wheel --outdir "$W/wheel" \
+  -C build-dir="$root/build-wheel" -C build.verbose=true \
+  -C cmake.define.MLA_ENABLE_CUDA="$wheel_cuda" . 2>&1 |
+  grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|Successfully built|rror' | sed 's/ -[^ ]*//g' | cut -c1-120
+whl=$(ls "$W"/wheel/mla-*.whl)
+echo "wheel: $(basename "$whl") ($(du -h "$whl" | cut -f1))"
+
+step "wheel: install into another fresh venv"
+"$py" -m venv "$W/venv-use"
+"$W/venv-use/bin/python" -m pip install -q --disable-pip-version-check "$whl" numpy ml_dtypes pytest auditwheel
 echo "-- what libmla.so in the wheel needs:"
-unzip -o -q "$whl" 'mla/libmla.so' -d "$B/wheel/unpacked"
-readelf -d "$B/wheel/unpacked/mla/libmla.so" | grep -E 'NEEDED|RUNPATH|RPATH'
+unzip -o -q "$whl" 'mla/libmla.so' -d "$W/unpacked"
+readelf -d "$W/unpacked/mla/libmla.so" | grep -E 'NEEDED|RUNPATH|RPATH'
+if readelf -d "$W/unpacked/mla/libmla.so" | grep -E 'RUNPATH|RPATH' | grep -q '\[/'; then
+  echo "libmla.so in the wheel carries an absolute RUNPATH" >&2
+  exit 1
+fi
 echo "-- auditwheel show:"
-"$B/venv-use/bin/auditwheel" show "$whl" || true
+"$W/venv-use/bin/auditwheel" show "$whl" || true
 # Outside the source tree, with no MLA_LIBRARY: `import mla` is the installed copy.
-(cd "$B" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -c \
-  'import mla, os; print("import mla ->", os.path.dirname(mla.__file__))')
-(cd "$B" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -m pytest -q -p no:cacheprovider \
+(cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -c \
+  'import mla, os; print("import mla ->", os.path.dirname(mla.__file__), "| libmla", mla.version())')
+(cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -c \
+  'import mla, sys; p = mla.library_path(); print("loaded", p); sys.exit("/site-packages/" not in p)')
+
+step "the CPU tests against the installed copy"
+(cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -m pytest -q -p no:cacheprovider \
   "$root/python/tests")
-echo "package check: ok"
+step "package check: ok"

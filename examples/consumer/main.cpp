@@ -1,6 +1,8 @@
 // The smallest program against an installed mla: one absorbed decode step on
 // the CPU reference (2 requests, 16 heads, a paged f32 query over a bf16 cache),
-// checked for finite output. Built and run by CI against `cmake --install`.
+// one output row checked against attention written out here. Built and run by CI
+// against `cmake --install` (scripts/package_check.sh).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -42,6 +44,31 @@ int main() {
   }
   for (float v : out)
     if (!std::isfinite(v)) return std::fprintf(stderr, "non-finite output\n"), 1;
+  // Request 1 (9 keys on its first page, id 2), head 3, by hand: softmax over the scores,
+  // then the weighted sum of the first 512 values of each key.
+  auto key = [&](int t, int d) {
+    const uint32_t bits = uint32_t(cache[(2 * page + t) * 576 + d]) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return double(v);
+  };
+  const float* qr = &q[(1 * h_q + 3) * 576];
+  std::vector<double> p(9);
+  double m = -INFINITY, sum = 0;
+  for (int t = 0; t < 9; ++t) {
+    for (int d = 0; d < 576; ++d) p[t] += double(qr[d]) * key(t, d);
+    p[t] *= a.softmax_scale;
+    m = std::max(m, p[t]);
+  }
+  for (double& x : p) sum += (x = std::exp(x - m));
+  double worst = 0;
+  for (int d = 0; d < 512; ++d) {
+    double o = 0;
+    for (int t = 0; t < 9; ++t) o += p[t] / sum * key(t, d);
+    worst = std::max(worst, std::fabs(o - out[(1 * h_q + 3) * 512 + d]));
+  }
+  // f32 output of an fp64 computation: rounding only (|out| <= 1).
+  if (worst > 1e-6) return std::fprintf(stderr, "out differs by %g\n", worst), 1;
   std::printf("mla consumer: decode ok, out[0] = %.6f, lse[0] = %.6f\n", out[0], lse[0]);
   return 0;
 }
