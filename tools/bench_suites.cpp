@@ -72,10 +72,10 @@ DsaBenchOptions parse_dsa_bench(int argc, char** argv) {
   app.add_option("--json,json", o.json, "write the rows as JSON to this file")
       ->capture_default_str();
   app.add_option("--suite,suite", o.only,
-                 "indexer, indexer-v2, topk, topk-sweep, sparse-decode, sparse-prefill, "
+                 "indexer, topk, topk-sweep, sparse-decode, sparse-prefill, "
                  "dsa-vs-dense, dsa-step, stages (the planner's calibration grid), all")
-      ->check(CLI::IsMember({"indexer", "indexer-v2", "topk", "topk-sweep", "sparse-decode",
-                             "sparse-prefill", "dsa-vs-dense", "dsa-step", "stages", "all"}))
+      ->check(CLI::IsMember({"indexer", "topk", "topk-sweep", "sparse-decode", "sparse-prefill",
+                             "dsa-vs-dense", "dsa-step", "stages", "all"}))
       ->capture_default_str();
   add_ceiling_options(app, o.peaks);
   parse_or_exit(app, argc, argv);

@@ -21,7 +21,7 @@ struct BenchCeilings {
 // mla_bench_dsa: the sparse, indexer and top-k suites.
 struct DsaBenchOptions {
   std::string json = "bench_dsa.json";
-  // Which cases: indexer, indexer-v2, topk, sparse-decode, sparse-prefill, dsa-vs-dense,
+  // Which cases: indexer, topk, sparse-decode, sparse-prefill, dsa-vs-dense,
   // dsa-step, topk-sweep, stages (the planner's calibration grid), all.
   std::string only = "all";
   BenchCeilings peaks;
