@@ -167,6 +167,8 @@ Outcome check_decode(KvFormat format, uint64_t seed) {
   CHECK_OK(mla_decode(a));
 
   HostTensor out(DType::bf16, {B, s_q, h, kDv}), lse(DType::f32, {B, h, s_q});
+  out.poison();  // NaN bytes: a row the kernel does not write cannot pass
+  lse.poison();
   Mirror dq(q), dbt(HostTensor(DType::i32, {B, cache.max_pages})),
       dlen(HostTensor(DType::i32, {B})), dout(out), dlse(lse);
   DevMem kv(cache.storage.data(), cache.storage.size() * 8);
@@ -227,6 +229,8 @@ Outcome check_sparse_decode(KvFormat format, uint64_t seed) {
   CHECK_OK(sparse_decode(a));
 
   HostTensor out(DType::bf16, {B, s_q, h, kDv}), lse(DType::f32, {B, h, s_q});
+  out.poison();  // NaN bytes: a row the kernel does not write cannot pass
+  lse.poison();
   Mirror dq(q), didx(idx), dout(out), dlse(lse);
   DevMem kv(cache.storage.data(), cache.storage.size() * 8);
   SparseDecodeArgs g = a;
@@ -262,6 +266,7 @@ Outcome check_topk(uint64_t seed) {
   for (int64_t r = 0; r < R; ++r) lens.set(r, L[r]);
   HostTensor ref(DType::i32, {R, k}), got(DType::i32, {R, k});
   ref.poison();
+  for (int64_t i = 0; i < got.numel(); ++i) got.set(i, -7);  // no legal entry is -7
   TopkArgs a;
   a.logits = logits.view();
   a.lengths = lens.view();
@@ -306,6 +311,8 @@ Outcome check_prefill(uint64_t seed) {
   a.lse = ref_lse.view();
   CHECK_OK(mha_prefill(a));
   HostTensor out(DType::bf16, {T, h, dv}), lse(DType::f32, {h, T});
+  out.poison();
+  lse.poison();
   Mirror dq(q), dk(k), dv_(v), dcu(cu), dout(out), dlse(lse);
   MhaPrefillArgs g = a;
   g.q = dq.view, g.k = dk.view, g.v = dv_.view;
