@@ -73,7 +73,8 @@ step "wheel: install into another fresh venv"
 "$py" -m venv "$W/venv-use"
 "$W/venv-use/bin/python" -m pip install -q --disable-pip-version-check "$whl" numpy ml_dtypes pytest auditwheel
 echo "-- what libmla.so in the wheel needs:"
-unzip -o -q "$whl" 'mla/libmla.so' -d "$W/unpacked"
+"$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("mla/libmla.so", sys.argv[2])' \
+  "$whl" "$W/unpacked"
 readelf -d "$W/unpacked/mla/libmla.so" | grep -E 'NEEDED|RUNPATH|RPATH'
 if readelf -d "$W/unpacked/mla/libmla.so" | grep -E 'RUNPATH|RPATH' | grep -q '\[/'; then
   echo "libmla.so in the wheel carries an absolute RUNPATH" >&2
