@@ -8,6 +8,10 @@ if command -v apt-get >/dev/null; then
   pkgs="cmake ninja-build ccache g++ libgtest-dev libfmt-dev nlohmann-json3-dev libcli11-dev python3-pip python3-venv"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  if [ -n "$missing" ] && [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then
+    echo "setup: missing Debian packages:$missing; install them as root (apt-get install$missing) and run this again" >&2
+    exit 1
+  fi
   if [ -n "$missing" ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
