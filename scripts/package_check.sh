@@ -65,7 +65,9 @@ step "wheel (CUDA $wheel_cuda): build in one fresh venv"
 "$W/venv-build/bin/python" -m build --wheel --outdir "$W/wheel" \
   -C build-dir="$root/build-wheel" -C build.verbose=true \
   -C cmake.define.MLA_ENABLE_CUDA="$wheel_cuda" . 2>&1 |
-  grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|Successfully built|rror' | sed 's/ -[^ ]*//g' | cut -c1-120
+  grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|Successfully built|rror' |
+  sed -E -e 's#^(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+)$#\1 \2#' -e 's#^(\[[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*#\1 \2#' \
+    -e "s#$root/##"
 whl=$(ls "$W"/wheel/mla-*.whl)
 echo "wheel: $(basename "$whl") ($(du -h "$whl" | cut -f1))"
 

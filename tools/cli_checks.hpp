@@ -1,8 +1,11 @@
 // Validators shared by the subcommands' options.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -31,6 +34,22 @@ inline CLI::Validator decimal_integer(int64_t lo = std::numeric_limits<int64_t>:
         return "";
       },
       "INT", "decimal_integer");
+}
+
+// A finite decimal number: "1e999" (which CLI11 turns into inf), "nan" and "inf" are refused
+// with the text as given.
+inline CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size()) return "'" + s + "' is not a number";
+        if (errno == ERANGE && std::fabs(v) > 1) return "'" + s + "' does not fit a double";
+        if (!std::isfinite(v)) return "'" + s + "' is not a finite number";
+        return "";
+      },
+      "NUMBER", "finite_number");
 }
 
 }  // namespace mla::cli

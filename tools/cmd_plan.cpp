@@ -136,6 +136,7 @@ void register_plan_command(CLI::App& app) {
           ->check(decimal_integer(kIntMin, kIntMax))
           ->capture_default_str(),
       sub->add_option("--mem-util", o->w.mem_util, "fraction of HBM the engine may use")
+          ->check(finite_number())
           ->capture_default_str(),
       sub->add_option("--calibrate", o->calibrate,
                       "measured kernel efficiencies: a calibration JSON (docs/planner.md) or "

@@ -35,6 +35,8 @@ expect batch-overflow 105 "--batch.*'99999999999999999999' does not fit a 64-bit
 expect context-overflow 105 "--context.*'-99999999999999999999' does not fit" -- plan --context -99999999999999999999
 expect octal-is-not-decimal 105 "--context.*'010' is not a decimal integer" -- plan --context 010
 expect int-option-range 105 "--topk.*'4294967296' is out of range" -- plan --topk 4294967296
+expect double-overflow 105 "--mem-util.*'1e999' does not fit a double" -- plan --mem-util 1e999
+expect double-nan 105 "--mem-util.*'nan' is not a finite number" -- plan --mem-util nan
 # --json --list prints JSON.
 expect list-json 0 '"gpus": \[' -- plan --list --json
 out=$("$mla" plan --list --json) && python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"gpus","models"} <= d.keys() and d["gpus"]' <<<"$out" \
