@@ -7,19 +7,20 @@
 #  2. the wheel built in one fresh virtual environment, installed into another, imported
 #     outside the source tree and the CPU tests (python/tests) run against the installed
 #     copy; what its libmla.so links and `auditwheel show`.
-#   bash scripts/package_check.sh [build-dir] [--cuda-wheel]
-# build-dir: a configured and built tree (default: build). The wheel is built CPU-only
-# (-C cmake.define.MLA_ENABLE_CUDA=OFF) unless --cuda-wheel: on CI's 2 cores the CUDA
-# library is compiled once already by the main build, and compiling it again for the
-# wheel would double the longest step (README: "Python: pip install").
+#   bash scripts/package_check.sh [build-dir] [--cpu-wheel]
+# build-dir: a configured and built tree (default: build). The wheel is built as that tree
+# was (with CUDA when it has CUDA) in build-wheel/ (build-wheel-cpu/), beside it: the compile commands are then
+# the main build's, so ccache serves them (CI: about 2 minutes for the CUDA wheel after the
+# main build, instead of compiling every kernel again). --cpu-wheel: a CPU-only wheel
+# (-C cmake.define.MLA_ENABLE_CUDA=OFF) whatever the tree has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 B=build
-wheel_cuda=OFF
+wheel_cuda=
 for a in "$@"; do
   case $a in
-    --cuda-wheel) wheel_cuda=ON ;;
+    --cpu-wheel) wheel_cuda=OFF ;;
     -*) echo "package_check.sh: unknown option $a" >&2; exit 2 ;;
     *) B=$a ;;
   esac
@@ -27,7 +28,12 @@ done
 B=$(cd "$B" && pwd)
 W=$B/package-check  # everything this script makes
 py=${PYTHON:-python3}
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}" CCACHE_BASEDIR="$root"
+if [ -z "$wheel_cuda" ]; then
+  wheel_cuda=OFF
+  grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$B/CMakeCache.txt" && wheel_cuda=ON
+fi
+# As scripts/setup.sh: the same ccache settings make the wheel's compiles cache hits.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 start=$(date +%s)
 step() { echo "== $* ($(($(date +%s) - start)) s)"; }
 
@@ -55,18 +61,21 @@ for s in decode sparse indexer topk prefill layer; do
   "$mla" bench "$s" --help | grep -q -- '--json' || { echo "mla bench $s --help: no --json" >&2; exit 1; }
 done
 echo "mla bench <suite> --help: decode sparse indexer topk prefill layer"
-"$mla" plan --context 8192 | head -n 1
+"$mla" plan --context 8192 >"$W/plan.txt"  # (not piped into head: SIGPIPE under pipefail)
+head -n 1 "$W/plan.txt"
 
 step "wheel (CUDA $wheel_cuda): build in one fresh venv"
+wheel_build=$root/build-wheel
+[ "$wheel_cuda" = ON ] || wheel_build=$root/build-wheel-cpu
 "$py" -m venv "$W/venv-build"
 "$W/venv-build/bin/python" -m pip install -q --disable-pip-version-check build
 # Build progress stays visible (one line per compiled file). A fixed build directory
 # lets ccache serve what an earlier run compiled.
 "$W/venv-build/bin/python" -m build --wheel --outdir "$W/wheel" \
-  -C build-dir="$root/build-wheel" -C build.verbose=true \
+  -C build-dir="$wheel_build" -C build.verbose=true \
   -C cmake.define.MLA_ENABLE_CUDA="$wheel_cuda" . 2>&1 |
   grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|Successfully built|rror' |
-  sed -E -e 's#^(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+)$#\1 \2#' -e 's#^(\[[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*#\1 \2#' \
+  sed -E -e 's#^(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+)( -o [^ ]+)?$#\1 \2#' -e 's#^(\[[0-9]+/[0-9]+\]) .* -o ([^ ]+) .*#\1 \2#' \
     -e "s#$root/##"
 whl=$(ls "$W"/wheel/mla-*.whl)
 echo "wheel: $(basename "$whl") ($(du -h "$whl" | cut -f1))"

@@ -24,6 +24,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check numpy ml_dtypes pytest
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# ccache with paths relative to the checkout: the wheel's build (scripts/package_check.sh,
+# build-wheel/) then reuses these objects.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PWD/.venv/bin/python"
 cmake --build build -j"$(nproc)"
