@@ -7,4 +7,4 @@ target_include_directories(mla_attn_split PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SO
                                                   ${MLA_NCCL_INCLUDE_DIR})
 target_compile_options(mla_attn_split PRIVATE -Wall -Wextra -Wno-unused-parameter)
 target_link_libraries(mla_attn_split PRIVATE mla_transfer_nccl mla CUDA::cudart ${MLA_NCCL_LIBRARY}
-                                             CLI11::CLI11 nlohmann_json::nlohmann_json)
+                                             CLI11::CLI11 fmt::fmt nlohmann_json::nlohmann_json)
