@@ -43,10 +43,9 @@ void add_ceiling_options(CLI::App& app, BenchCeilings& c) {
 
 void add_options(CLI::App& app, PrefillBenchOptions& o) {
   app.add_flag("--quick", o.quick, "8K only (the full suite: 8K, 16K, 32K)");
-  app.add_flag("--mma-sync-only", o.mma_sync_only,
-               "the fallback run: the mma.sync kernel only, the wgmma kernel is not used");
   app.add_flag("--crossover", o.crossover, "only the absorbed vs non-absorbed sweep");
-  app.add_flag("--attention-only", o.attention_only, "wgmma vs wgmma_ws, attention alone");
+  app.add_flag("--attention-only", o.attention_only,
+               "attention alone at 8K/16K/32K, every prefill kernel in the same run");
 }
 
 void add_options(CLI::App& app, LayerBenchOptions& o) {
@@ -114,7 +113,6 @@ std::vector<std::string> to_args(const PrefillBenchOptions& o) {
   std::vector<std::string> a;
   if (!o.json.empty()) a.insert(a.end(), {"--json", o.json});
   if (o.quick) a.push_back("--quick");
-  if (o.mma_sync_only) a.push_back("--mma-sync-only");
   if (o.crossover) a.push_back("--crossover");
   if (o.attention_only) a.push_back("--attention-only");
   return a;

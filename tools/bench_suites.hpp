@@ -31,7 +31,6 @@ struct DsaBenchOptions {
 struct PrefillBenchOptions {
   std::string json;
   bool quick = false;
-  bool mma_sync_only = false;
   bool crossover = false;
   bool attention_only = false;
 };

@@ -1,43 +1,17 @@
 #include "ceilings.hpp"
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #ifdef MLA_HAS_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "bench/bench_timing.hpp"  // the timing loop every benchmark shares
 #endif
 
 namespace mla::cli {
 
 #ifdef MLA_HAS_CUDA
-namespace {
-
-// Median time in ms of `reps` runs of f after 2 warm-up runs, CUDA events around each.
-template <class F>
-double median_ms(F&& f, int reps) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int r = 0; r < reps + 2; ++r) {
-    cudaEventRecord(e0);
-    f();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r >= 2) t.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-}  // namespace
-
 bool measure_ceilings(BenchCeilings* c, std::string* how) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -55,8 +29,9 @@ bool measure_ceilings(BenchCeilings* c, std::string* how) {
       return false;
     }
     cudaMemset(a, 1, bytes);
-    const double ms =
-        median_ms([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 10);
+    const double ms = 1e-3 * time_events(10, 2, [&] {
+                               cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+                             }).median_us;
     c->read_gbps = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // read + write
     std::snprintf(line, sizeof line, "HBM %.0f GB/s (1 GiB device copy, read + write, %.3f ms)",
                   c->read_gbps, ms);
@@ -82,13 +57,12 @@ bool measure_ceilings(BenchCeilings* c, std::string* how) {
     cudaMemset(A, 0x3c, bytes);
     cudaMemset(B, 0x3d, bytes);
     const float one = 1, zero = 0;
-    const double ms = median_ms(
-        [&] {
-          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, A, CUDA_R_16BF, m, B,
-                       CUDA_R_16BF, m, &zero, C, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT);
-        },
-        10);
+    const double ms =
+        1e-3 * time_events(10, 2, [&] {
+                 cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, A, CUDA_R_16BF, m, B,
+                              CUDA_R_16BF, m, &zero, C, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT);
+               }).median_us;
     c->bf16_tflops = 2.0 * m * double(m) * m / (ms * 1e-3) / 1e12;
     std::snprintf(line, sizeof line, ", bf16 %.0f TFLOP/s (cuBLAS GEMM 8192^3, %.3f ms)",
                   c->bf16_tflops, ms);

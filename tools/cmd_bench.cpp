@@ -43,6 +43,8 @@
 #ifdef MLA_HAS_CUDA
 #include <cuda_runtime.h>
 
+#include "bench/bench_check.hpp"
+#include "bench/bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
 #endif
 
@@ -96,15 +98,6 @@ std::vector<Shape> suite_shapes(const std::string& which) {
 }
 
 #ifdef MLA_HAS_CUDA
-#define BENCH_CUDA(expr)                                               \
-  do {                                                                 \
-    cudaError_t e_ = (expr);                                           \
-    if (e_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
-
 std::string shape_name(const Shape& s) {
   if (!s.label.empty()) return s.label;
   return "b" + std::to_string(s.lengths.size()) + " h" + std::to_string(s.h_q) + " s_q" +
@@ -119,7 +112,7 @@ struct DeviceMem {
   DeviceMem& operator=(const DeviceMem&) = delete;
 };
 
-nlohmann::json bench_shape(const Shape& s, const BenchOptions& o, void* flush, size_t flush_bytes) {
+nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   constexpr int kPage = 64;
   const int B = int(s.lengths.size());
   const bool fp8 = s.format == KvFormat::fp8_ds_mla;
@@ -170,29 +163,11 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o, void* flush, s
     std::exit(1);
   }
   DeviceMem ws(ws_bytes);
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  std::vector<float> times;
-  for (int r = 0; r < o.reps + 5; ++r) {
-    BENCH_CUDA(cudaMemsetAsync(flush, r & 0xff, flush_bytes, nullptr));  // evict the L2
-    BENCH_CUDA(cudaEventRecord(e0, nullptr));
-    st = mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {});
-    BENCH_CUDA(cudaEventRecord(e1, nullptr));
-    if (!st.ok()) {
-      std::fprintf(stderr, "mla_decode: %s\n", st.to_string().c_str());
-      std::exit(1);
-    }
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 5) times.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(times.begin(), times.end());
-  const double t_us = 1e3 * times[times.size() / 2];
-  const double spread_us = 1e3 * (times[times.size() * 9 / 10] - times[times.size() / 10]);
+  const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
+    BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+  });
+  const double t_us = t.median_us;
+  const double spread_us = t.p90_us - t.p10_us;
 
   // Work and bytes, exactly.
   double flops = 0, bytes = 0;
@@ -285,8 +260,6 @@ int run_decode_bench(BenchOptions o) {
 #else
   nlohmann::json doc;
   if (!start_suite("decode", &o.peaks, &doc)) return kNoGpu;
-  const size_t flush_bytes = 256ull << 20;
-  DeviceMem flush(flush_bytes);
   nlohmann::json& results = doc["results"];
   std::printf("%-14s %-22s %-10s %10s %9s %9s %9s %8s %s\n", "suite", "shape", "cache", "time_us",
               "TFLOP/s", "GB/s", "floor_us", "of_floor", "bound");
@@ -296,7 +269,7 @@ int run_decode_bench(BenchOptions o) {
           return key.find(f) != std::string::npos;
         }))
       continue;
-    nlohmann::json j = bench_shape(s, o, flush.p, flush_bytes);
+    nlohmann::json j = bench_shape(s, o);
     std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s\n",
                 j["suite"].get<std::string>().c_str(), j["name"].get<std::string>().c_str(),
                 j["format"].get<std::string>().c_str(), j["time_us"].get<double>(),
@@ -452,7 +425,7 @@ int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeili
   if (int rc = run_program(prog, to_args(p)); rc != 0) return rc;
   const nlohmann::json out = read_json(tmp.path);
   if (!out.is_object() || !out.contains("results")) return 1;
-  const bool default_kernels = !p.mma_sync_only && !p.attention_only;
+  const bool default_kernels = !p.attention_only;
   for (nlohmann::json r : out["results"]) {
     const double ms = r.value("ms", 0.0);
     r["time_us"] = ms * 1e3;
