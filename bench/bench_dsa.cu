@@ -3,7 +3,8 @@
 // warm-up, median of repeats, L2 flushed before every timed run, random data
 // (never zeros). Prints time, TFLOP/s (FlashMLA's 2*h_q*topk*(576+512) per
 // query for sparse attention), GB/s, and the fraction of the measured H200
-// ceilings (docs/benchmarks.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
+// ceilings (4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8 unless --peak-* are given:
+// `mla bench sparse|indexer|topk` measures them first). Options: --help.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_suites.hpp"
 #include "bench_timing.hpp"
 #include "cuda/dsa/topk_launch.hpp"
 #include "cuda/indexer/indexer_params.hpp"
@@ -29,7 +31,8 @@ namespace idx = mla::cuda::indexer;
 
 namespace {
 
-constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+// Set from --peak-gbps / --peak-tflops / --peak-fp8-tflops when given.
+double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
 constexpr int kIdxPageKeys = mla::IndexerCacheLayout::kPageTokens;  // 64
 constexpr int kIdxPageBytes = mla::IndexerCacheLayout::kPageBytes;  // 8448
 
@@ -450,8 +453,13 @@ std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string json = argc > 1 ? argv[1] : "bench_dsa.json";
-  const std::string only = argc > 2 ? argv[2] : "all";
+  // Parsed with the options `mla bench` shares (tools/bench_suites.hpp); the old positional
+  // form `mla_bench_dsa FILE SUITE` still works.
+  const mla::cli::DsaBenchOptions opt = mla::cli::parse_dsa_bench(argc, argv);
+  const std::string json = opt.json, only = opt.only;
+  if (opt.peaks.read_gbps > 0) kReadGBs = opt.peaks.read_gbps;
+  if (opt.peaks.bf16_tflops > 0) kBf16TF = opt.peaks.bf16_tflops;
+  if (opt.peaks.fp8_tflops > 0) kFp8TF = opt.peaks.fp8_tflops;
   auto want = [&](const char* s) { return only == "all" || only == s; };
   Timer tm;
   if (want("indexer")) {

@@ -91,7 +91,8 @@ def run_compare(args) -> int:
     quick = args.quick
     runs = args.runs or (10 if quick else 30)
     date = datetime.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out or Path(__file__).resolve().parents[3] / "bench" / "results" /
+    # Default under the current directory: an installed package has no source tree to write to.
+    out_dir = Path(args.out or Path.cwd() / "bench-results" /
                    f"compare-{date}{'-quick' if quick else ''}")
     out_dir.mkdir(parents=True, exist_ok=True)
     kernels = choose_peers(args.peers, quick)
