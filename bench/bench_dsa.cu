@@ -415,9 +415,12 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
 
 // Sparse prefill through the public API (mla::sparse_prefill): q [s_q, h, 576]
 // over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
-// kernel is the API's choice: `mma` sets MLA_SPARSE_KERNEL=mma (sparse_attn.cu's
-// kernel, the old path), else the default (the wgmma decode kernel).
-double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
+// kernel is the API's choice: `forced` sets MLA_SPARSE_KERNEL ("mma":
+// sparse_attn.cu's kernel; "wgmma": the wgmma decode kernel, the old paths),
+// nullptr the default (the sparse prefill kernel, src/cuda/sparse).
+double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk,
+                            const char* forced) {
+  const bool mma = forced != nullptr && std::string(forced) == "mma";
   const mla::Device dev = mla::Device::cuda(0);
   auto* kv = dalloc(s_kv * 576 * 2);
   fill(kv, s_kv * 576, kBf16, 9);
@@ -434,7 +437,7 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  if (mma) setenv("MLA_SPARSE_KERNEL", "mma", 1);
+  if (forced) setenv("MLA_SPARSE_KERNEL", forced, 1);
   size_t wsb = 0;
   BENCH_OK(mla::sparse_workspace_size(a, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
@@ -443,11 +446,11 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
         BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
       },
       mma ? 5 : 9);
-  if (mma) unsetenv("MLA_SPARSE_KERNEL");
+  if (forced) unsetenv("MLA_SPARSE_KERNEL");
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
-         std::string(mma ? "mma " : "wgmma ") + "s_q" + std::to_string(s_q) + " h" +
+         std::string(forced ? forced : "gather") + " s_q" + std::to_string(s_q) + " h" +
              std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
              std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
          us, flops, bytes, true, kBf16TF);
@@ -578,12 +581,17 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the old kernel
-  // (MLA_SPARSE_KERNEL=mma) and the default, same run.
-  if (want("sparse-prefill")) {
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the default (the
+  // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
+  // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
+  if (want("sparse-prefill") || only == "sparse-prefill-all") {
+    std::vector<const char*> kernels = {nullptr, "wgmma"};
+    if (only == "sparse-prefill-all") kernels.push_back("mma");
     for (int64_t skv : {8192L, 32768L, 131072L})
-      for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);
-    for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, mma);
+      for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
+    for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, k);
+    bench_sparse_prefill(tm, 16384, 128, 131072, 2048, nullptr);
+    bench_sparse_prefill(tm, 16384, 128, 32768, 2048, nullptr);
   }
   // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

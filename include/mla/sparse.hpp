@@ -42,18 +42,22 @@ struct SparseDecodeArgs {
 // Index values and topk_length live on the GPU and are not checked on the
 // host: entries outside the cache are skipped (never read), topk_length is
 // clamped to [0, topk]. The CPU path checks them and answers out_of_range.
-Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {},
-                     const ExecContext& ctx = {});
+Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {}, const ExecContext& ctx = {});
 
 // Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)
 //   kv       [s_kv, 576]      bf16/f32 (f64 on CPU): key rows, value = first 512
 //   indices  [s_q, topk] i32, rows of kv in [0, s_kv) or -1
+//   topk_length optional [s_q] i32 in [0, topk]: entries j >= topk_length[i]
+//            of token i are ignored (not read, not checked)
 //   out      [s_q, h_q, 512], lse [s_q, h_q]
+// A prompt chunk whose queries select among a cached prefix and the chunk's
+// own keys is this call with kv = the prefix rows followed by the chunk's.
 struct SparsePrefillArgs {
   TensorView q;
   TensorView kv;
   TensorView indices;
+  TensorView topk_length;
   float softmax_scale = 0.f;
   TensorView out;
   TensorView lse;

@@ -725,8 +725,9 @@ TEST(DsaGpu, SparseDecodeApiMatchesReference) {
 // (the fp64 reference). Index lists: random rows of kv with 1 in 8 entries -1,
 // row 1 all -1 (out 0, lse -inf), row 2 with only its first 3 entries valid,
 // row 3 holding one row of kv `topk` times (duplicates count, as in the
-// reference). The kernel is the API's default (the wgmma decode kernel) or
-// forced through MLA_SPARSE_KERNEL ("mma": sparse_attn.cu's kernel); each also
+// reference). The kernel is the API's default (the sparse prefill kernel,
+// src/cuda/sparse) or forced through MLA_SPARSE_KERNEL ("mma": sparse_attn.cu's
+// kernel); each also
 // in launches of 3 query tokens (MLA_SPARSE_PREFILL_CHUNK: the path of s_q past
 // 65535, whose chunk offsets and workspace sizing a real s_q that long would
 // need > 1 GB of q to test).

@@ -15,6 +15,7 @@
 #include "common/validate.hpp"
 #include "cuda/decode/decode_sparse.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
+#include "cuda/sparse/sparse_prefill_launch.hpp"
 
 namespace mla::cuda {
 
@@ -154,6 +155,11 @@ Status prefill_params(const SparsePrefillArgs& a, k::SparseAttnParams* p) {
   p->indices = static_cast<const int32_t*>(a.indices.data);
   p->idx_sb = stride_or_zero(a.indices, 0), p->idx_ss = 0;
   p->topk = int(topk);
+  if (a.topk_length.defined() && s_q > 1 && a.topk_length.strides[0] != 1)
+    return error(Errc::invalid_stride, "topk_length: must be dense (stride {})",
+                 a.topk_length.strides[0]);
+  p->topk_length =
+      a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
   p->kv = static_cast<const uint8_t*>(a.kv.data);
   p->fp8 = false;
   p->page_stride = row_bytes, p->token_stride = 0, p->page_size = 1;
@@ -186,7 +192,22 @@ k::SparseAttnParams prefill_chunk(const k::SparseAttnParams& p0, int64_t s_q, in
   p.indices = p0.indices + r0 * p0.idx_sb;
   p.out = static_cast<uint16_t*>(p0.out) + r0 * p0.out_sb;
   p.lse = p0.lse + r0 * p0.lse_sb;
+  if (p0.topk_length) p.topk_length = p0.topk_length + r0;
   return p;
+}
+
+// The sparse prefill kernel's params of one chunk (prefill_params' layout:
+// token = "batch" row, kv rows = pages of one token).
+mla::cuda::sparse::SparsePrefillParams gather_params(const k::SparseAttnParams& pc) {
+  mla::cuda::sparse::SparsePrefillParams g;
+  g.q = pc.q, g.q_ss = pc.q_sb, g.q_sh = pc.q_sh, g.s_q = pc.batch, g.h_q = pc.h_q;
+  g.indices = pc.indices, g.idx_ss = pc.idx_sb, g.topk = pc.topk, g.topk_length = pc.topk_length;
+  g.kv = pc.kv, g.kv_row_stride = pc.num_slots > 1 ? pc.page_stride / 2 : 0;
+  g.s_kv = pc.num_slots;
+  g.softmax_scale = pc.softmax_scale;
+  g.out = pc.out, g.out_ss = pc.out_sb, g.out_sh = pc.out_sh;
+  g.lse = pc.lse, g.lse_ss = pc.lse_sb, g.lse_sh = pc.lse_sh;
+  return g;
 }
 
 int64_t prefill_chunks(int64_t s_q, int64_t rows) {
@@ -197,22 +218,26 @@ int64_t prefill_chunks(int64_t s_q, int64_t rows) {
 // way by the sizing call and by the call itself. The wgmma decode kernel
 // (decode_sparse.hpp: each query token is a request of one query, kv a cache
 // of pages of one token) unless MLA_SPARSE_KERNEL=mma or it cannot take p.
+enum class PrefillKernel { gather, decode_wgmma, mma };
 struct PrefillPlan {
-  bool wgmma = false;
+  PrefillKernel kernel = PrefillKernel::gather;
   size_t need = 0;
   int64_t rows = kMaxRowsPerLaunch;  // query tokens per launch
 };
 
 Status prefill_plan(const k::SparseAttnParams& p0, int64_t s_q, PrefillPlan* plan) {
-  plan->wgmma = mla::cuda::decode::sparse_wgmma_chosen(p0);
+  const char* forced = std::getenv("MLA_SPARSE_KERNEL");
+  plan->kernel = forced == nullptr                            ? PrefillKernel::gather
+                 : mla::cuda::decode::sparse_wgmma_chosen(p0) ? PrefillKernel::decode_wgmma
+                                                              : PrefillKernel::mma;
   plan->need = 0;
   plan->rows = prefill_chunk_rows();
-  if (s_q == 0) return Status::Ok();
+  if (s_q == 0 || plan->kernel == PrefillKernel::gather) return Status::Ok();
   // Only the first and the last chunk differ in size.
   for (const int64_t c : {int64_t(0), prefill_chunks(s_q, plan->rows) - 1}) {
     const k::SparseAttnParams pc = prefill_chunk(p0, s_q, c, plan->rows);
     size_t n = 0;
-    if (plan->wgmma)
+    if (plan->kernel == PrefillKernel::decode_wgmma)
       MLA_TRY(mla::cuda::decode::sparse_wgmma_workspace_size(pc, &n));
     else
       n = k::sparse_attn_workspace_size(pc);
@@ -279,9 +304,17 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   // Chunks run one after another on the stream, so they can share the scratch.
   for (int64_t c = 0; c < prefill_chunks(s_q, plan.rows); ++c) {
     const k::SparseAttnParams pc = prefill_chunk(p, s_q, c, plan.rows);
-    MLA_TRY(plan.wgmma
-                ? mla::cuda::decode::launch_sparse_wgmma(pc, ws.data, ws.bytes, stream_of(ctx))
-                : k::launch_sparse_attn(pc, ws.data, ws.bytes, stream_of(ctx)));
+    switch (plan.kernel) {
+      case PrefillKernel::gather:
+        MLA_TRY(mla::cuda::sparse::launch_sparse_prefill(gather_params(pc), stream_of(ctx)));
+        break;
+      case PrefillKernel::decode_wgmma:
+        MLA_TRY(mla::cuda::decode::launch_sparse_wgmma(pc, ws.data, ws.bytes, stream_of(ctx)));
+        break;
+      case PrefillKernel::mma:
+        MLA_TRY(k::launch_sparse_attn(pc, ws.data, ws.bytes, stream_of(ctx)));
+        break;
+    }
   }
   return Status::Ok();
 }
