@@ -2,19 +2,18 @@
 """Host model of the sparse prefill kernel's barrier protocol
 (src/cuda/sparse/sparse_prefill_kernel.cuh), run before the kernel's first GPU run.
 
-Actors: the producer warpgroup (one actor: its 128 threads wait and issue together,
-each thread's copies land at a random later step and then arrive on the stage's
-full barrier), and the math warps (8 actors, 4 per warpgroup; warps of one warpgroup
-issue wgmma together, which the model reflects by making the named barriers and
-wgmma completion per-warp events). mbarriers are modelled with their arrival count
-and phase parity exactly as PTX defines them (try_wait.parity returns when the
-phase with that parity has completed; a fresh barrier is in phase 0, so waiting on
-parity 1 returns at once). Named barriers 1 and 2 release when all 8 math warps
-arrived. Random schedules; checks: no deadlock, every read of a stage sees the
-tile the reader expects (the producer never overwrites a stage still read), the P
-block and the row-max slots are never written while a reader of the previous tile
-may still read them, and the full barrier's phases never alias (a reader never
-passes on a phase of an older round).
+One persistent CTA running a sequence of work items, each with its own tile count
+(0, 1, 2, ... tiles). Actors: the producer warpgroup (one actor: its threads wait
+and issue together; each thread's copies land at a random later step and then
+arrive on the barrier they fill), the copy engine (lands copies), and the 8 math
+warps (4 per warpgroup). mbarriers are modelled with their arrival count and phase
+parity as PTX defines them (try_wait.parity(p) returns once the phase of parity p
+has completed; a fresh barrier is in phase 0, so waiting on parity 1 returns at
+once). Named barriers 1 and 2 release when all 8 math warps arrived.
+Random schedules; checks: no deadlock; every wgmma read of a ring stage or of the
+Q buffer sees the tile / item the reader expects (nothing is overwritten while
+read); the P block and the row-max / row-sum slots are never written while a reader
+may still read the previous contents.
 """
 import random
 import sys
@@ -36,44 +35,62 @@ class MBar:
             self.pending = self.count
 
     def passed(self, parity):
-        # try_wait.parity(p) succeeds iff the current (incomplete) phase's parity != p,
-        # i.e. the most recent completed phase had parity p.
         return (self.phase & 1) != parity
 
 
-def run(n_tiles, seed):
+def run(items, seed):
     rnd = random.Random(seed)
     full = [MBar(PRODUCER_THREADS) for _ in range(STAGES)]
     empty = [MBar(MATH_WARPS) for _ in range(STAGES)]
-    stage_tile = [None] * STAGES  # tile whose data a stage holds (landed copies)
-    in_flight = []  # (stage, tile, threads remaining)
-    named = {1: [0, 0], 2: [0, 0]}  # arrivals in the current generation, generation number
-    p_block_tile = None  # tile whose P is in the shared block
-    p_readers = set()  # warps whose P.V of p_block_tile has not completed
-    # producer state
-    prod = {"t": 0, "state": "wait_empty"}
-    # per math warp: program counter over a list of steps per tile
-    warps = [{"t": 0, "pc": "prologue", "gen": None} for _ in range(MATH_WARPS)]
+    q_full, q_empty = MBar(PRODUCER_THREADS), MBar(MATH_WARPS)
+    stage_tile = [None] * STAGES  # (state, global tile) a stage holds
+    q_item = [None]  # (state, item) the Q buffer holds
+    in_flight = []  # [kind, stage or None, tag, threads remaining]
+    named = {1: [0, 0], 2: [0, 0]}
+    # Shared slots, per writing warp (warp i of warpgroup w writes rows 16 i .. 16 i + 15;
+    # warp i of the other warpgroup reads them): what each holds.
+    red_max = [None] * MATH_WARPS  # tile
+    red_sum = [[None] * MATH_WARPS for _ in range(2)]  # item, by item parity
+    p_block = [None] * MATH_WARPS  # tile whose P rows (this warp's keys) the block holds
 
-    def wg_of(w):
-        return w // 4
+    # producer: program over items: ("q", k) then ("tile", k, t, g) ...
+    prog = []
+    g = 0
+    for k, n in enumerate(items):
+        prog.append(("q", k))
+        for t in range(n):
+            prog.append(("tile", k, t, g))
+            g += 1
+    prod = {"pc": 0, "waited": False}
+
+    def partner(w):  # the warp of the other warpgroup that reads w's rows
+        return (w + 4) % 8
 
     def step_producer():
-        t = prod["t"]
-        if t >= n_tiles:
+        if prod["pc"] >= len(prog):
             return False
-        s = t % STAGES
-        if prod["state"] == "wait_empty":
-            if not empty[s].passed(((t // STAGES) & 1) ^ 1):
-                return False
-            # overwriting stage s: nobody may still read the tile it held
-            prod["state"] = "issue"
-            return True
-        # issue copies of tile t into stage s; they land later, thread by thread
-        stage_tile[s] = ("loading", t)
-        in_flight.append([s, t, PRODUCER_THREADS])
-        prod["t"] += 1
-        prod["state"] = "wait_empty"
+        op = prog[prod["pc"]]
+        if op[0] == "q":
+            k = op[1]
+            if not prod["waited"]:
+                if not q_empty.passed((k & 1) ^ 1):
+                    return False
+                prod["waited"] = True
+                return True
+            q_item[0] = ("loading", k)
+            in_flight.append(["q", None, k, PRODUCER_THREADS])
+        else:
+            _, k, t, gg = op
+            s = gg % STAGES
+            if not prod["waited"]:
+                if not empty[s].passed(((gg // STAGES) & 1) ^ 1):
+                    return False
+                prod["waited"] = True
+                return True
+            stage_tile[s] = ("loading", gg)
+            in_flight.append(["tile", s, gg, PRODUCER_THREADS])
+        prod["pc"] += 1
+        prod["waited"] = False
         return True
 
     def land_copies():
@@ -81,17 +98,20 @@ def run(n_tiles, seed):
             return False
         i = rnd.randrange(len(in_flight))
         item = in_flight[i]
-        k = rnd.randint(1, item[2])
-        item[2] -= k
+        k = rnd.randint(1, item[3])
         for _ in range(k):
-            if item[2] == 0 and _ == k - 1:
-                stage_tile[item[0]] = ("ready", item[1])
-            full[item[0]].arrive()
-        if item[2] == 0:
+            item[3] -= 1
+            if item[3] == 0:
+                if item[0] == "q":
+                    q_item[0] = ("ready", item[2])
+                else:
+                    stage_tile[item[1]] = ("ready", item[2])
+            (q_full if item[0] == "q" else full[item[1]]).arrive()
+        if item[3] == 0:
             in_flight.pop(i)
         return True
 
-    def named_arrive(w, bar_id):
+    def named_arrive(bar_id):
         st = named[bar_id]
         st[0] += 1
         gen = st[1]
@@ -102,76 +122,97 @@ def run(n_tiles, seed):
     def named_passed(bar_id, gen):
         return named[bar_id][1] > gen
 
-    def read_stage(w, t):
-        s = t % STAGES
-        assert stage_tile[s] == ("ready", t), f"warp {w} reads tile {t}, stage holds {stage_tile[s]}"
+    def read_stage(w, gg):
+        s = gg % STAGES
+        assert stage_tile[s] == ("ready", gg), f"warp {w} reads tile {gg}, stage holds {stage_tile[s]}"
+
+    def read_q(w, k):
+        assert q_item[0] == ("ready", k), f"warp {w} reads Q of item {k}, buffer holds {q_item[0]}"
+
+    # math warp programs: a list of steps per warp, generated from the kernel's flow
+    def math_program():
+        steps = []
+        gg = 0
+        for k, n in enumerate(items):
+            steps.append(("wait_qfull", k))
+            if n > 0:
+                steps.append(("wait_full", gg))
+                steps.append(("s", k, gg))  # issue + wait<0>
+            if n <= 1:
+                steps.append(("arrive_qempty",))
+            for t in range(n):
+                steps.append(("write_max", gg))
+                steps.append(("bar", 1))
+                steps.append(("read_max", gg))
+                steps.append(("write_p", gg))
+                steps.append(("bar", 2))
+                steps.append(("end_read_max", gg))
+                steps.append(("pv_issue", gg))
+                if t + 1 < n:
+                    steps.append(("wait_full", gg + 1))
+                    steps.append(("s", k, gg + 1))  # issued; completes at the wait<0> below
+                    steps.append(("pv_done", gg))  # wait<1>
+                    if t + 2 == n:
+                        steps.append(("arrive_qempty",))
+                else:
+                    steps.append(("pv_done", gg))  # wait<0>
+                gg += 1
+            steps.append(("write_sum", k))
+            steps.append(("bar", 1))
+            steps.append(("read_sum", k))
+        steps.append(("done",))
+        return steps
+
+    progs = [math_program() for _ in range(MATH_WARPS)]
+    pcs = [0] * MATH_WARPS
+    gens = [None] * MATH_WARPS
 
     def step_warp(w):
-        nonlocal p_block_tile
-        st = warps[w]
-        t, pc = st["t"], st["pc"]
-        if pc == "done":
+        st = progs[w][pcs[w]]
+        kind = st[0]
+        if kind == "done":
             return False
-        if pc == "prologue":
-            if n_tiles == 0:
-                st["pc"] = "epilogue"
+        if kind == "wait_qfull":
+            if not q_full.passed(st[1] & 1):
+                return False
+        elif kind == "wait_full":
+            gg = st[1]
+            if not full[gg % STAGES].passed((gg // STAGES) & 1):
+                return False
+        elif kind == "s":
+            read_q(w, st[1])
+            read_stage(w, st[2])
+        elif kind == "arrive_qempty":
+            q_empty.arrive()
+        elif kind == "write_max":
+            red_max[w] = st[1]
+        elif kind == "bar":
+            if gens[w] is None:
+                gens[w] = named_arrive(st[1])
                 return True
-            if not full[0].passed(0):
+            if not named_passed(st[1], gens[w]):
                 return False
-            read_stage(w, 0)  # S(0)
-            st["pc"] = "bar1"
-            return True
-        if pc == "bar1":  # row maxima written (slot of this warp's warpgroup)
-            st["gen"] = named_arrive(w, 1)
-            st["pc"] = "bar1_wait"
-            return True
-        if pc == "bar1_wait":
-            if not named_passed(1, st["gen"]):
-                return False
-            st["pc"] = "write_p"
-            return True
-        if pc == "write_p":
-            # P block: no warp may still run P.V of an older tile
-            assert not p_readers or p_block_tile == t, f"P overwritten while read ({p_readers})"
-            p_block_tile = t
-            st["gen"] = named_arrive(w, 2)
-            st["pc"] = "bar2_wait"
-            return True
-        if pc == "bar2_wait":
-            if not named_passed(2, st["gen"]):
-                return False
-            assert p_block_tile == t
-            p_readers.add(w)
-            read_stage(w, t)  # P.V issued (reads stage t until completed)
-            st["pc"] = "next_s"
-            return True
-        if pc == "next_s":
-            if t + 1 < n_tiles:
-                if not full[(t + 1) % STAGES].passed(((t + 1) // STAGES) & 1):
-                    return False
-                read_stage(w, t + 1)  # S(t + 1) issued
-            st["pc"] = "pv_done"
-            return True
-        if pc == "pv_done":  # wait<1>: P.V(t) complete, release the stage
-            read_stage(w, t)
-            p_readers.discard(w)
-            empty[t % STAGES].arrive()
-            st["t"] += 1
-            st["pc"] = "bar1" if t + 1 < n_tiles else "epilogue"
-            return True
-        if pc == "epilogue":
-            st["gen"] = named_arrive(w, 1)
-            st["pc"] = "epi_wait"
-            return True
-        if pc == "epi_wait":
-            if not named_passed(1, st["gen"]):
-                return False
-            st["pc"] = "done"
-            return True
-        raise AssertionError(pc)
+            gens[w] = None
+        elif kind == "read_max":
+            assert red_max[partner(w)] == st[1], f"row max of tile {st[1]} overwritten"
+        elif kind == "end_read_max":
+            pass
+        elif kind == "write_p":
+            p_block[w] = st[1]
+        elif kind in ("pv_issue", "pv_done"):
+            assert all(x == st[1] for x in p_block), f"P of tile {st[1]} changed: {p_block}"
+            read_stage(w, st[1])
+            if kind == "pv_done":
+                empty[st[1] % STAGES].arrive()
+        elif kind == "write_sum":
+            red_sum[st[1] & 1][w] = st[1]
+        elif kind == "read_sum":
+            assert red_sum[st[1] & 1][partner(w)] == st[1], f"row sums of item {st[1]} overwritten"
+        pcs[w] += 1
+        return True
 
     actors = ["p", "land"] + list(range(MATH_WARPS))
-    for _ in range(200000):
+    for _ in range(500000):
         order = actors[:]
         rnd.shuffle(order)
         progressed = False
@@ -185,19 +226,26 @@ def run(n_tiles, seed):
             if progressed:
                 break
         if not progressed:
-            if all(wp["pc"] == "done" for wp in warps) and prod["t"] >= n_tiles and not in_flight:
+            done = all(progs[w][pcs[w]][0] == "done" for w in range(MATH_WARPS))
+            if done and prod["pc"] >= len(prog) and not in_flight:
                 return
-            raise AssertionError(
-                f"deadlock: tiles {n_tiles} seed {seed} producer {prod} warps {warps}")
+            raise AssertionError(f"deadlock: items {items} seed {seed} producer {prod} "
+                                 f"warps {[progs[w][pcs[w]] for w in range(MATH_WARPS)]}")
     raise AssertionError("no termination")
 
 
 def main():
     runs = 0
-    for n_tiles in [0, 1, 2, 3, 4, 5, 8, 33]:
-        for seed in range(300 if n_tiles < 10 else 40):
-            run(n_tiles, seed)
+    shapes = [[0], [1], [2], [3], [5], [0, 0, 0], [1, 1, 1, 1], [2, 0, 3], [0, 1, 0, 2, 1],
+              [4, 4, 4], [3, 1, 0, 0, 2, 5], [8, 8]]
+    for items in shapes:
+        for seed in range(150):
+            run(items, seed)
             runs += 1
+    rnd = random.Random(7)
+    for seed in range(300):
+        run([rnd.choice([0, 1, 1, 2, 3, 4]) for _ in range(rnd.randint(1, 6))], 1000 + seed)
+        runs += 1
     print(f"sparse prefill barrier model: {runs} random schedules, no deadlock, no hazard")
 
 

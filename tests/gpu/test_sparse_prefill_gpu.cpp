@@ -1,6 +1,7 @@
 // GPU tests of the sparse prefill kernel (src/cuda/sparse/sparse_prefill_*),
 // the default of mla::sparse_prefill on CUDA, against the fp64 CPU reference
-// (the same API on CPU tensors). Fresh random inputs, outputs poisoned before
+// (the same API on CPU tensors), and the kernel on 1 and 3 persistent CTAs
+// against its default grid (bit-identical). Fresh random inputs, outputs poisoned before
 // every run. Index lists per token cycle through the edges: random rows with
 // -1 entries and rows past s_kv (skipped by the kernel; the reference, which
 // rejects them, gets -1 there), an all -1 list (out 0, lse -inf), one row
@@ -91,6 +92,27 @@ void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lis
   ASSERT_MLA_OK(sparse_prefill(a));
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dout.to_host(r->out), dlse.to_host(r->lse);
+  // The kernel itself with 1 and 3 persistent CTAs: every item runs through a
+  // few CTAs' rings (Q reloads, the ring across items); same bits.
+  cuda::sparse::SparsePrefillParams p;
+  p.q = dq.get(), p.q_ss = int64_t(c.h) * 576, p.q_sh = 576, p.s_q = c.s_q, p.h_q = c.h;
+  p.indices = static_cast<const int32_t*>(didx.get()), p.idx_ss = c.topk, p.topk = c.topk;
+  p.topk_length = c.topk_length ? static_cast<const int32_t*>(dlen.get()) : nullptr;
+  p.kv = dkv.get(), p.kv_row_stride = 576, p.s_kv = c.s_kv, p.softmax_scale = scale;
+  p.out = dout.get(), p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
+  p.lse = static_cast<float*>(dlse.get()), p.lse_ss = c.h, p.lse_sh = 1;
+  for (int ctas : {1, 3}) {
+    dout.poison(), dlse.poison();
+    p.max_ctas = ctas;
+    ASSERT_MLA_OK(cuda::sparse::launch_sparse_prefill(p, nullptr));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    HostTensor out(DType::bf16, {c.s_q, c.h, 512}), lse(DType::f32, {c.s_q, c.h});
+    dout.to_host(out), dlse.to_host(lse);
+    EXPECT_EQ(std::memcmp(out.storage.data(), r->out.storage.data(), size_t(out.numel()) * 2), 0)
+        << ctas << " CTAs: out differs from the default grid";
+    EXPECT_EQ(std::memcmp(lse.storage.data(), r->lse.storage.data(), size_t(lse.numel()) * 4), 0)
+        << ctas << " CTAs: lse differs from the default grid";
+  }
 }
 
 void check_case(Rng& rng, const Case& c) {

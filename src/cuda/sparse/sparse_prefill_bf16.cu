@@ -1,4 +1,5 @@
 // The bf16 instantiation of the sparse prefill kernel and its launch.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/cuda_status.hpp"
@@ -14,8 +15,14 @@ Status launch_sparse_prefill(const SparsePrefillParams& p, cudaStream_t stream) 
   static const cudaError_t attr = cudaFuncSetAttribute(
       sparse_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
-  const unsigned ctas = unsigned(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
-  sparse_prefill_kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p);
+  DeviceFacts dev;
+  int id = 0;
+  MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
+  MLA_TRY(device_facts(id, &dev));
+  // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
+  const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
+  const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
+  sparse_prefill_kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
   return check_launch("sparse_prefill_kernel");
 }
 

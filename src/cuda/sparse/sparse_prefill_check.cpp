@@ -11,6 +11,8 @@ namespace mla::cuda::sparse {
 Status sparse_prefill_check(const SparsePrefillParams& p) {
   using detail::error;
   if (p.h_q < 1) return error(Errc::invalid_value, "q: h_q = {} must be at least 1", p.h_q);
+  if (p.max_ctas < 0)
+    return error(Errc::invalid_value, "max_ctas = {} must be >= 0 (0: one per SM)", p.max_ctas);
   if (p.topk < 1)
     return error(Errc::invalid_value, "indices: topk = {} must be at least 1", p.topk);
   if (reinterpret_cast<uintptr_t>(p.q) % 16 || p.q_ss % 8 || p.q_sh % 8)
@@ -32,8 +34,8 @@ Status sparse_prefill_check(const SparsePrefillParams& p) {
   const int64_t ctas =
       int64_t(p.s_q) * ((p.h_q + SparsePrefillConfig::kRows - 1) / SparsePrefillConfig::kRows);
   if (ctas > INT32_MAX)
-    return error(Errc::unsupported, "q: s_q = {} x h_q = {} past the kernel's 2^31 CTAs", p.s_q,
-                 p.h_q);
+    return error(Errc::unsupported, "q: s_q = {} x h_q = {} past the kernel's 2^31 work items",
+                 p.s_q, p.h_q);
   return Status::Ok();
 }
 

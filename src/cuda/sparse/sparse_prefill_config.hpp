@@ -28,10 +28,11 @@ struct SparsePrefillConfig {
   static constexpr int kMathWgs = 2;
   static constexpr int kMathThreads = kMathWgs * 128;
   static constexpr int kThreads = kMathThreads + 128;
-  static constexpr int kKeysPerWg = kKeys / kMathWgs;        // S columns of one math warpgroup
-  static constexpr int kVColsPerWg = kDv / kMathWgs;         // output columns of one math warpgroup
-  static constexpr int kSmemRed = 2 * kMathWgs * kRows * 4;  // row max and row sum exchange
-  static constexpr int kBarriers = 2 * kStages;              // full, empty per stage
+  static constexpr int kKeysPerWg = kKeys / kMathWgs;  // S columns of one math warpgroup
+  static constexpr int kVColsPerWg = kDv / kMathWgs;   // output columns of one math warpgroup
+  // Row maxima (per tile) and row sums (per item, two sets by item parity) exchanged.
+  static constexpr int kSmemRed = 3 * kMathWgs * kRows * 4;
+  static constexpr int kBarriers = 2 * kStages + 2;  // full, empty per stage; q_full, q_empty
   static constexpr int kSmemBytes =
       1024 /* alignment slack */ + kSmemQ + kStages * kSmemK + kSmemP + kSmemRed + 8 * kBarriers;
   static constexpr int kProducerRegs = 72, kMathRegs = 216;

@@ -1,15 +1,19 @@
 // Sparse prefill attention on Hopper (sm_90a): the contract of
-// sparse_prefill_params.hpp, one CTA per (query token, block of 64 heads),
-// three warpgroups:
-//   producer (warpgroup 2): gathers the token's key rows by index, 64 keys per
-//     tile, with 16-byte cp.async into a two-stage ring of SW128 tiles (a
-//     rectangular TMA box cannot gather). Each thread's copies of a tile are
-//     tracked by the stage's full barrier (cp.async.mbarrier.arrive.noinc, so
-//     the producer never blocks on its own copies); it waits on the stage's
-//     empty barrier before overwriting it. Invalid entries are zero-filled
-//     (never read), so that 0 * garbage cannot reach P.V.
+// sparse_prefill_params.hpp. Work item = (query token, block of 64 heads);
+// persistent CTAs (one per SM) take items blockIdx.x, + gridDim.x, ... in
+// order, so the two head blocks of a token run at the same time on
+// neighbouring SMs and the second gather hits L2. Three warpgroups:
+//   producer (warpgroup 2): per item, Q (64 x 576, rows past h_q zero) into
+//     its buffer once the previous item's last S has completed, then the
+//     token's key rows gathered by index, 64 keys per tile, with 16-byte
+//     cp.async into a two-stage ring of SW128 tiles (a rectangular TMA box
+//     cannot gather). The ring runs on across items, so the next item's Q and
+//     first tiles load while the current item finishes. Each thread's copies
+//     are tracked by the barrier they fill (cp.async.mbarrier.arrive.noinc:
+//     the producer never blocks on its own copies). Invalid entries are
+//     zero-filled (never read), so that 0 * garbage cannot reach P.V.
 //   math (warpgroups 0, 1): warpgroup w computes S for keys [32 w, 32 w + 32)
-//     of the tile (wgmma m64n32, Q and K from shared memory), the two meet
+//     of the tile (wgmma m64n32, Q and K from shared memory); the two meet
 //     once per tile to share the row maxima (both then use the same running
 //     max, so their row sums and outputs need no later correction), write
 //     their half of P (bf16) into one shared SW128 block, meet again, and
@@ -17,19 +21,22 @@
 //     fp32 accumulators, 128 registers per thread). The P.V of tile t and the
 //     S of tile t + 1 are issued back to back, so the tensor cores see two
 //     products queued; the softmax of a tile runs between them.
-// The ring stage of a tile is released (empty barrier, one arrival per math
-// warp) once the last product reading it (P.V) has completed.
 //
-// Barrier protocol (modelled on the host before the first run: tile t uses
-// stage t % 2 in round t / 2; waiters poll the parity of the round):
-//   full[s]:  128 arrivals (every producer thread, when its copies land);
-//             math waits parity (t / 2) & 1.
-//   empty[s]: 8 arrivals (lane 0 of every math warp after P.V(t) completed);
-//             producer waits parity ((t / 2) & 1) ^ 1 (round 0 passes at once).
-//   named barrier 1 (256 math threads): row maxima of the tile written;
-//   named barrier 2 (256 math threads): P of the tile written.
-// A warpgroup reaches barrier 1 of tile t + 1 only after its P.V(t) completed,
-// so the P block and the row-max slots are never overwritten while read.
+// Barrier protocol (scripts/models/sparse_prefill_barriers.py models it; g is
+// the CTA's running tile count over its items, k its item count):
+//   full[s]  (128 arrivals: every producer thread, when its copies land):
+//            tile g in stage g % 2; math waits parity (g / 2) & 1.
+//   empty[s] (8 arrivals: lane 0 of every math warp once P.V(g) completed):
+//            the producer waits parity ((g / 2) & 1) ^ 1 (round 0 passes at once).
+//   q_full   (128 arrivals, as full): Q of item k; math waits parity k & 1.
+//   q_empty  (8 arrivals: once the last S of item k completed, or at once for
+//            an item without keys): the producer waits parity (k & 1) ^ 1
+//            before loading Q of item k.
+//   named barrier 1 (256 math threads): row maxima of a tile written (and,
+//            per item, the row sums); named barrier 2: P of the tile written.
+// A warpgroup reaches barrier 1 of tile t + 1 only after its P.V(t)
+// completed, so the P block and the row-max slots are never overwritten while
+// read; the row-sum slots alternate with the item's parity.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -44,23 +51,35 @@
 namespace mla::cuda::sparse {
 
 // Byte offset of the 16-byte piece `chunk` (0..71) of row `r` in a tile of
-// SW128 blocks of `rows` rows (block = 64 columns, piece j of row r at j ^ (r % 8)).
+// SW128 blocks of `block_bytes` (block = 64 columns, piece j of row r at j ^ (r % 8)).
 __device__ __forceinline__ uint32_t sw128_offset(int r, int chunk, int block_bytes) {
   return uint32_t((chunk >> 3) * block_bytes + r * 128 + (((chunk & 7) ^ (r & 7)) << 4));
 }
 
-// The number of entries token `token` uses.
-__device__ __forceinline__ int list_length(const SparsePrefillParams& p, int token) {
-  if (p.topk_length == nullptr) return p.topk;
-  return min(max(p.topk_length[token], 0), p.topk);
+// One work item: a token's block of up to 64 heads and its list.
+struct Item {
+  int token, h0, rows, n, tiles;
+  const int32_t* list;
+};
+__device__ __forceinline__ Item make_item(const SparsePrefillParams& p, int item) {
+  using C = SparsePrefillConfig;
+  const int head_blocks = (p.h_q + C::kRows - 1) / C::kRows;
+  Item it;
+  it.token = item / head_blocks;
+  it.h0 = (item % head_blocks) * C::kRows;
+  it.rows = min(C::kRows, p.h_q - it.h0);
+  it.n = p.topk_length == nullptr ? p.topk : min(max(p.topk_length[it.token], 0), p.topk);
+  it.tiles = (it.n + C::kKeys - 1) / C::kKeys;
+  it.list = p.indices + int64_t(it.token) * p.idx_ss;
+  return it;
 }
 
 // Validity of the 64 entries of tile t as a bit mask (bit k: entry 64 t + k
 // is used and names a row of kv). Every lane of the warp gets the mask.
-__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p,
-                                                    const int32_t* list, int n, int t, int lane) {
+__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, const Item& it,
+                                                    int t, int lane) {
   const int j0 = t * 64 + lane, j1 = j0 + 32;
-  const int r0 = j0 < n ? list[j0] : -1, r1 = j1 < n ? list[j1] : -1;
+  const int r0 = j0 < it.n ? it.list[j0] : -1, r1 = j1 < it.n ? it.list[j1] : -1;
   const uint32_t lo = __ballot_sync(0xffffffffu, r0 >= 0 && r0 < p.s_kv);
   const uint32_t hi = __ballot_sync(0xffffffffu, r1 >= 0 && r1 < p.s_kv);
   return uint64_t(lo) | (uint64_t(hi) << 32);
@@ -78,8 +97,53 @@ __device__ __forceinline__ void issue_s(float (&s)[4][4], uint32_t q_addr, uint3
                           blk > 0 || sub > 0);
 }
 
+// Producer: Q of item `it` (one thread of 128: 36 pieces), tracked by q_full.
+__device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item& it,
+                                       unsigned char* sQ, uint64_t* q_full, int ptid) {
+  using C = SparsePrefillConfig;
+  const __nv_bfloat16* const q =
+      static_cast<const __nv_bfloat16*>(p.q) + int64_t(it.token) * p.q_ss + int64_t(it.h0) * p.q_sh;
+  for (int i = ptid; i < C::kRows * C::kChunks; i += 128) {
+    const int r = i / C::kChunks, chunk = i % C::kChunks;
+    const bool valid = r < it.rows;
+    ptx::cp_async_16(sQ + sw128_offset(r, chunk, C::kQBlockBytes),
+                     q + (valid ? int64_t(r) * p.q_sh + chunk * 8 : 0), valid);
+  }
+  ptx::cp_async_mbar_arrive_noinc(q_full);
+}
+
+// Producer: tile t of item `it` into `tile` (8 threads per key row, 9 pieces
+// each, 16 rows per pass), tracked by `full`, once `empty` allows.
+__device__ __forceinline__ void gather_tile(const SparsePrefillParams& p, const Item& it, int t,
+                                            unsigned char* tile, uint64_t* full, uint64_t* empty,
+                                            uint32_t empty_parity, int ptid) {
+  using C = SparsePrefillConfig;
+  constexpr int kPasses = C::kKeys / C::kKeysPerPass;
+  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  int row[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {  // the index loads overlap the wait
+    const int j = t * C::kKeys + kgrp + pass * C::kKeysPerPass;
+    row[pass] = j < it.n ? it.list[j] : -1;
+  }
+  ptx::mbar_wait(empty, empty_parity);
+  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int key = kgrp + pass * C::kKeysPerPass;
+    const bool valid = row[pass] >= 0 && row[pass] < p.s_kv;
+    const __nv_bfloat16* const src = kv + (valid ? int64_t(row[pass]) * p.kv_row_stride : 0);
+#pragma unroll 3
+    for (int blk = 0; blk < C::kQkBlocks; ++blk) {
+      const int chunk = blk * 8 + sub;
+      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
+    }
+  }
+  ptx::cp_async_mbar_arrive_noinc(full);
+}
+
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
-    sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p) {
+    sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
   using namespace ptx;
   extern __shared__ unsigned char smem_raw[];
@@ -88,69 +152,37 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   unsigned char* const sK = sQ + C::kSmemQ;
   unsigned char* const sP = sK + C::kStages * C::kSmemK;
   float* const red_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [wg][row]
-  float* const red_sum = red_max + C::kMathWgs * C::kRows;          // [wg][row]
-  uint64_t* const full = reinterpret_cast<uint64_t*>(red_sum + C::kMathWgs * C::kRows);
+  float* const red_sum = red_max + C::kMathWgs * C::kRows;          // [item & 1][wg][row]
+  uint64_t* const full = reinterpret_cast<uint64_t*>(red_sum + 2 * C::kMathWgs * C::kRows);
   uint64_t* const empty = full + C::kStages;
+  uint64_t* const q_full = empty + C::kStages;
+  uint64_t* const q_empty = q_full + 1;
 
-  const int head_blocks = (p.h_q + C::kRows - 1) / C::kRows;
-  const int token = int(blockIdx.x / unsigned(head_blocks));
-  const int h0 = int(blockIdx.x % unsigned(head_blocks)) * C::kRows;
-  const int rows = min(C::kRows, p.h_q - h0);
   const int tid = threadIdx.x, wg = tid / 128;
-  const int n = list_length(p, token);
-  const int n_tiles = (n + C::kKeys - 1) / C::kKeys;
-  const int32_t* const list = p.indices + int64_t(token) * p.idx_ss;
-
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full[s], 128);
       mbar_init(&empty[s], C::kMathThreads / 32);
     }
+    mbar_init(q_full, 128);
+    mbar_init(q_empty, C::kMathThreads / 32);
     mbar_fence_init();
-  }
-  // Q by every thread (zero rows past h_q), visible to wgmma after the fence + sync.
-  {
-    const __nv_bfloat16* const q =
-        static_cast<const __nv_bfloat16*>(p.q) + int64_t(token) * p.q_ss + int64_t(h0) * p.q_sh;
-    for (int i = tid; i < C::kRows * C::kChunks; i += C::kThreads) {
-      const int r = i / C::kChunks, chunk = i % C::kChunks;
-      const bool valid = r < rows;
-      cp_async_16(sQ + sw128_offset(r, chunk, C::kQBlockBytes),
-                  q + (valid ? int64_t(r) * p.q_sh + chunk * 8 : 0), valid);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
   }
   __syncthreads();
 
   if (wg == C::kMathWgs) {  // ---- producer ----
     wgmma::setmaxnreg_dec<C::kProducerRegs>();
     const int ptid = tid - C::kMathThreads;
-    const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
-    const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
-    for (int t = 0; t < n_tiles; ++t) {
-      const int s = t % C::kStages;
-      int row[C::kKeys / C::kKeysPerPass];
-#pragma unroll
-      for (int pass = 0; pass < C::kKeys / C::kKeysPerPass; ++pass) {
-        const int j = t * C::kKeys + kgrp + pass * C::kKeysPerPass;
-        row[pass] = j < n ? list[j] : -1;
+    int g = 0, k = 0;
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
+      const Item it = make_item(p, item);
+      mbar_wait(q_empty, (k & 1) ^ 1);
+      load_q(p, it, sQ, q_full, ptid);
+      for (int t = 0; t < it.tiles; ++t, ++g) {
+        const int s = g % C::kStages;
+        gather_tile(p, it, t, sK + s * C::kSmemK, &full[s], &empty[s], ((g / C::kStages) & 1) ^ 1,
+                    ptid);
       }
-      mbar_wait(&empty[s], ((t / C::kStages) & 1) ^ 1);
-      unsigned char* const tile = sK + s * C::kSmemK;
-#pragma unroll
-      for (int pass = 0; pass < C::kKeys / C::kKeysPerPass; ++pass) {
-        const int key = kgrp + pass * C::kKeysPerPass;
-        const bool valid = row[pass] >= 0 && row[pass] < p.s_kv;
-        const __nv_bfloat16* const src = kv + (valid ? int64_t(row[pass]) * p.kv_row_stride : 0);
-#pragma unroll
-        for (int blk = 0; blk < C::kQkBlocks; ++blk) {
-          const int chunk = blk * 8 + sub;
-          cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
-        }
-      }
-      cp_async_mbar_arrive_noinc(&full[s]);
     }
     cp_async_wait<0>();
     return;
@@ -159,133 +191,149 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   // ---- math warpgroups ----
   wgmma::setmaxnreg_inc<C::kMathRegs>();
   const int w = wg, lane = tid % 32, warp = (tid % 128) / 32;
-  const int g = lane / 4, c = lane % 4;
-  const int r0 = warp * 16 + g, r1 = r0 + 8;  // the two accumulator rows of this thread
+  const int g4 = lane / 4, c = lane % 4;
+  const int r0 = warp * 16 + g4, r1 = r0 + 8;  // the two accumulator rows of this thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const uint32_t q_addr = smem_addr(sQ), k_addr0 = smem_addr(sK), p_addr = smem_addr(sP);
+  auto release = [&](uint64_t* bar) {  // after this warp's wgmma reading the buffer completed
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
 
-  float o[C::kVColsPerWg / 8][4];
+  int g = 0, k = 0;
+  for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
+    const Item it = make_item(p, item);
+    float o[C::kVColsPerWg / 8][4];
 #pragma unroll
-  for (int i = 0; i < C::kVColsPerWg / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float s[C::kKeysPerWg / 8][4];
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // log2 domain, thread-partial sums
+    for (int i = 0; i < C::kVColsPerWg / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float s[C::kKeysPerWg / 8][4];
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // log2 domain, thread-partial sums
 
-  uint64_t valid = 0;
-  if (n_tiles > 0) {
-    valid = tile_valid_mask(p, list, n, 0, lane);
-    mbar_wait(&full[0], 0);
-    wgmma::fence_proxy_async();
-    wgmma::fence();
-    issue_s(s, q_addr, k_addr0 + w * C::kKeysPerWg * 128);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_regs(s);
-  }
-  for (int t = 0; t < n_tiles; ++t) {
-    const int stage = t % C::kStages;
-    // Scale into the log2 domain, mask, row maxima of this warpgroup's 32 keys.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < C::kKeysPerWg / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = w * C::kKeysPerWg + i * 8 + 2 * c + e;
-        const bool ok = (valid >> key) & 1;
-        s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
-        s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
-        mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
-      }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    if (c == 0) red_max[w * C::kRows + r0] = mx0, red_max[w * C::kRows + r1] = mx1;
-    named_barrier_sync(1, C::kMathThreads);
-    const float* const other = red_max + (1 - w) * C::kRows;
-    const float mn0 = fmaxf(m0, fmaxf(mx0, other[r0])), mn1 = fmaxf(m1, fmaxf(mx1, other[r1]));
-    // A row with no valid key so far keeps max -inf: exponentiate against 0 (P = 0).
-    const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float a0 = fast_exp2(m0 - ms0), a1 = fast_exp2(m1 - ms1);
-    m0 = mn0, m1 = mn1;
-    l0 *= a0, l1 *= a1;
-#pragma unroll
-    for (int i = 0; i < C::kVColsPerWg / 8; ++i)
-      o[i][0] *= a0, o[i][1] *= a0, o[i][2] *= a1, o[i][3] *= a1;
-      // P (bf16) into the shared SW128 block: row r, key k at r*128 + ((k/8) ^ (r%8))*16 + (k%8)*2.
-#pragma unroll
-    for (int i = 0; i < C::kKeysPerWg / 8; ++i) {
-      const float p00 = fast_exp2(s[i][0] - ms0), p01 = fast_exp2(s[i][1] - ms0);
-      const float p10 = fast_exp2(s[i][2] - ms1), p11 = fast_exp2(s[i][3] - ms1);
-      l0 += p00 + p01, l1 += p10 + p11;
-      const int key = w * C::kKeysPerWg + i * 8 + 2 * c;
-      const int piece = key >> 3, within = (key & 7) * 2;
-      *reinterpret_cast<uint32_t*>(sP + r0 * 128 + ((piece ^ (r0 & 7)) << 4) + within) =
-          pack_bf16x2(p00, p01);
-      *reinterpret_cast<uint32_t*>(sP + r1 * 128 + ((piece ^ (r1 & 7)) << 4) + within) =
-          pack_bf16x2(p10, p11);
-    }
-    wgmma::fence_proxy_async();
-    named_barrier_sync(2, C::kMathThreads);
-    // O[:, 256 w ..) += P V: V is the K tile read MN-major (keys 128 B apart).
-    const uint32_t v_addr =
-        k_addr0 + stage * C::kSmemK + w * (C::kVColsPerWg / 64) * C::kKBlockBytes;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < C::kKeys / 16; ++kk)
-      wgmma::m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
-                              wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024),
-                              true);
-    wgmma::commit();
-    if (t + 1 < n_tiles) {
-      valid = tile_valid_mask(p, list, n, t + 1, lane);
-      const int next = (t + 1) % C::kStages;
-      mbar_wait(&full[next], ((t + 1) / C::kStages) & 1);
+    mbar_wait(q_full, k & 1);
+    uint64_t valid = 0;
+    if (it.tiles > 0) {
+      valid = tile_valid_mask(p, it, 0, lane);
+      mbar_wait(&full[g % C::kStages], (g / C::kStages) & 1);
       wgmma::fence_proxy_async();
-      wgmma::fence();  // s was rewritten by the softmax
-      issue_s(s, q_addr, k_addr0 + next * C::kSmemK + w * C::kKeysPerWg * 128);
+      wgmma::fence();
+      issue_s(s, q_addr, k_addr0 + (g % C::kStages) * C::kSmemK + w * C::kKeysPerWg * 128);
       wgmma::commit();
-      wgmma::wait<1>();  // P.V(t) done: release its stage while S(t + 1) runs
-      wgmma::fence_regs(o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[stage]);
       wgmma::wait<0>();
       wgmma::fence_regs(s);
-    } else {
-      wgmma::wait<0>();
-      wgmma::fence_regs(o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[stage]);
     }
-  }
+    if (it.tiles <= 1) release(q_empty);  // no S of this item left to issue
 
-  // Row sums: the quad's partials, then the other warpgroup's (same running max).
+    for (int t = 0; t < it.tiles; ++t, ++g) {
+      const int stage = g % C::kStages;
+      // Scale into the log2 domain, mask, row maxima of this warpgroup's 32 keys.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
-  if (c == 0) red_sum[w * C::kRows + r0] = l0, red_sum[w * C::kRows + r1] = l1;
-  named_barrier_sync(1, C::kMathThreads);
-  l0 += red_sum[(1 - w) * C::kRows + r0], l1 += red_sum[(1 - w) * C::kRows + r1];
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  __nv_bfloat16* const out =
-      static_cast<__nv_bfloat16*>(p.out) + int64_t(token) * p.out_ss + int64_t(h0) * p.out_sh;
+      for (int i = 0; i < C::kKeysPerWg / 8; ++i)
 #pragma unroll
-  for (int i = 0; i < C::kVColsPerWg / 8; ++i) {
-    const int col = w * C::kVColsPerWg + i * 8 + 2 * c;
-    if (r0 < rows)
-      *reinterpret_cast<uint32_t*>(out + int64_t(r0) * p.out_sh + col) =
-          pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-    if (r1 < rows)
-      *reinterpret_cast<uint32_t*>(out + int64_t(r1) * p.out_sh + col) =
-          pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
-  }
-  if (w == 0 && c == 0) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    float* const lse = p.lse + int64_t(token) * p.lse_ss + int64_t(h0) * p.lse_sh;
-    if (r0 < rows) lse[int64_t(r0) * p.lse_sh] = l0 > 0.f ? (m0 + log2f(l0)) * kLn2 : -INFINITY;
-    if (r1 < rows) lse[int64_t(r1) * p.lse_sh] = l1 > 0.f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
+        for (int e = 0; e < 2; ++e) {
+          const int key = w * C::kKeysPerWg + i * 8 + 2 * c + e;
+          const bool ok = (valid >> key) & 1;
+          s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
+          s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
+        }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      if (c == 0) red_max[w * C::kRows + r0] = mx0, red_max[w * C::kRows + r1] = mx1;
+      named_barrier_sync(1, C::kMathThreads);
+      const float* const other = red_max + (1 - w) * C::kRows;
+      const float mn0 = fmaxf(m0, fmaxf(mx0, other[r0])), mn1 = fmaxf(m1, fmaxf(mx1, other[r1]));
+      // A row with no valid key so far keeps max -inf: exponentiate against 0 (P = 0).
+      const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float a0 = fast_exp2(m0 - ms0), a1 = fast_exp2(m1 - ms1);
+      m0 = mn0, m1 = mn1;
+      l0 *= a0, l1 *= a1;
+      // Rescale O only where a row maximum moved (rare after the first tiles).
+      if (a0 != 1.f || a1 != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kVColsPerWg / 8; ++i)
+          o[i][0] *= a0, o[i][1] *= a0, o[i][2] *= a1, o[i][3] *= a1;
+      }
+      // P (bf16) into the shared SW128 block: row r, key k at r*128 + ((k/8) ^ (r%8))*16 + (k%8)*2.
+#pragma unroll
+      for (int i = 0; i < C::kKeysPerWg / 8; ++i) {
+        const float p00 = fast_exp2(s[i][0] - ms0), p01 = fast_exp2(s[i][1] - ms0);
+        const float p10 = fast_exp2(s[i][2] - ms1), p11 = fast_exp2(s[i][3] - ms1);
+        l0 += p00 + p01, l1 += p10 + p11;
+        const int key = w * C::kKeysPerWg + i * 8 + 2 * c;
+        const int piece = key >> 3, within = (key & 7) * 2;
+        *reinterpret_cast<uint32_t*>(sP + r0 * 128 + ((piece ^ (r0 & 7)) << 4) + within) =
+            pack_bf16x2(p00, p01);
+        *reinterpret_cast<uint32_t*>(sP + r1 * 128 + ((piece ^ (r1 & 7)) << 4) + within) =
+            pack_bf16x2(p10, p11);
+      }
+      wgmma::fence_proxy_async();
+      named_barrier_sync(2, C::kMathThreads);
+      // O[:, 256 w ..) += P V: V is the K tile read MN-major (keys 128 B apart).
+      const uint32_t v_addr =
+          k_addr0 + stage * C::kSmemK + w * (C::kVColsPerWg / 64) * C::kKBlockBytes;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < C::kKeys / 16; ++kk)
+        wgmma::m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
+                                wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024),
+                                true);
+      wgmma::commit();
+      if (t + 1 < it.tiles) {
+        valid = tile_valid_mask(p, it, t + 1, lane);
+        const int next = (g + 1) % C::kStages;
+        mbar_wait(&full[next], ((g + 1) / C::kStages) & 1);
+        wgmma::fence_proxy_async();
+        wgmma::fence();  // s was rewritten by the softmax
+        issue_s(s, q_addr, k_addr0 + next * C::kSmemK + w * C::kKeysPerWg * 128);
+        wgmma::commit();
+        wgmma::wait<1>();  // P.V(t) done: release its stage while S(t + 1) runs
+        wgmma::fence_regs(o);
+        release(&empty[stage]);
+        wgmma::wait<0>();
+        wgmma::fence_regs(s);
+        if (t + 2 == it.tiles) release(q_empty);  // that was the item's last S
+      } else {
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        release(&empty[stage]);
+      }
+    }
+
+    // Row sums: the quad's partials, then the other warpgroup's (same running max).
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    float* const sums = red_sum + (k & 1) * C::kMathWgs * C::kRows;
+    if (c == 0) sums[w * C::kRows + r0] = l0, sums[w * C::kRows + r1] = l1;
+    named_barrier_sync(1, C::kMathThreads);
+    l0 += sums[(1 - w) * C::kRows + r0], l1 += sums[(1 - w) * C::kRows + r1];
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.out) + int64_t(it.token) * p.out_ss +
+                               int64_t(it.h0) * p.out_sh;
+#pragma unroll
+    for (int i = 0; i < C::kVColsPerWg / 8; ++i) {
+      const int col = w * C::kVColsPerWg + i * 8 + 2 * c;
+      if (r0 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r0) * p.out_sh + col) =
+            pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+      if (r1 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r1) * p.out_sh + col) =
+            pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+    if (w == 0 && c == 0) {
+      constexpr float kLn2 = 0.6931471805599453f;
+      float* const lse = p.lse + int64_t(it.token) * p.lse_ss + int64_t(it.h0) * p.lse_sh;
+      if (r0 < it.rows)
+        lse[int64_t(r0) * p.lse_sh] = l0 > 0.f ? (m0 + log2f(l0)) * kLn2 : -INFINITY;
+      if (r1 < it.rows)
+        lse[int64_t(r1) * p.lse_sh] = l1 > 0.f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
+    }
   }
 }
 

@@ -30,6 +30,10 @@ struct SparsePrefillParams {
   int64_t out_ss = 0, out_sh = 512;  // elements; rows of 512 contiguous
   float* lse = nullptr;              // natural log
   int64_t lse_ss = 0, lse_sh = 1;
+  // Persistent CTAs: at most this many (0: one per SM). The result does not
+  // depend on it (an item's arithmetic is the same in any CTA); tests use a
+  // few CTAs to run many items through one CTA's ring.
+  int max_ctas = 0;
 };
 
 }  // namespace mla::cuda::sparse
