@@ -19,6 +19,7 @@
 #include "cuda/dsa/indexer_launch.hpp"
 #include "cuda/dsa/sparse_launch.hpp"
 #include "cuda/dsa/topk_launch.hpp"
+#include "cuda/sparse/sparse_prefill_launch.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
 #include "mla/sparse.hpp"
@@ -417,7 +418,8 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
 // over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
 // kernel is the API's choice: `forced` sets MLA_SPARSE_KERNEL ("mma":
 // sparse_attn.cu's kernel; "wgmma": the wgmma decode kernel, the old paths),
-// nullptr the default (the sparse prefill kernel, src/cuda/sparse).
+// nullptr the default (the sparse prefill kernel, src/cuda/sparse); "split":
+// that kernel's split schedule, launched directly (one A/B round).
 double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk,
                             const char* forced) {
   const bool mma = forced != nullptr && std::string(forced) == "mma";
@@ -437,20 +439,30 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  if (forced) setenv("MLA_SPARSE_KERNEL", forced, 1);
+  const bool split = forced != nullptr && std::string(forced) == "split";
+  if (forced && !split) setenv("MLA_SPARSE_KERNEL", forced, 1);
+  mla::cuda::sparse::SparsePrefillParams sp;
+  sp.q = q, sp.q_ss = int64_t(h) * 576, sp.q_sh = 576, sp.s_q = int(s_q), sp.h_q = h;
+  sp.indices = idx, sp.idx_ss = topk, sp.topk = topk, sp.kv = kv, sp.s_kv = s_kv;
+  sp.softmax_scale = a.softmax_scale, sp.out = out, sp.out_ss = int64_t(h) * 512;
+  sp.lse = static_cast<float*>(lse), sp.lse_ss = h;
+  sp.kernel = mla::cuda::sparse::SparsePrefillKernel::split;
   size_t wsb = 0;
   BENCH_OK(mla::sparse_workspace_size(a, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time(
       [&] {
-        BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
+        if (split)
+          BENCH_OK(mla::cuda::sparse::launch_sparse_prefill(sp, nullptr));
+        else
+          BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
       },
       mma ? 5 : 9);
-  if (forced) unsetenv("MLA_SPARSE_KERNEL");
+  if (forced && !split) unsetenv("MLA_SPARSE_KERNEL");
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
-         std::string(forced ? forced : "gather") + " s_q" + std::to_string(s_q) + " h" +
+         std::string(forced ? forced : "pair") + " s_q" + std::to_string(s_q) + " h" +
              std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
              std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
          us, flops, bytes, true, kBf16TF);
@@ -585,13 +597,15 @@ int main(int argc, char** argv) {
   // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
   // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
   if (want("sparse-prefill") || only == "sparse-prefill-all") {
-    std::vector<const char*> kernels = {nullptr, "wgmma"};
+    std::vector<const char*> kernels = {nullptr, "split", "wgmma"};
     if (only == "sparse-prefill-all") kernels.push_back("mma");
     for (int64_t skv : {8192L, 32768L, 131072L})
       for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
     for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, k);
-    bench_sparse_prefill(tm, 16384, 128, 131072, 2048, nullptr);
-    bench_sparse_prefill(tm, 16384, 128, 32768, 2048, nullptr);
+    for (const char* k : {(const char*)nullptr, "split"}) {
+      bench_sparse_prefill(tm, 16384, 128, 131072, 2048, k);
+      bench_sparse_prefill(tm, 16384, 128, 32768, 2048, k);
+    }
   }
   // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

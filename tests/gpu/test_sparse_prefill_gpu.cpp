@@ -75,9 +75,10 @@ struct Result {
   HostTensor out, lse;
 };
 
-// One call of mla::sparse_prefill on the GPU (the default kernel).
+// One call of mla::sparse_prefill on the GPU (the default kernel) into *r;
+// with `split`, also the split schedule (SparsePrefillKernel::split) into *split.
 void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lists& l, float scale,
-             Result* r) {
+             Result* r, Result* split = nullptr) {
   r->out = HostTensor(DType::bf16, {c.s_q, c.h, 512});
   r->lse = HostTensor(DType::f32, {c.s_q, c.h});
   DeviceBuffer dq(q), dkv(kv), didx(l.raw), dlen(l.len), dout(r->out), dlse(r->lse);
@@ -113,6 +114,15 @@ void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lis
     EXPECT_EQ(std::memcmp(lse.storage.data(), r->lse.storage.data(), size_t(lse.numel()) * 4), 0)
         << ctas << " CTAs: lse differs from the default grid";
   }
+  if (split) {
+    split->out = HostTensor(DType::bf16, {c.s_q, c.h, 512});
+    split->lse = HostTensor(DType::f32, {c.s_q, c.h});
+    dout.poison(), dlse.poison();
+    p.max_ctas = 0, p.kernel = cuda::sparse::SparsePrefillKernel::split;
+    ASSERT_MLA_OK(cuda::sparse::launch_sparse_prefill(p, nullptr));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(split->out), dlse.to_host(split->lse);
+  }
 }
 
 void check_case(Rng& rng, const Case& c) {
@@ -128,35 +138,39 @@ void check_case(Rng& rng, const Case& c) {
   if (c.topk_length) ra.topk_length = l.len.view();
   ra.out = ro.view(), ra.lse = rl.view();
   ASSERT_MLA_OK(sparse_prefill(ra));
-  Result g;
-  run_gpu(c, q, kv, l, scale, &g);
-  // Per (token, head) row: the error relative to the row's norm. bf16 P (8
-  // bits) and bf16 output give ~2^-9 per element, averaged over 512 columns;
-  // 1e-2 leaves room without hiding a wrong key (a missing or extra key of
-  // 2048 moves a row by ~1e-2 only at the flattest softmax, which random
-  // scores at this scale are far from). lse: fp32 sums of <= 8192 terms, 1e-3.
-  double worst = 0, lse_err = 0;
-  int bad_inf = 0, bad_zero = 0;
-  for (int64_t row = 0; row < int64_t(c.s_q) * c.h; ++row) {
-    const double rlse = rl.get(row), glse = g.lse.get(row);
-    if (std::isinf(rlse)) {
-      bad_inf += !(std::isinf(glse) && glse < 0);
-      for (int d = 0; d < 512; ++d) bad_zero += g.out.get(row * 512 + d) != 0.0;
-      continue;
+  Result pair, split;
+  run_gpu(c, q, kv, l, scale, &pair, &split);
+  for (const Result* gp : {&pair, &split}) {
+    const Result& g = *gp;
+    SCOPED_TRACE(gp == &pair ? "pair schedule (default)" : "split schedule");
+    // Per (token, head) row: the error relative to the row's norm. bf16 P (8
+    // bits) and bf16 output give ~2^-9 per element, averaged over 512 columns;
+    // 1e-2 leaves room without hiding a wrong key (a missing or extra key of
+    // 2048 moves a row by ~1e-2 only at the flattest softmax, which random
+    // scores at this scale are far from). lse: fp32 sums of <= 8192 terms, 1e-3.
+    double worst = 0, lse_err = 0;
+    int bad_inf = 0, bad_zero = 0;
+    for (int64_t row = 0; row < int64_t(c.s_q) * c.h; ++row) {
+      const double rlse = rl.get(row), glse = g.lse.get(row);
+      if (std::isinf(rlse)) {
+        bad_inf += !(std::isinf(glse) && glse < 0);
+        for (int d = 0; d < 512; ++d) bad_zero += g.out.get(row * 512 + d) != 0.0;
+        continue;
+      }
+      lse_err = std::max(lse_err, std::isfinite(glse) ? std::fabs(glse - rlse) : 1e9);
+      double e2 = 0, r2 = 0;
+      for (int d = 0; d < 512; ++d) {
+        const double diff = g.out.get(row * 512 + d) - ro.get(row * 512 + d);
+        e2 += std::isfinite(diff) ? diff * diff : 1e9;
+        r2 += ro.get(row * 512 + d) * ro.get(row * 512 + d);
+      }
+      worst = std::max(worst, std::sqrt(e2 / std::max(r2, 1e-30)));
     }
-    lse_err = std::max(lse_err, std::isfinite(glse) ? std::fabs(glse - rlse) : 1e9);
-    double e2 = 0, r2 = 0;
-    for (int d = 0; d < 512; ++d) {
-      const double diff = g.out.get(row * 512 + d) - ro.get(row * 512 + d);
-      e2 += std::isfinite(diff) ? diff * diff : 1e9;
-      r2 += ro.get(row * 512 + d) * ro.get(row * 512 + d);
-    }
-    worst = std::max(worst, std::sqrt(e2 / std::max(r2, 1e-30)));
+    EXPECT_LT(worst, 1e-2) << "worst row error relative to its norm";
+    EXPECT_LT(lse_err, 1e-3) << "lse";
+    EXPECT_EQ(bad_inf, 0) << "rows with no valid key must give lse -inf";
+    EXPECT_EQ(bad_zero, 0) << "rows with no valid key must give out 0";
   }
-  EXPECT_LT(worst, 1e-2) << "worst row error relative to its norm";
-  EXPECT_LT(lse_err, 1e-3) << "lse";
-  EXPECT_EQ(bad_inf, 0) << "rows with no valid key must give lse -inf";
-  EXPECT_EQ(bad_zero, 0) << "rows with no valid key must give out 0";
 }
 
 TEST(SparsePrefillGpu, MatchesReferenceHeads) {
