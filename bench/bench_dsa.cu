@@ -596,6 +596,8 @@ int main(int argc, char** argv) {
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the default (the
   // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
   // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
+  if (only == "sparse-prefill-split")  // the split schedule alone (if the default hangs)
+    for (int64_t skv : {8192L, 131072L}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, "split");
   if (want("sparse-prefill") || only == "sparse-prefill-all") {
     std::vector<const char*> kernels = {nullptr, "split", "wgmma"};
     if (only == "sparse-prefill-all") kernels.push_back("mma");
