@@ -44,7 +44,8 @@ HALVES = ["L0", "R0", "L1", "R1"]
 def run(items, seed):
     rnd = random.Random(seed)
     ready = {h: MBar(PRODUCER_THREADS) for h in HALVES}
-    free = {h: MBar(4) for h in HALVES}
+    # R0 also counts warpgroup 0 (its threads arrive once they wrote P0 into the rope block)
+    free = {h: MBar(8 if h == "R0" else 4) for h in HALVES}
     q_full, q_empty = MBar(PRODUCER_THREADS), MBar(8)
     # slot contents
     half = {h: None for h in HALVES}  # tile tag of the K data (L0, R0 V part, L1, R1)
@@ -145,7 +146,7 @@ def run(items, seed):
                     st += [("write_max", ("m0", gg)), ("bar_arrive", "M0"),
                            ("pv_issue", "l0", [("L0", gg)]),
                            ("bar_sync", "M1"), ("read_max", ("m1", gg)),
-                           ("write_p0", gg), ("bar_arrive", "P0"),
+                           ("write_p0", gg), ("bar_arrive", "P0"), ("free", "R0"),
                            ("pv_done", "l0", [("L0", gg)]), ("free", "L0"),
                            ("bar_sync", "P1"), ("pv_issue", "r0", [("L1", gg), ("sP", gg)])]
                     if i + 1 < pairs:

@@ -40,6 +40,10 @@ struct SparsePrefillParams {
   // few CTAs to run many items through one CTA's ring.
   int max_ctas = 0;
   SparsePrefillKernel kernel = SparsePrefillKernel::pair;
+  // Bench only (diagnosis): 1 = the producer issues no copies and arrives at
+  // once, so the math warpgroups run on whatever shared memory holds (the
+  // output is garbage): the time of the math alone.
+  int timing_variant = 0;
 };
 
 }  // namespace mla::cuda::sparse

@@ -144,6 +144,10 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
   using C = SplitConfig;
   const __nv_bfloat16* const q =
       static_cast<const __nv_bfloat16*>(p.q) + int64_t(it.token) * p.q_ss + int64_t(it.h0) * p.q_sh;
+  if (p.timing_variant == 1) {  // diagnosis: no copies
+    ptx::mbar_arrive(q_full);
+    return;
+  }
   for (int i = ptid; i < C::kRows * C::kChunks; i += 128) {
     const int r = i / C::kChunks, chunk = i % C::kChunks;
     const bool valid = r < it.rows;
@@ -157,7 +161,7 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
 // each, 16 rows per pass), tracked by `full`, once `empty` allows.
 __device__ __forceinline__ void gather_tile(const SparsePrefillParams& p, const Item& it, int t,
                                             unsigned char* tile, uint64_t* full, uint64_t* empty,
-                                            uint32_t empty_parity, int ptid) {
+                                            uint32_t empty_parity, int ptid, uint64_t policy) {
   using C = SplitConfig;
   constexpr int kPasses = C::kKeys / C::kKeysPerPass;
   const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
@@ -168,6 +172,10 @@ __device__ __forceinline__ void gather_tile(const SparsePrefillParams& p, const 
     row[pass] = j < it.n ? it.list[j] : -1;
   }
   ptx::mbar_wait(empty, empty_parity);
+  if (p.timing_variant == 1) {  // diagnosis: no copies
+    ptx::mbar_arrive(full);
+    return;
+  }
   const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -177,7 +185,8 @@ __device__ __forceinline__ void gather_tile(const SparsePrefillParams& p, const 
 #pragma unroll 3
     for (int blk = 0; blk < C::kQkBlocks; ++blk) {
       const int chunk = blk * 8 + sub;
-      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
+      ptx::cp_async_16_l2(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid,
+                          policy);
     }
   }
   ptx::cp_async_mbar_arrive_noinc(full);
@@ -214,6 +223,7 @@ __global__ void __launch_bounds__(SplitConfig::kThreads, 1)
   if (wg == C::kMathWgs) {  // ---- producer ----
     wgmma::setmaxnreg_dec<C::kProducerRegs>();
     const int ptid = tid - C::kMathThreads;
+    const uint64_t policy = l2_policy_evict_last();  // keys are reused by other items
     int g = 0, k = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
       const Item it = split::make_item(p, item);
@@ -222,7 +232,7 @@ __global__ void __launch_bounds__(SplitConfig::kThreads, 1)
       for (int t = 0; t < it.tiles; ++t, ++g) {
         const int s = g % C::kStages;
         split::gather_tile(p, it, t, sK + s * C::kSmemK, &full[s], &empty[s],
-                           ((g / C::kStages) & 1) ^ 1, ptid);
+                           ((g / C::kStages) & 1) ^ 1, ptid, policy);
       }
     }
     cp_async_wait<0>();
