@@ -3,14 +3,17 @@
 // checks (bf16 q and out, h_q a multiple of 16, 16-byte aligned rows for its
 // cp.async loads) is checked here and answered with a Status naming the
 // argument. Decode and prefill share everything but the key addressing:
-// prefill's flat kv [s_kv, 576] is a cache of pages of one token. Both run
+// prefill's flat kv [s_kv, 576] is a cache of pages of one token. Decode runs
 // the wgmma decode kernel with the Indexed key source (decode_sparse.hpp)
 // where it takes the call; MLA_SPARSE_KERNEL=mma forces sparse_attn.cu's.
+// Prefill runs the sparse prefill kernel (src/cuda/sparse); MLA_SPARSE_KERNEL=
+// wgmma / mma force the two older paths.
 #include "cuda/dsa/sparse_cuda.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "common/validate.hpp"
 #include "cuda/decode/decode_sparse.hpp"
@@ -226,10 +229,14 @@ struct PrefillPlan {
 };
 
 Status prefill_plan(const k::SparseAttnParams& p0, int64_t s_q, PrefillPlan* plan) {
-  const char* forced = std::getenv("MLA_SPARSE_KERNEL");
-  plan->kernel = forced == nullptr                            ? PrefillKernel::gather
-                 : mla::cuda::decode::sparse_wgmma_chosen(p0) ? PrefillKernel::decode_wgmma
-                                                              : PrefillKernel::mma;
+  // The sparse prefill kernel (src/cuda/sparse); MLA_SPARSE_KERNEL=wgmma / mma
+  // force the older paths (same-run comparisons).
+  const std::string forced =
+      std::getenv("MLA_SPARSE_KERNEL") ? std::getenv("MLA_SPARSE_KERNEL") : "";
+  plan->kernel = forced == "mma" ? PrefillKernel::mma
+                 : forced == "wgmma" && mla::cuda::decode::sparse_wgmma_chosen(p0)
+                     ? PrefillKernel::decode_wgmma
+                     : PrefillKernel::gather;
   plan->need = 0;
   plan->rows = prefill_chunk_rows();
   if (s_q == 0 || plan->kernel == PrefillKernel::gather) return Status::Ok();
