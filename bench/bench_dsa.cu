@@ -603,8 +603,12 @@ int main(int argc, char** argv) {
   // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
   // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
   if (only == "sparse-prefill-diag")  // where the time goes: each schedule with and without copies
-    for (const char* k : {"pair", "pair-math", "split", "split-math"})
-      bench_sparse_prefill(tm, 4096, 128, 32768, 2048, std::string(k) == "pair" ? nullptr : k);
+    for (const char* k : {"pair", "pair-math", "split", "split-math"}) {
+      const char* f = std::string(k) == "pair" ? nullptr : k;
+      bench_sparse_prefill(tm, 4096, 128, 32768, 2048, f);
+      bench_sparse_prefill(tm, 1024, 128, 32768, 8192, f);  // 4x fewer items, 4x longer lists
+      bench_sparse_prefill(tm, 4096, 128, 2048, 2048, f);   // a 2.4 MB kv: every gather in L2
+    }
   if (only == "sparse-prefill-split")  // the split schedule alone (if the default hangs)
     for (int64_t skv : {8192L, 131072L}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, "split");
   if (want("sparse-prefill") || only == "sparse-prefill-all") {
