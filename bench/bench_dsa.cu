@@ -602,6 +602,9 @@ int main(int argc, char** argv) {
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the default (the
   // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
   // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
+  if (only == "sparse-prefill-one")  // one row per schedule (profilers)
+    for (const char* k : {(const char*)nullptr, "split"})
+      bench_sparse_prefill(tm, 4096, 128, 32768, 2048, k);
   if (only == "sparse-prefill-diag")  // where the time goes: each schedule with and without copies
     for (const char* k : {"pair", "pair-math", "split", "split-math"}) {
       const char* f = std::string(k) == "pair" ? nullptr : k;
