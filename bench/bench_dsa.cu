@@ -439,20 +439,14 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  // Direct launches of the sparse prefill kernel: "split" (its split schedule),
-  // "pair-math" / "split-math" (timing_variant 1: the producer copies nothing,
-  // the math alone; garbage output).
-  const std::string fs = forced ? forced : "";
-  const bool split = fs == "split" || fs == "pair-math" || fs == "split-math";
+  const bool split = forced != nullptr && std::string(forced) == "split";
   if (forced && !split) setenv("MLA_SPARSE_KERNEL", forced, 1);
   mla::cuda::sparse::SparsePrefillParams sp;
   sp.q = q, sp.q_ss = int64_t(h) * 576, sp.q_sh = 576, sp.s_q = int(s_q), sp.h_q = h;
   sp.indices = idx, sp.idx_ss = topk, sp.topk = topk, sp.kv = kv, sp.s_kv = s_kv;
   sp.softmax_scale = a.softmax_scale, sp.out = out, sp.out_ss = int64_t(h) * 512;
   sp.lse = static_cast<float*>(lse), sp.lse_ss = h;
-  sp.kernel = fs == "pair-math" ? mla::cuda::sparse::SparsePrefillKernel::pair
-                                : mla::cuda::sparse::SparsePrefillKernel::split;
-  sp.timing_variant = fs == "pair-math" || fs == "split-math" ? 1 : 0;
+  sp.kernel = mla::cuda::sparse::SparsePrefillKernel::split;
   size_t wsb = 0;
   BENCH_OK(mla::sparse_workspace_size(a, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
@@ -602,28 +596,16 @@ int main(int argc, char** argv) {
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the default (the
   // sparse prefill kernel) and the wgmma decode kernel it replaces, same run;
   // the mma.sync kernel only in the "sparse-prefill-all" mode (3x slower).
-  if (only == "sparse-prefill-one")  // one row per schedule (profilers)
-    for (const char* k : {(const char*)nullptr, "split"})
-      bench_sparse_prefill(tm, 4096, 128, 32768, 2048, k);
-  if (only == "sparse-prefill-diag")  // where the time goes: each schedule with and without copies
-    for (const char* k : {"pair", "pair-math", "split", "split-math"}) {
-      const char* f = std::string(k) == "pair" ? nullptr : k;
-      bench_sparse_prefill(tm, 4096, 128, 32768, 2048, f);
-      bench_sparse_prefill(tm, 1024, 128, 32768, 8192, f);  // 4x fewer items, 4x longer lists
-      bench_sparse_prefill(tm, 4096, 128, 2048, 2048, f);   // a 2.4 MB kv: every gather in L2
-    }
   if (only == "sparse-prefill-split")  // the split schedule alone (if the default hangs)
     for (int64_t skv : {8192L, 131072L}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, "split");
   if (want("sparse-prefill") || only == "sparse-prefill-all") {
-    std::vector<const char*> kernels = {nullptr, "split", "wgmma"};
+    std::vector<const char*> kernels = {nullptr, "wgmma"};
     if (only == "sparse-prefill-all") kernels.push_back("mma");
     for (int64_t skv : {8192L, 32768L, 131072L})
       for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
     for (const char* k : kernels) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, k);
-    for (const char* k : {(const char*)nullptr, "split"}) {
-      bench_sparse_prefill(tm, 16384, 128, 131072, 2048, k);
-      bench_sparse_prefill(tm, 16384, 128, 32768, 2048, k);
-    }
+    bench_sparse_prefill(tm, 16384, 128, 131072, 2048, nullptr);
+    bench_sparse_prefill(tm, 16384, 128, 32768, 2048, nullptr);
   }
   // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

@@ -24,18 +24,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
                "r"(src_size)
                : "memory");
 }
-// The same copy with an L2 eviction policy for its line (createpolicy, e.g.
-// l2_policy_evict_last in mbarrier.cuh) and a 256-byte L2 prefetch around it:
-// for gathers of rows wider than one 16-byte piece (the other pieces of the
-// row follow, from other threads), so L2 fetches each row in 256-byte steps.
-__device__ __forceinline__ void cp_async_16_l2(void* smem, const void* gmem, bool valid,
-                                               uint64_t policy) {
-  const int src_size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(
-                   smem_addr(smem)),
-               "l"(gmem), "r"(src_size), "l"(policy)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

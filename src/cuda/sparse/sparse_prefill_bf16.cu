@@ -5,23 +5,16 @@
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/sparse/sparse_prefill_kernel.cuh"
 #include "cuda/sparse/sparse_prefill_launch.hpp"
-#include "cuda/sparse/sparse_prefill_split_kernel.cuh"
 
 namespace mla::cuda::sparse {
 
 Status launch_sparse_prefill(const SparsePrefillParams& p, cudaStream_t stream) {
   using C = SparsePrefillConfig;
-  using S = split::SplitConfig;
-  static_assert(C::kRows == S::kRows, "both schedules take items of the same 64 rows");
   MLA_TRY(sparse_prefill_check(p));
   if (p.s_q == 0) return Status::Ok();
   static const cudaError_t attr = cudaFuncSetAttribute(
       sparse_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
-  static const cudaError_t attr_split =
-      cudaFuncSetAttribute(split::sparse_prefill_split_kernel,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
-  MLA_CUDA_TRY(attr_split, "cudaFuncSetAttribute(sparse_prefill_split_kernel)");
   DeviceFacts dev;
   int id = 0;
   MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
@@ -29,10 +22,6 @@ Status launch_sparse_prefill(const SparsePrefillParams& p, cudaStream_t stream) 
   // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
   const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
   const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
-  if (p.kernel == SparsePrefillKernel::split) {
-    split::sparse_prefill_split_kernel<<<ctas, S::kThreads, S::kSmemBytes, stream>>>(p, items);
-    return check_launch("sparse_prefill_split_kernel");
-  }
   sparse_prefill_kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
   return check_launch("sparse_prefill_kernel");
 }

@@ -136,10 +136,6 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
   using C = SparsePrefillConfig;
   const __nv_bfloat16* const q =
       static_cast<const __nv_bfloat16*>(p.q) + int64_t(it.token) * p.q_ss + int64_t(it.h0) * p.q_sh;
-  if (p.timing_variant == 1) {  // diagnosis: no copies
-    ptx::mbar_arrive(q_full);
-    return;
-  }
   for (int i = ptid; i < C::kRows * C::kChunks; i += 128) {
     const int r = i / C::kChunks, chunk = i % C::kChunks;
     const bool valid = r < it.rows;
@@ -155,15 +151,10 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
 __device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
                                             const int (&row)[SparsePrefillConfig::kPasses],
                                             unsigned char* tile, int b0, int b1, uint64_t* ready,
-                                            uint64_t* free_bar, uint32_t free_parity, int ptid,
-                                            uint64_t policy) {
+                                            uint64_t* free_bar, uint32_t free_parity, int ptid) {
   using C = SparsePrefillConfig;
   const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
   ptx::mbar_wait(free_bar, free_parity);
-  if (p.timing_variant == 1) {  // diagnosis: no copies
-    ptx::mbar_arrive(ready);
-    return;
-  }
   const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
 #pragma unroll
   for (int pass = 0; pass < C::kPasses; ++pass) {
@@ -173,8 +164,7 @@ __device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
 #pragma unroll 1
     for (int blk = b0; blk < b1; ++blk) {
       const int chunk = blk * 8 + sub;
-      ptx::cp_async_16_l2(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid,
-                          policy);
+      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
     }
   }
   ptx::cp_async_mbar_arrive_noinc(ready);
@@ -296,10 +286,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   if (tid == 0) {
     for (int i = 0; i < C::kBuffers * C::kHalves; ++i) {
       mbar_init(&ready[i], 128);
-      // R0 also takes warpgroup 0's 128 threads, once they wrote P0 into its
-      // rope block: a direct edge from those writes to the next fill (the
-      // phase still completes only after warpgroup 1's P0 V0_R).
-      mbar_init(&free_bar[i], i == 0 + R ? 4 + 128 : 4);
+      mbar_init(&free_bar[i], 4);
     }
     mbar_init(q_full, 128);
     mbar_init(q_empty, C::kMathThreads / 32);
@@ -310,9 +297,6 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   if (wg == C::kMathWgs) {  // ---- producer ----
     wgmma::setmaxnreg_dec<C::kProducerRegs>();
     const int ptid = tid - C::kMathThreads;
-    // Keys are shared by the item's head blocks and by neighbouring tokens'
-    // lists: keep them in L2 ahead of the streams of q and out.
-    const uint64_t policy = l2_policy_evict_last();
     int gp = 0, k = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
       const Item it = make_item(p, item);
@@ -327,14 +311,12 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         unsigned char* const k1 = sK + C::kSmemK;
         // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
         // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
-        gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid,
-                    policy);
+        gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
         gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
-                    ptid, policy);
+                    ptid);
         gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
-                    ptid, policy);
-        gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid,
-                    policy);
+                    ptid);
+        gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
       }
     }
     cp_async_wait<0>();
@@ -413,7 +395,6 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         store_p(s, b0, b1, p0_block, r0, c);
         wgmma::fence_proxy_async();
         named_barrier_arrive(kBarP0, C::kMathThreads);
-        mbar_arrive(&free_bar[0 + R]);
         wgmma::wait<0>();
         wgmma::fence_regs(o);
         hold_a(pa);

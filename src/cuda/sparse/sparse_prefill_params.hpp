@@ -14,11 +14,6 @@
 
 namespace mla::cuda::sparse {
 
-// Which schedule runs (kept for one A/B round on the GPU; the slower one
-// leaves): pair (tiles 2i / 2i + 1 to the two math warpgroups, max and P
-// handed over) or split (S of every tile split by keys between them).
-enum class SparsePrefillKernel : int32_t { pair = 0, split = 1 };
-
 struct SparsePrefillParams {
   const void* q = nullptr;       // bf16
   int64_t q_ss = 0, q_sh = 576;  // elements; rows of 576 contiguous
@@ -39,11 +34,6 @@ struct SparsePrefillParams {
   // depend on it (an item's arithmetic is the same in any CTA); tests use a
   // few CTAs to run many items through one CTA's ring.
   int max_ctas = 0;
-  SparsePrefillKernel kernel = SparsePrefillKernel::pair;
-  // Bench only (diagnosis): 1 = the producer issues no copies and arrives at
-  // once, so the math warpgroups run on whatever shared memory holds (the
-  // output is garbage): the time of the math alone.
-  int timing_variant = 0;
 };
 
 }  // namespace mla::cuda::sparse
