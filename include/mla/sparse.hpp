@@ -1,4 +1,4 @@
-// Sparse absorbed MLA attention over index lists (DSA, DESIGN.md section 1):
+// Sparse absorbed MLA attention over index lists (DSA, docs/design.md section 1):
 // each query token attends only to the cache entries its list names, chosen by
 // the lightning indexer + top-k (mla/indexer.hpp, mla/topk.hpp) or by
 // block-sparse selection (mla/block_sparse.hpp).
