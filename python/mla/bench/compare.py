@@ -21,6 +21,7 @@ KINDS = {
     "topk": (peers_dsa.TopkInputs, peers_dsa.TOPK),
     "indexer-decode": (peers_dsa.IndexerDecodeInputs, peers_dsa.INDEXER_DECODE),
     "prefill": (peers_prefill.PrefillInputs, peers_prefill.PREFILL),
+    "sparse-prefill": (peers_dsa.SparsePrefillInputs, peers_dsa.SPARSE_PREFILL),
 }
 DESCRIPTIONS = {**{("decode", k): v for k, v in peers.DESCRIPTIONS.items()},
                 **peers_dsa.DESCRIPTIONS, **peers_prefill.DESCRIPTIONS}
