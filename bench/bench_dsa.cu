@@ -3,7 +3,8 @@
 // warm-up, median of repeats, L2 flushed before every timed run, random data
 // (never zeros). Prints time, TFLOP/s (FlashMLA's 2*h_q*topk*(576+512) per
 // query for sparse attention), GB/s, and the fraction of the measured H200
-// ceilings (docs/benchmarks.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
+// ceilings (4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8 unless --peak-* are given:
+// `mla bench sparse|indexer|topk` measures them first). Options: --help.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_suites.hpp"
 #include "bench_timing.hpp"
 #include "cuda/indexer/indexer_params.hpp"
 #include "cuda/sparse/sparse_cuda.hpp"
@@ -29,7 +31,8 @@ namespace idx = mla::cuda::indexer;
 
 namespace {
 
-constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+// Set from --peak-gbps / --peak-tflops / --peak-fp8-tflops when given.
+double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
 constexpr int kIdxPageKeys = mla::IndexerCacheLayout::kPageTokens;  // 64
 constexpr int kIdxPageBytes = mla::IndexerCacheLayout::kPageBytes;  // 8448
 
@@ -438,10 +441,11 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
 }
 
 // Sparse prefill through the backend of mla::sparse_prefill: q [s_q, h, 576]
-// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
-// kernel is the automatic choice (the decode kernel), or with `mma` the
-// mma_sync kernel forced.
-double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
+// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows, with
+// `kernel` (automatic: the prefill kernel).
+double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk,
+                            mla::cuda::sparse::Kernel kernel) {
+  const bool mma = kernel == mla::cuda::sparse::Kernel::mma_sync;
   const mla::Device dev = mla::Device::cuda(0);
   auto* kv = dalloc(s_kv * 576 * 2);
   fill(kv, s_kv * 576, kBf16, 9);
@@ -458,8 +462,7 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  const mla::cuda::sparse::Options opts{.kernel = mma ? mla::cuda::sparse::Kernel::mma_sync
-                                                      : mla::cuda::sparse::Kernel::automatic};
+  const mla::cuda::sparse::Options opts{.kernel = kernel};
   size_t wsb = 0;
   BENCH_OK(mla::cuda::sparse_prefill_workspace_size(a, &wsb, opts));
   void* ws = wsb ? dalloc(wsb) : nullptr;
@@ -471,7 +474,7 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
-         std::string(mma ? "mma " : "wgmma ") + "s_q" + std::to_string(s_q) + " h" +
+         std::string(mla::cuda::sparse::kernel_name(kernel)) + " s_q" + std::to_string(s_q) + " h" +
              std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
              std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
          us, flops, bytes, true, kBf16TF);
@@ -551,8 +554,13 @@ std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string json = argc > 1 ? argv[1] : "bench_dsa.json";
-  const std::string only = argc > 2 ? argv[2] : "all";
+  // Parsed with the options `mla bench` shares (tools/bench_suites.hpp); the old positional
+  // form `mla_bench_dsa FILE SUITE` still works.
+  const mla::cli::DsaBenchOptions opt = mla::cli::parse_dsa_bench(argc, argv);
+  const std::string json = opt.json, only = opt.only;
+  if (opt.peaks.read_gbps > 0) kReadGBs = opt.peaks.read_gbps;
+  if (opt.peaks.bf16_tflops > 0) kBf16TF = opt.peaks.bf16_tflops;
+  if (opt.peaks.fp8_tflops > 0) kFp8TF = opt.peaks.fp8_tflops;
   auto want = [&](const char* s) { return only == "all" || only == s; };
   Timer tm;
   if (want("indexer")) {
@@ -621,12 +629,18 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the mma_sync
-  // kernel and the automatic choice, same run.
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048; h_q 64; s_q 16K):
+  // the automatic choice (the prefill kernel) and the decode kernel it
+  // replaced, same run.
   if (want("sparse-prefill")) {
+    using mla::cuda::sparse::Kernel;
     for (int64_t skv : {8192L, 32768L, 131072L})
-      for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);
-    for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, mma);
+      for (Kernel k : {Kernel::automatic, Kernel::decode_wgmma})
+        bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
+    for (int64_t skv : {8192L, 32768L, 131072L})
+      bench_sparse_prefill(tm, 4096, 64, skv, 2048, Kernel::automatic);
+    for (int64_t skv : {32768L, 131072L})
+      bench_sparse_prefill(tm, 16384, 128, skv, 2048, Kernel::automatic);
   }
   // docs/benchmarks.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

@@ -78,6 +78,9 @@ struct TopkCase {
   int64_t R, N;
   int k;
 };
+void PrintTo(const TopkCase& c, std::ostream* os) {
+  *os << "R" << c.R << " N" << c.N << " k" << c.k;
+}
 class TopkRandom : public ::testing::TestWithParam<TopkCase> {};
 
 TEST_P(TopkRandom, MatchesStableSort) {
@@ -114,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TopkRandom,
                          ::testing::Values(TopkCase{8, 100, 64}, TopkCase{5, 300, 128},
                                            TopkCase{3, 3000, 2048}, TopkCase{2, 9000, 8192},
                                            TopkCase{4, 1, 64}, TopkCase{3, 0, 64}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 TEST(Topk, TranslatesToGlobalSlots) {
   // 2 requests x 2 rows, page size 16, shuffled pages.
