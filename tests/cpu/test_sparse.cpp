@@ -80,6 +80,10 @@ struct SparseCase {
   std::vector<int32_t> lens;
   int64_t s_q, h_q;
 };
+void PrintTo(const SparseCase& c, std::ostream* os) {
+  *os << kv_format_name(c.format) << " page" << c.page_size << " L" << testing::join(c.lens)
+      << " s_q" << c.s_q << " h" << c.h_q;
+}
 class SparseDecode : public ::testing::TestWithParam<SparseCase> {};
 
 TEST_P(SparseDecode, FullListsEqualDenseDecode) {
@@ -204,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, SparseDecode,
                                            SparseCase{KvFormat::fp8_ds_mla, 1, {5, 9}, 4, 32},
                                            SparseCase{KvFormat::bf16, 128, {2, 200}, 3, 64},
                                            SparseCase{KvFormat::fp8_ds_mla, 64, {150}, 1, 128}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 TEST(Sparse, EmptyListsGiveZeroAndMinusInf) {
   Rng rng(3);

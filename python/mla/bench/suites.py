@@ -299,7 +299,8 @@ def dsa_and_prefill_cases(quick: bool) -> dict[str, list]:
             for s_q in (1, 2):
                 out["sparse-decode"] += [SparseDecodeCase("sparse-decode", b, h, s_q, 32 * K,
                                                           2048, f) for h in (16, 32, 64, 128)]
-    out["topk"] = [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K)]
+    out["topk"] = [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K),
+                   TopkCase("topk", 1, 1024 * K)]
     out["indexer-decode"] = [IndexerDecodeCase("indexer-decode", 128, s_q, L)
                              for s_q in (1, 2) for L in (32 * K, 128 * K)]
     out["prefill"] = [PrefillCase("prefill", L) for L in (8 * K, 16 * K, 32 * K)] + \
