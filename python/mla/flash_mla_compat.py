@@ -29,8 +29,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from . import _arrays, errors
-from ._dlpack import dtype_name, framework_of
+from . import _call, errors
+from ._call import dtype_name, framework_of
 from .dsa import sparse_decode, sparse_prefill
 from .ops import decode_workspace_size, mla_decode
 
@@ -128,10 +128,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                                  out_dtype=out_dtype)
         return out, _neg_to_pos_inf(lse)
 
-    if meta.workspace is None or _arrays.nbytes(meta.workspace) < 1:
+    if meta.workspace is None or _call.nbytes(meta.workspace) < 1:
         n = decode_workspace_size(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
                                   kv_format=kv_format, out_dtype=out_dtype)
-        meta.workspace = _arrays.empty(q, (max(n, 1),), "u8")
+        meta.workspace = _call.empty(q, (max(n, 1),), "u8")
     out, lse = mla_decode(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
                           kv_format=kv_format, out_dtype=out_dtype, workspace=meta.workspace)
     return out, _neg_to_pos_inf(lse)
