@@ -320,16 +320,17 @@ def run(fn: str, like, stream, *args):
 
 
 def run_with_workspace(fn: str, like, stream, workspace, *args):
-    """Runs `fn`_ws (or mla_decode) after `fn`_workspace_size, with `workspace` (any
-    byte buffer on like's device) or, when None, one allocated beside `like`."""
-    ws_fn = "mla_decode" if fn == "mla_decode" else fn + "_ws"
-    if workspace is None:
-        n = run(fn + "_workspace_size", like, None, *args)
-        if n:
-            workspace = alloc_bytes(n, like)
-    ws_bytes = nbytes(workspace) if workspace is not None else 0
-    ws_ptr = ext().tensor(workspace, "workspace", True)[0] if workspace is not None else None
-    run(ws_fn, like, stream, *args, ws_ptr, ws_bytes, stream)
+    """Runs `fn` (mla_decode, mla_sparse_decode, mla_sparse_prefill) with `args` (the
+    inputs of its workspace-size function) and `workspace` (any byte buffer on like's
+    device) or, when None, one allocated beside `like` (the size is asked once per
+    shape). Returns the workspace used, or None."""
+    f = getattr(ext(), fn + "_auto")
+    if framework_of(like) == "torch" and like.is_cuda:
+        idx = like.get_device()
+        if _torch._C._cuda_getDevice() != idx:
+            with _torch.cuda.device(idx):
+                return f(*args, workspace, stream, alloc_bytes)
+    return f(*args, workspace, stream, alloc_bytes)
 
 
 class Call:

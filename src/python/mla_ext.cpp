@@ -670,8 +670,11 @@ int32_t format_from_dtype(int32_t dtype) {
   return (dtype == MLA_DTYPE_U8 || dtype == MLA_DTYPE_E4M3) ? MLA_KV_FP8_DS_MLA : MLA_KV_BF16;
 }
 
+// `stream` is the call's stream for a function that takes none itself (the
+// workspace-size half of an auto call), handed to DLPack producers; else -1.
 template <class... A>
-bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Converted* c) {
+bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Converted* c,
+             int64_t stream = -1) {
   constexpr Kind kinds[] = {kind_of<A>()...};
   constexpr int n_c = int(sizeof...(A));
   static_assert(n_c <= kMaxArgs);
@@ -683,7 +686,6 @@ bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Convert
     return false;
   }
   // The stream first: a DLPack producer is handed it.
-  int64_t stream = -1;
   if (op.stream_arg >= 0 && args[op.stream_arg] != Py_None) {
     void* s = nullptr;
     if (!ptr_arg(args[op.stream_arg], "stream", &s)) return false;
@@ -843,6 +845,158 @@ PyObject* op_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Binder<Sig>::call(g_ops[Id], args, nargs);
 }
 
+// ---- calls that need scratch: size, allocate, run in one pass --------------------
+
+// Workspace sizes already asked for, by the metadata of the arguments (every field
+// of every array but its data pointer, and every scalar): the size functions are
+// pure functions of these, so a hot loop asks once per shape.
+struct SizeMemo {
+  static constexpr int kCapacity = 256;
+  struct Entry {
+    std::array<unsigned char, kMaxArgs * sizeof(mla_tensor)> key;
+    size_t key_len = 0, bytes = 0;
+  };
+  std::array<Entry, kCapacity> entries{};
+  int used = 0, next = 0;
+
+  static size_t make_key(const Converted& c, int n, unsigned char* key) {
+    size_t len = 0;
+    for (int i = 0; i < n; ++i) {
+      if (c.slots[i].tensor == &c.tensors[i]) {
+        mla_tensor t = c.tensors[i];
+        t.data = nullptr;
+        std::memcpy(key + len, &t, sizeof t);
+        len += sizeof t;
+      } else {
+        std::memcpy(key + len, &c.slots[i], sizeof(Slot));
+        len += sizeof(Slot);
+      }
+    }
+    return len;
+  }
+  const size_t* find(const unsigned char* key, size_t len) const {
+    for (int i = 0; i < used; ++i)
+      if (entries[i].key_len == len && std::memcmp(entries[i].key.data(), key, len) == 0)
+        return &entries[i].bytes;
+    return nullptr;
+  }
+  void add(const unsigned char* key, size_t len, size_t bytes) {
+    Entry& e = entries[next];
+    std::memcpy(e.key.data(), key, len);
+    e.key_len = len;
+    e.bytes = bytes;
+    next = (next + 1) % kCapacity;
+    used = used < kCapacity ? used + 1 : used;
+  }
+};
+
+// The Python arguments: those of the size function, then workspace (an array or
+// None), stream, alloc (a callable alloc(nbytes, like) -> array, like = the first
+// argument). Returns the workspace used (None when the call needed none), which the
+// caller may keep to pass back.
+template <int RunId, class RunSig, int SizeId, class SizeSig>
+struct AutoBinder;
+
+template <int RunId, class... R, int SizeId, class... S>
+struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
+  static constexpr int kPrefix = int(sizeof...(S)) - 1;  // the size function's inputs
+  static_assert(sizeof...(R) == size_t(kPrefix) + 3, "run = size inputs + ws, bytes, stream");
+  static_assert(std::is_same_v<std::tuple_element_t<kPrefix, std::tuple<S...>>, size_t*>,
+                "the size function ends with its size_t* result");
+  static_assert(std::is_same_v<std::tuple_element_t<kPrefix, std::tuple<R...>>, void*> &&
+                    std::is_same_v<std::tuple_element_t<kPrefix + 1, std::tuple<R...>>, size_t> &&
+                    std::is_same_v<std::tuple_element_t<kPrefix + 2, std::tuple<R...>>, void*>,
+                "the run function ends with workspace, workspace_bytes, stream");
+  inline static SizeMemo memo;
+
+  static PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    const OpState& run = g_ops[RunId];
+    const OpState& size = g_ops[SizeId];
+    if (run.fn == nullptr || size.fn == nullptr) {
+      raise_fmt(MLA_ERR_UNSUPPORTED, "%s: not in the loaded libmla (built from an older tree?)",
+                run.spec->c_name);
+      return nullptr;
+    }
+    if (nargs != kPrefix + 3) {
+      raise_fmt(MLA_ERR_INVALID_VALUE, "%s (auto) takes %d arguments (%zd given)",
+                run.spec->c_name, kPrefix + 3, nargs);
+      return nullptr;
+    }
+    PyObject* ws_obj = args[kPrefix];
+    PyObject* stream_obj = args[kPrefix + 1];
+    PyObject* alloc = args[kPrefix + 2];
+    void* stream = nullptr;
+    if (!ptr_arg(stream_obj, "stream", &stream)) return nullptr;
+    const int64_t dl_stream = stream_obj == Py_None ? -1 : int64_t(uintptr_t(stream));
+    Converted c;
+    if (!convert<S...>(size, args, kPrefix, &c, dl_stream)) return nullptr;
+    size_t need = 0;
+    unsigned char key[sizeof(SizeMemo::Entry::key)];
+    const size_t key_len = SizeMemo::make_key(c, kPrefix, key);
+    if (const size_t* hit = memo.find(key, key_len)) {
+      need = *hit;
+    } else {
+      c.slots[kPrefix].out_size = &c.out_size;
+      int32_t st;
+      Py_BEGIN_ALLOW_THREADS;
+      st = invoke<S...>(size.fn, c, std::index_sequence_for<S...>{});
+      Py_END_ALLOW_THREADS;
+      if (st != MLA_OK) return finish(st, c, false);
+      need = c.out_size;
+      memo.add(key, key_len, need);
+    }
+    // The workspace: the caller's, or one allocated by its framework beside arg 0.
+    Ref owned;
+    PyObject* ws = ws_obj;
+    if (ws == Py_None && need > 0) {
+      Ref n(PyLong_FromSize_t(need));
+      if (!n) return nullptr;
+      owned.p = PyObject_CallFunctionObjArgs(alloc, n.p, args[0], nullptr);
+      if (!owned) return nullptr;
+      ws = owned.p;
+    }
+    void* ws_ptr = nullptr;
+    size_t ws_bytes = 0;
+    if (ws != Py_None) {
+      mla_tensor t;
+      if (!to_tensor(ws, "workspace", true, dl_stream, &t, &c.keep)) return nullptr;
+      int64_t n = dtype_size(t.dtype);
+      for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+      ws_ptr = t.data;
+      ws_bytes = size_t(n);
+    }
+    c.slots[kPrefix].ptr = ws_ptr;
+    c.slots[kPrefix + 1].size = ws_bytes;
+    c.slots[kPrefix + 2].ptr = stream;
+    int32_t st;
+    Py_BEGIN_ALLOW_THREADS;
+    st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
+    Py_END_ALLOW_THREADS;
+    if (st != MLA_OK) return finish(st, c, false);
+    if (ws == Py_None) Py_RETURN_NONE;
+    Py_INCREF(ws);
+    return ws;
+  }
+};
+
+#define MLA_AUTO_OPS(X)                                          \
+  X(mla_decode, mla_decode, mla_decode_workspace_size)            \
+  X(mla_sparse_decode, mla_sparse_decode_ws, mla_sparse_decode_workspace_size) \
+  X(mla_sparse_prefill, mla_sparse_prefill_ws, mla_sparse_prefill_workspace_size)
+
+PyMethodDef g_auto_methods[] = {
+#define MLA_AUTO_DEF(name, run, size)                                                         \
+  {#name "_auto",                                                                             \
+   reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                                \
+       &AutoBinder<op_##run, std::remove_pointer_t<decltype(&::run)>, op_##size,              \
+                   std::remove_pointer_t<decltype(&::size)>>::call)),                         \
+   METH_FASTCALL,                                                                             \
+   #name "_auto(<" #size " inputs>, workspace, stream, alloc): sizes (once per shape), "      \
+         "allocates when workspace is None, runs; returns the workspace used."},
+    MLA_AUTO_OPS(MLA_AUTO_DEF)
+#undef MLA_AUTO_DEF
+        {nullptr, nullptr, 0, nullptr}};
+
 PyMethodDef g_op_methods[kNumOps + 1] = {
 #define MLA_OP_DEF(fn, args)                                                     \
   {#fn, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(              \
@@ -973,7 +1127,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
   }
   PyObject* m = PyModule_Create(&g_module);
   if (m == nullptr) return nullptr;
-  if (PyModule_AddFunctions(m, g_op_methods) < 0) {
+  if (PyModule_AddFunctions(m, g_op_methods) < 0 || PyModule_AddFunctions(m, g_auto_methods) < 0) {
     Py_DECREF(m);
     return nullptr;
   }
