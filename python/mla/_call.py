@@ -77,7 +77,7 @@ def framework_of(x) -> str:
         fw = mod if mod in ("numpy", "torch", "cupy") else "jax" if mod in ("jax", "jaxlib") \
             else "other"
         if fw == "torch":
-            _torch_module()  # stream_handle and device_guard use it
+            torch_module()  # stream_handle and device_guard use it
         _FRAMEWORK_BY_TYPE[t] = fw
     return fw
 
@@ -91,7 +91,8 @@ _TORCH_DTYPES: dict = {}  # our name -> torch dtype
 _TORCH_NAMES: dict = {}  # torch dtype -> our name
 
 
-def _torch_module():
+def torch_module():
+    """The torch module (imported on first use; its dtypes are mapped then)."""
     global _torch
     if _torch is None:
         import torch
@@ -102,14 +103,24 @@ def _torch_module():
         _TORCH_DTYPES.update(names)
         _TORCH_NAMES.update({v: k for k, v in names.items()})
         _torch = torch
+        try:  # torch.ops.mla.*, for torch.compile (torch >= 2.4 has torch.library.custom_op)
+            from . import torch_ops  # noqa: F401
+        except (ImportError, AttributeError):
+            pass
     return _torch
+
+
+def torch_compiling() -> bool:
+    """True while torch.compile (Dynamo) traces the caller: the ops then go through
+    the torch.library custom ops (mla.torch_ops), which a graph can hold."""
+    return _torch is not None and _torch.compiler.is_compiling()
 
 
 def dtype_name(x) -> str:
     """Our dtype name ('bf16', 'f32', ...) of a framework array, or raise DTypeError."""
     dt = getattr(x, "dtype", None)
     if framework_of(x) == "torch":
-        _torch_module()
+        torch_module()
         ours = _TORCH_NAMES.get(dt)
     else:
         ours = _DTYPE_BY_NAME.get(str(dt).rsplit(".", 1)[-1])
@@ -154,7 +165,7 @@ def numpy_dtype(dtype: str):
 
 
 def torch_dtype(dtype: str):
-    _torch_module()
+    torch_module()
     return _TORCH_DTYPES[dtype]
 
 
@@ -163,7 +174,7 @@ def empty(like, shape, dtype: str):
     framework and device; NumPy for CPU arrays of other frameworks)."""
     fw = framework_of(like)
     if fw == "torch":
-        torch = _torch_module()
+        torch = torch_module()
         return torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=like.device)
     dev, dev_id = device_of(like)
     shape = tuple(int(s) for s in shape)
@@ -182,7 +193,7 @@ def empty(like, shape, dtype: str):
         with cupy.cuda.Device(dev_id):
             return cupy.empty(shape, dtype=_NUMPY_NAMES[dtype])
     try:
-        torch = _torch_module()
+        torch = torch_module()
     except ImportError:
         raise errors.DeviceError(
             f"cannot allocate a CUDA output beside a {type(like).__name__}: "
@@ -319,18 +330,20 @@ def run(fn: str, like, stream, *args):
     return f(*args)
 
 
-def run_with_workspace(fn: str, like, stream, workspace, *args):
+def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = False):
     """Runs `fn` (mla_decode, mla_sparse_decode, mla_sparse_prefill) with `args` (the
     inputs of its workspace-size function) and `workspace` (any byte buffer on like's
     device) or, when None, one allocated beside `like` (the size is asked once per
-    shape). Returns the workspace used, or None."""
+    shape); with `grow`, a workspace too small is replaced too. Returns the
+    workspace used, or None."""
     f = getattr(ext(), fn + "_auto")
+    alloc = alloc_bytes if (workspace is None or grow) else None
     if framework_of(like) == "torch" and like.is_cuda:
         idx = like.get_device()
         if _torch._C._cuda_getDevice() != idx:
             with _torch.cuda.device(idx):
-                return f(*args, workspace, stream, alloc_bytes)
-    return f(*args, workspace, stream, alloc_bytes)
+                return f(*args, workspace, stream, alloc)
+    return f(*args, workspace, stream, alloc)
 
 
 class Call:

@@ -13,6 +13,11 @@ def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_
     lengths is None), best first, ties by lower position, -1 padded: indices [R, k] int32.
     With block_table [B, max_pages], positions become global cache slots
     (request b = r // rows_per_request). k: a multiple of 64, at most 8192."""
+    if _call.torch_compiling() and indices is None:
+        from . import torch_ops
+
+        return torch_ops.topk_indices(logits, k, lengths, block_table, page_size,
+                                      rows_per_request, num_pages)
     shape = _call.shape_of(logits, 2)
     if indices is None and shape is not None:
         indices = _call.empty(logits, (shape[0], k), "i32")
@@ -45,6 +50,11 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
     indices [B, s_q, topk] int32 (-1: none; no causal mask, the list is the mask).
     Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf.
     `workspace` (bytes on q's device) is allocated with q's framework when not given."""
+    if _call.torch_compiling() and out is None and lse is None and out_dtype is None:
+        from . import torch_ops
+
+        return torch_ops.sparse_decode(q, kv, indices, topk_length, softmax_scale,
+                                       kv_format_code(kv_format))
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_sparse_decode", q, st, workspace, q, kv,
@@ -58,6 +68,10 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dty
     """Sparse prefill over a flat key array: q [s_q, h_q, 576], kv [s_kv, 576],
     indices [s_q, topk] int32 rows of kv (-1: none) -> (out [s_q, h_q, 512], lse [s_q, h_q]).
     `workspace` as for sparse_decode."""
+    if _call.torch_compiling() and out is None and lse is None and out_dtype is None:
+        from . import torch_ops
+
+        return torch_ops.sparse_prefill(q, kv, indices, softmax_scale)
     out, lse = _call.prefill_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_sparse_prefill", q, st, workspace, q, kv, indices,

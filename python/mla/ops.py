@@ -60,6 +60,11 @@ def append_kv(c_kv, k_rope, slots, cache, kv_format=None, *, stream=None):
     A bf16 cache stores the values rounded to bf16; an fp8_ds_mla cache stores
     FlashMLA's 656-byte quantised entry. Returns `cache` (written in place).
     """
+    if _call.torch_compiling():
+        from . import torch_ops
+
+        torch_ops.append_kv(c_kv, k_rope, slots, cache, kv_format_code(kv_format))
+        return cache
     st = _call.stream_handle(cache, stream)
     _call.run("mla_append_kv", cache, st, c_kv, k_rope, slots, cache, kv_format_code(kv_format),
               st)
@@ -104,6 +109,17 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
     out's dtype defaults to q's (bf16 on CUDA). `workspace` (any byte buffer on
     q's device) is allocated with q's framework when not given.
     """
+    if _call.torch_compiling():
+        from . import torch_ops
+
+        if out is None and lse is None and out_dtype is None:
+            return torch_ops.decode(q, kv, block_table, cache_seqlens, softmax_scale,
+                                    bool(causal), kv_format_code(kv_format),
+                                    bool(batch_invariant))
+        out, lse = _call.decode_outputs(q, out, lse, out_dtype)
+        torch_ops.decode_out(q, kv, block_table, cache_seqlens, softmax_scale, bool(causal),
+                             kv_format_code(kv_format), bool(batch_invariant), out, lse)
+        return out, lse
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),

@@ -892,8 +892,9 @@ struct SizeMemo {
 
 // The Python arguments: those of the size function, then workspace (an array or
 // None), stream, alloc (a callable alloc(nbytes, like) -> array, like = the first
-// argument). Returns the workspace used (None when the call needed none), which the
-// caller may keep to pass back.
+// argument, or None). With alloc, a missing or too small workspace is replaced by
+// a new one. Returns the workspace used (None when the call needed none), which
+// the caller may keep and pass back.
 template <int RunId, class RunSig, int SizeId, class SizeSig>
 struct AutoBinder;
 
@@ -945,16 +946,10 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
       need = c.out_size;
       memo.add(key, key_len, need);
     }
-    // The workspace: the caller's, or one allocated by its framework beside arg 0.
+    // The workspace: the caller's, or one allocated by its framework beside arg 0
+    // (alloc None: never; a workspace too small is then the C++ check's to refuse).
     Ref owned;
     PyObject* ws = ws_obj;
-    if (ws == Py_None && need > 0) {
-      Ref n(PyLong_FromSize_t(need));
-      if (!n) return nullptr;
-      owned.p = PyObject_CallFunctionObjArgs(alloc, n.p, args[0], nullptr);
-      if (!owned) return nullptr;
-      ws = owned.p;
-    }
     void* ws_ptr = nullptr;
     size_t ws_bytes = 0;
     if (ws != Py_None) {
@@ -964,6 +959,21 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
       for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
       ws_ptr = t.data;
       ws_bytes = size_t(n);
+      if (ws_bytes < need && alloc != Py_None) ws = Py_None;  // outgrown: a new one
+    }
+    if (ws == Py_None && need > 0 && alloc != Py_None) {
+      Ref n(PyLong_FromSize_t(need));
+      if (!n) return nullptr;
+      owned.p = PyObject_CallFunctionObjArgs(alloc, n.p, args[0], nullptr);
+      if (!owned) return nullptr;
+      ws = owned.p;
+      mla_tensor t;
+      if (!to_tensor(ws, "workspace", true, dl_stream, &t, &c.keep)) return nullptr;
+      ws_ptr = t.data;
+      ws_bytes = need;
+    } else if (ws == Py_None) {
+      ws_ptr = nullptr;
+      ws_bytes = 0;
     }
     c.slots[kPrefix].ptr = ws_ptr;
     c.slots[kPrefix + 1].size = ws_bytes;

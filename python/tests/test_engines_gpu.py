@@ -1,0 +1,150 @@
+"""Engines' call sequences on the GPU: torch.compile(fullgraph=True) of a decode
+loop (inductor), CUDA-graph capture and replay through mla.mla_decode and the
+FlashMLA compat layer (SGLang's and vLLM's sequences), and FlashMLA itself beside
+us when it is importable. Skipped loudly without torch + CUDA + a CUDA build:
+    MLA_LIBRARY=build/libmla.so PYTHONPATH=python python -m pytest -rs \
+        python/tests/test_engines_gpu.py
+"""
+
+import numpy as np
+import pytest
+
+import mla
+from mla import flash_mla_compat as fm
+
+from conftest import BF16, make_paged_problem
+
+
+def _gpu_reason():
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    if not mla.built_with_cuda():
+        return f"{mla.library_path()} was built without CUDA"
+    return None
+
+
+REASON = _gpu_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"GPU tests not run: {REASON}")
+SCALE = 0.135234
+
+
+def cuda(a):
+    import torch
+
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def problem(rng, B, h, lengths, page=64, s_q=1, max_pages=None):
+    q, cache, bt, sl = make_paged_problem(rng, B, s_q, h, page, lengths, q_dtype=BF16)
+    return cuda(q), cuda(cache), cuda(bt), cuda(sl)
+
+
+def test_compile_fullgraph_decode_loop_inductor(rng):
+    import torch
+
+    q, cache, bt, sl = problem(rng, 4, 128, [4096, 100, 1, 2000])
+
+    def layers(q, cache, bt, sl):
+        x = q
+        for _ in range(4):  # four "layers": decode, then a cheap op that feeds the next q
+            out, lse = mla.mla_decode(x, cache, bt, sl, SCALE, True)
+            x = torch.cat([out, out[..., :64]], dim=-1) * 0.5
+        return out, lse
+
+    compiled = torch.compile(layers, fullgraph=True)
+    got_out, got_lse = compiled(q, cache, bt, sl)
+    want_out, want_lse = layers(q, cache, bt, sl)
+    assert torch.equal(got_out, want_out) and torch.equal(got_lse, want_lse)
+
+
+def test_compile_reduce_overhead_replays_cuda_graphs(rng):
+    import torch
+
+    q, cache, bt, sl = problem(rng, 2, 128, [300, 4000])
+    f = torch.compile(lambda q, c, b, s: mla.mla_decode(q, c, b, s, SCALE, True)[0],
+                      fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):  # warm-up, record, replay
+        got = f(q, cache, bt, sl).clone()
+    assert torch.equal(got, mla.mla_decode(q, cache, bt, sl, SCALE, True)[0])
+
+
+def test_eager_cuda_graph_capture_and_replay(rng):
+    import torch
+
+    q, cache, bt, sl = problem(rng, 3, 64, [500, 64, 3000])
+    mla.mla_decode(q, cache, bt, sl, SCALE, True)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    sl.copy_(torch.tensor([1, 64, 2999], dtype=torch.int32))
+    q.normal_()
+    g.replay()
+    want_out, want_lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+
+
+def test_sglang_sequence_with_graph_buffers(rng):
+    """SGLang's FlashMLA backend (older API), as in test_flash_mla_compat.py, with the
+    decode captured in a CUDA graph and replayed at another batch content."""
+    import torch
+
+    h, max_bs = 128, 8
+    meta_buf, splits_buf = fm.get_mla_metadata(torch.ones(max_bs, dtype=torch.int32,
+                                                          device="cuda"), h, 1)
+    q, cache, bt, sl = problem(rng, 4, h, [100, 4096, 1, 777])
+    bs = 4
+    meta, splits = fm.get_mla_metadata(sl, h, 1)
+    meta_buf.copy_(meta)
+    splits_buf[:bs + 1].copy_(splits)
+
+    def forward_decode():
+        o, _ = fm.flash_mla_with_kvcache(
+            q=q.view(bs, -1, h, 576), k_cache=cache.view(-1, 64, 1, 576), block_table=bt,
+            cache_seqlens=sl, head_dim_v=512, tile_scheduler_metadata=meta_buf,
+            num_splits=splits_buf[:bs + 1], softmax_scale=SCALE, causal=True)
+        return o
+
+    forward_decode()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o = forward_decode()
+    sl.copy_(torch.tensor([5, 4000, 64, 1], dtype=torch.int32))
+    meta, splits = fm.get_mla_metadata(sl, h, 1)
+    meta_buf.copy_(meta)
+    splits_buf[:bs + 1].copy_(splits)
+    g.replay()
+    assert torch.equal(o, mla.mla_decode(q, cache, bt, sl, SCALE, True)[0])
+
+
+def test_vllm_sequence_and_flashmla_beside_us(rng):
+    """vLLM's FlashMLA backend (newer API), and FlashMLA's own output on the same data
+    when flash_mla is importable (bf16 outputs of two fp32-accumulating kernels)."""
+    import torch
+
+    h = 128
+    q, cache, bt, sl = problem(rng, 8, h, [4096] * 8)
+    sched, _ = fm.get_mla_metadata(sl, h, 1, is_fp8_kvcache=False)
+    o, lse = fm.flash_mla_with_kvcache(q=q, k_cache=cache[:, :, 0].unsqueeze(-2),
+                                       block_table=bt, cache_seqlens=sl, head_dim_v=512,
+                                       tile_scheduler_metadata=sched, softmax_scale=SCALE,
+                                       causal=True, is_fp8_kvcache=False)
+    w_out, w_lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    assert torch.equal(o, w_out) and torch.equal(lse, w_lse)
+    assert sched.workspace is not None  # kept for the next layer
+    try:
+        import flash_mla
+    except ImportError:
+        pytest.skip("flash_mla not importable: our side checked, FlashMLA's not compared")
+    fs, fsp = flash_mla.get_mla_metadata(sl, h, 1)
+    f_out, f_lse = flash_mla.flash_mla_with_kvcache(q, cache, bt, sl, 512, fs, fsp,
+                                                    softmax_scale=SCALE, causal=True)
+    torch.testing.assert_close(o.float(), f_out.float(), rtol=2**-7, atol=1e-2)
+    torch.testing.assert_close(lse, f_lse, rtol=1e-4, atol=1e-4)

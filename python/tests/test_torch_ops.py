@@ -1,0 +1,103 @@
+"""torch.library custom ops (mla.torch_ops) on the CPU: schemas, fake (meta)
+implementations, and torch.compile(fullgraph=True) through mla's Python functions.
+
+Skipped loudly where torch is not installed (CI); the GPU versions (inductor,
+CUDA graphs) are in test_engines_gpu.py.
+"""
+
+import numpy as np
+import pytest
+
+import mla
+
+from conftest import BF16, make_paged_problem
+
+torch = pytest.importorskip("torch", reason="TORCH TESTS NOT RUN: torch is not installed")
+from mla import torch_ops  # noqa: E402
+
+SCALE = 0.135234
+
+
+def to_torch(a):
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def problem(rng, B=2, s_q=1, h=16, page=16, lengths=(20, 7)):
+    q, cache, bt, sl = make_paged_problem(rng, B, s_q, h, page, list(lengths), q_dtype=BF16)
+    return to_torch(q), to_torch(cache), to_torch(bt), to_torch(sl)
+
+
+def test_every_op_is_registered():
+    for name in torch_ops.registered():
+        assert hasattr(torch.ops.mla, name), name
+
+
+def test_fake_decode_gives_shapes_and_dtypes_without_running(rng):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, cache, bt, sl = problem(rng)
+    with FakeTensorMode() as mode:
+        fq, fc, fbt, fsl = (mode.from_tensor(t) for t in (q, cache, bt, sl))
+        out, lse = torch.ops.mla.decode(fq, fc, fbt, fsl, SCALE, True, -1, False)
+        assert out.shape == (2, 1, 16, 512) and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 16, 1) and lse.dtype == torch.float32
+        fs = mode.from_tensor(torch.zeros(5, 16, 576, dtype=torch.bfloat16))
+        o2, l2 = torch.ops.mla.sparse_prefill(fs, mode.from_tensor(torch.zeros(9, 576)),
+                                              mode.from_tensor(torch.zeros(5, 4, dtype=torch.int32)),
+                                              SCALE)
+        assert o2.shape == (5, 16, 512) and l2.shape == (5, 16)
+        idx = torch.ops.mla.topk_indices(mode.from_tensor(torch.zeros(3, 100)), 64)
+        assert idx.shape == (3, 64) and idx.dtype == torch.int32
+
+
+def test_opcheck_decode(rng):
+    # Schema, fake-vs-real shapes and strides, mutation annotations, autograd registration.
+    q, cache, bt, sl = problem(rng)
+    torch.library.opcheck(torch.ops.mla.decode.default, (q, cache, bt, sl, SCALE, True, -1, False))
+    out = torch.empty(2, 1, 16, 512, dtype=torch.bfloat16)
+    lse = torch.empty(2, 16, 1)
+    torch.library.opcheck(torch.ops.mla.decode_out.default,
+                          (q, cache, bt, sl, SCALE, True, -1, False, out, lse))
+
+
+def test_ops_match_the_python_functions(rng):
+    q, cache, bt, sl = problem(rng)
+    out, lse = torch.ops.mla.decode(q, cache, bt, sl, SCALE, True, -1, False)
+    w_out, w_lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    assert torch.equal(out, w_out) and torch.equal(lse, w_lse)
+
+
+def test_compile_fullgraph_decode_loop(rng):
+    # mla.mla_decode under torch.compile routes to torch.ops.mla.decode: no graph break.
+    q, cache, bt, sl = problem(rng)
+
+    def step(q, cache, bt, sl):
+        acc = torch.zeros((), dtype=torch.float32)
+        for _ in range(3):
+            out, lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+            acc = acc + out.float().sum() + lse.sum()
+            q = q * 0.5
+        return acc, out
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    got, got_out = compiled(q, cache, bt, sl)
+    want, want_out = step(q, cache, bt, sl)
+    assert torch.equal(got_out, want_out)
+    torch.testing.assert_close(got, want)
+
+
+def test_compile_fullgraph_flash_mla_compat(rng):
+    from mla import flash_mla_compat as fm
+
+    q, cache, bt, sl = problem(rng, lengths=(20, 0))
+
+    def step(q, cache, bt, sl):
+        sched, _ = fm.get_mla_metadata()
+        return fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, None, SCALE, True)
+
+    out, lse = torch.compile(step, fullgraph=True, backend="aot_eager")(q, cache, bt, sl)
+    w_out, w_lse = step(q, cache, bt, sl)
+    assert torch.equal(out, w_out) and torch.equal(lse, w_lse)
+    assert torch.isposinf(lse[1]).all()
