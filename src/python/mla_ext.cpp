@@ -31,9 +31,9 @@ namespace {
 
 // Interned attribute / method names.
 struct Names {
-  PyObject *dtype, *shape, *stride, *strides, *data_ptr, *is_cuda, *is_cpu, *get_device,
-      *device, *array_interface, *dlpack, *dlpack_device, *name, *byteorder, *max_version,
-      *stream, *module, *data, *typestr, *type;
+  PyObject *dtype, *shape, *stride, *strides, *data_ptr, *is_cuda, *is_cpu, *get_device, *device,
+      *array_interface, *dlpack, *dlpack_device, *name, *byteorder, *max_version, *stream, *module,
+      *data, *typestr, *type;
 };
 Names g_names;
 
@@ -138,10 +138,10 @@ int32_t dtype_code_of_name(const char* s) {
   static const struct {
     const char* name;
     int32_t code;
-  } table[] = {{"float32", MLA_DTYPE_F32}, {"float64", MLA_DTYPE_F64},
-               {"bfloat16", MLA_DTYPE_BF16}, {"float16", MLA_DTYPE_F16},
+  } table[] = {{"float32", MLA_DTYPE_F32},        {"float64", MLA_DTYPE_F64},
+               {"bfloat16", MLA_DTYPE_BF16},      {"float16", MLA_DTYPE_F16},
                {"float8_e4m3fn", MLA_DTYPE_E4M3}, {"uint8", MLA_DTYPE_U8},
-               {"int32", MLA_DTYPE_I32}, {"int64", MLA_DTYPE_I64}};
+               {"int32", MLA_DTYPE_I32},          {"int64", MLA_DTYPE_I64}};
   for (const auto& e : table)
     if (std::strcmp(e.name, s) == 0) return e.code;
   return -1;
@@ -150,16 +150,12 @@ int32_t dtype_code_of_name(const char* s) {
 int64_t dtype_size(int32_t code) {
   switch (code) {
     case MLA_DTYPE_F64:
-    case MLA_DTYPE_I64:
-      return 8;
+    case MLA_DTYPE_I64: return 8;
     case MLA_DTYPE_F32:
-    case MLA_DTYPE_I32:
-      return 4;
+    case MLA_DTYPE_I32: return 4;
     case MLA_DTYPE_BF16:
-    case MLA_DTYPE_F16:
-      return 2;
-    default:
-      return 1;
+    case MLA_DTYPE_F16: return 2;
+    default: return 1;
   }
 }
 
@@ -286,8 +282,7 @@ bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
   if (nd < 0) return false;
   t->ndim = nd;
   Ref strides(PyObject_CallMethodObjArgs(x, g_names.stride, nullptr));
-  if (!strides || int_tuple(strides.p, t->strides, MLA_MAX_DIMS, name, "stride") < 0)
-    return false;
+  if (!strides || int_tuple(strides.p, t->strides, MLA_MAX_DIMS, name, "stride") < 0) return false;
   Ref ptr(PyObject_CallMethodObjArgs(x, g_names.data_ptr, nullptr));
   if (!ptr) return false;
   t->data = PyLong_AsVoidPtr(ptr.p);
@@ -301,8 +296,8 @@ bool from_numpy(PyObject* x, const char* name, bool writable, mla_tensor* t) {
   if (t->dtype < 0) return false;
   Ref ai(PyObject_GetAttr(x, g_names.array_interface));
   if (!ai) return false;
-  PyObject* data = PyDict_GetItemString(ai.p, "data");      // borrowed
-  PyObject* shape = PyDict_GetItemString(ai.p, "shape");    // borrowed
+  PyObject* data = PyDict_GetItemString(ai.p, "data");        // borrowed
+  PyObject* shape = PyDict_GetItemString(ai.p, "shape");      // borrowed
   PyObject* strides = PyDict_GetItemString(ai.p, "strides");  // borrowed (None: contiguous)
   if (!data || !shape || !PyTuple_Check(data) || PyTuple_Size(data) != 2) {
     raise_fmt(MLA_ERR_INVALID_VALUE, "%s: malformed __array_interface__", name);
@@ -503,12 +498,9 @@ bool to_tensor(PyObject* x, const char* name, bool writable, int64_t stream, mla
                Keep* keep) {
   std::memset(t, 0, sizeof *t);
   switch (framework_of(x)) {
-    case Framework::torch:
-      return from_torch(x, name, t);
-    case Framework::numpy:
-      return from_numpy(x, name, writable, t);
-    case Framework::dlpack:
-      return from_dlpack(x, name, writable, stream, t, keep);
+    case Framework::torch: return from_torch(x, name, t);
+    case Framework::numpy: return from_numpy(x, name, writable, t);
+    case Framework::dlpack: return from_dlpack(x, name, writable, stream, t, keep);
     case Framework::array_interface: {  // an array-like NumPy can view without a copy
       Ref np(PyImport_ImportModule("numpy"));
       if (!np) return false;
@@ -543,14 +535,22 @@ enum class Kind { tensor, i32, i64, f32, size, ptr, out_size };
 
 template <class T>
 constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, const mla_tensor*>) return Kind::tensor;
-  else if constexpr (std::is_same_v<T, int32_t>) return Kind::i32;
-  else if constexpr (std::is_same_v<T, int64_t>) return Kind::i64;
-  else if constexpr (std::is_same_v<T, float>) return Kind::f32;
-  else if constexpr (std::is_same_v<T, size_t>) return Kind::size;
-  else if constexpr (std::is_same_v<T, void*>) return Kind::ptr;
-  else if constexpr (std::is_same_v<T, size_t*>) return Kind::out_size;
-  else static_assert(sizeof(T) == 0, "a C ABI argument type the binder does not know");
+  if constexpr (std::is_same_v<T, const mla_tensor*>)
+    return Kind::tensor;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return Kind::i32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return Kind::i64;
+  else if constexpr (std::is_same_v<T, float>)
+    return Kind::f32;
+  else if constexpr (std::is_same_v<T, size_t>)
+    return Kind::size;
+  else if constexpr (std::is_same_v<T, void*>)
+    return Kind::ptr;
+  else if constexpr (std::is_same_v<T, size_t*>)
+    return Kind::out_size;
+  else
+    static_assert(sizeof(T) == 0, "a C ABI argument type the binder does not know");
 }
 
 union Slot {
@@ -565,13 +565,20 @@ union Slot {
 
 template <class T>
 T slot_get(const Slot& s) {
-  if constexpr (std::is_same_v<T, const mla_tensor*>) return s.tensor;
-  else if constexpr (std::is_same_v<T, int32_t>) return s.i32;
-  else if constexpr (std::is_same_v<T, int64_t>) return s.i64;
-  else if constexpr (std::is_same_v<T, float>) return s.f32;
-  else if constexpr (std::is_same_v<T, size_t>) return s.size;
-  else if constexpr (std::is_same_v<T, void*>) return s.ptr;
-  else return s.out_size;
+  if constexpr (std::is_same_v<T, const mla_tensor*>)
+    return s.tensor;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return s.i32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return s.i64;
+  else if constexpr (std::is_same_v<T, float>)
+    return s.f32;
+  else if constexpr (std::is_same_v<T, size_t>)
+    return s.size;
+  else if constexpr (std::is_same_v<T, void*>)
+    return s.ptr;
+  else
+    return s.out_size;
 }
 
 constexpr int kMaxArgs = 24;
@@ -591,9 +598,12 @@ int parse_names(const char* spec, ArgName* out) {
     ArgName& a = out[n++];
     int len = 0;
     for (; *p && *p != ' '; ++p) {
-      if (*p == '!') a.writable = true;
-      else if (*p == '@') a.cache = true;
-      else if (len < int(sizeof a.text) - 1) a.text[len++] = *p;
+      if (*p == '!')
+        a.writable = true;
+      else if (*p == '@')
+        a.cache = true;
+      else if (len < int(sizeof a.text) - 1)
+        a.text[len++] = *p;
     }
     a.text[len] = '\0';
   }
@@ -738,8 +748,7 @@ bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Convert
       case Kind::ptr:
         if (!ptr_arg(o, an.text, &s.ptr)) return false;
         break;
-      case Kind::out_size:
-        break;
+      case Kind::out_size: break;
     }
   }
   // The cache's format: -1 asks for the one its dtype implies; an fp8 cache may
@@ -793,37 +802,36 @@ struct Binder<int32_t(A...)> {
 };
 
 // The tensor-only functions of the C ABI (structs stay with ctypes, in mla._lib).
-#define MLA_OPS(X)                                                                               \
-  X(mla_validate_kv_cache, "cache@ kv_format")                                                   \
-  X(mla_append_kv, "c_kv k_rope slots cache@! kv_format stream")                                 \
-  X(mla_read_kv, "cache@ kv_format slots c_kv! k_rope! stream")                                  \
-  X(mla_decode_workspace_size,                                                                   \
-    "q kv@ kv_format block_table cache_seqlens softmax_scale causal out! lse! batch_invariant")  \
-  X(mla_decode,                                                                                  \
-    "q kv@ kv_format block_table cache_seqlens softmax_scale causal out! lse! batch_invariant "  \
-    "workspace workspace_bytes stream")                                                          \
-  X(mla_decode_partial,                                                                          \
-    "q kv@ kv_format block_table cache_seqlens softmax_scale causal kv_begin kv_end out! lse! "  \
-    "stream")                                                                                    \
-  X(mla_merge_attn_partials, "partial_out partial_lse out! lse! stream")                         \
-  X(mla_validate_indexer_cache, "cache")                                                         \
-  X(mla_append_indexer_keys, "keys slots cache! stream")                                         \
-  X(mla_quantize_indexer_query, "q weights q8! w_folded! stream")                                \
-  X(mla_indexer_logits_decode, "q8 w_folded cache block_table cache_seqlens logits! stream")     \
-  X(mla_indexer_logits_prefill, "q8 w_folded k8 k_scale k_start k_end logits! stream")           \
-  X(mla_topk_indices,                                                                            \
-    "logits lengths k indices! block_table page_size rows_per_request num_pages stream")         \
-  X(mla_sparse_decode_workspace_size,                                                            \
-    "q kv@ kv_format indices topk_length softmax_scale out! lse!")                               \
-  X(mla_sparse_decode_ws,                                                                        \
-    "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "     \
-    "stream")                                                                                    \
-  X(mla_sparse_prefill_workspace_size, "q kv indices softmax_scale out! lse!")                   \
-  X(mla_sparse_prefill_ws,                                                                       \
-    "q kv indices softmax_scale out! lse! workspace workspace_bytes stream")                      \
-  X(mla_decompress_kv, "c_kv w_uk w_uv k_nope! v! stream")                                       \
-  X(mla_mha_prefill,                                                                             \
-    "q k v cu_seqlens_q cu_seqlens_k softmax_scale causal out! lse! stream")
+#define MLA_OPS(X)                                                                              \
+  X(mla_validate_kv_cache, "cache@ kv_format")                                                  \
+  X(mla_append_kv, "c_kv k_rope slots cache@! kv_format stream")                                \
+  X(mla_read_kv, "cache@ kv_format slots c_kv! k_rope! stream")                                 \
+  X(mla_decode_workspace_size,                                                                  \
+    "q kv@ kv_format block_table cache_seqlens softmax_scale causal out! lse! batch_invariant") \
+  X(mla_decode,                                                                                 \
+    "q kv@ kv_format block_table cache_seqlens softmax_scale causal out! lse! batch_invariant " \
+    "workspace workspace_bytes stream")                                                         \
+  X(mla_decode_partial,                                                                         \
+    "q kv@ kv_format block_table cache_seqlens softmax_scale causal kv_begin kv_end out! lse! " \
+    "stream")                                                                                   \
+  X(mla_merge_attn_partials, "partial_out partial_lse out! lse! stream")                        \
+  X(mla_validate_indexer_cache, "cache")                                                        \
+  X(mla_append_indexer_keys, "keys slots cache! stream")                                        \
+  X(mla_quantize_indexer_query, "q weights q8! w_folded! stream")                               \
+  X(mla_indexer_logits_decode, "q8 w_folded cache block_table cache_seqlens logits! stream")    \
+  X(mla_indexer_logits_prefill, "q8 w_folded k8 k_scale k_start k_end logits! stream")          \
+  X(mla_topk_indices,                                                                           \
+    "logits lengths k indices! block_table page_size rows_per_request num_pages stream")        \
+  X(mla_sparse_decode_workspace_size,                                                           \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse!")                              \
+  X(mla_sparse_decode_ws,                                                                       \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "    \
+    "stream")                                                                                   \
+  X(mla_sparse_prefill_workspace_size, "q kv indices softmax_scale out! lse!")                  \
+  X(mla_sparse_prefill_ws,                                                                      \
+    "q kv indices softmax_scale out! lse! workspace workspace_bytes stream")                    \
+  X(mla_decompress_kv, "c_kv w_uk w_uv k_nope! v! stream")                                      \
+  X(mla_mha_prefill, "q k v cu_seqlens_q cu_seqlens_k softmax_scale causal out! lse! stream")
 
 enum OpId {
 #define MLA_OP_ID(fn, args) op_##fn,
@@ -919,8 +927,8 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
       return nullptr;
     }
     if (nargs != kPrefix + 3) {
-      raise_fmt(MLA_ERR_INVALID_VALUE, "%s (auto) takes %d arguments (%zd given)",
-                run.spec->c_name, kPrefix + 3, nargs);
+      raise_fmt(MLA_ERR_INVALID_VALUE, "%s (auto) takes %d arguments (%zd given)", run.spec->c_name,
+                kPrefix + 3, nargs);
       return nullptr;
     }
     PyObject* ws_obj = args[kPrefix];
@@ -989,28 +997,30 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
   }
 };
 
-#define MLA_AUTO_OPS(X)                                          \
-  X(mla_decode, mla_decode, mla_decode_workspace_size)            \
+#define MLA_AUTO_OPS(X)                                                        \
+  X(mla_decode, mla_decode, mla_decode_workspace_size)                         \
   X(mla_sparse_decode, mla_sparse_decode_ws, mla_sparse_decode_workspace_size) \
   X(mla_sparse_prefill, mla_sparse_prefill_ws, mla_sparse_prefill_workspace_size)
 
 PyMethodDef g_auto_methods[] = {
-#define MLA_AUTO_DEF(name, run, size)                                                         \
-  {#name "_auto",                                                                             \
-   reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                                \
-       &AutoBinder<op_##run, std::remove_pointer_t<decltype(&::run)>, op_##size,              \
-                   std::remove_pointer_t<decltype(&::size)>>::call)),                         \
-   METH_FASTCALL,                                                                             \
-   #name "_auto(<" #size " inputs>, workspace, stream, alloc): sizes (once per shape), "      \
+#define MLA_AUTO_DEF(name, run, size)                                            \
+  {#name "_auto",                                                                \
+   reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(                   \
+       &AutoBinder<op_##run, std::remove_pointer_t<decltype(&::run)>, op_##size, \
+                   std::remove_pointer_t<decltype(&::size)>>::call)),            \
+   METH_FASTCALL,                                                                \
+   #name "_auto(<" #size                                                         \
+         " inputs>, workspace, stream, alloc): sizes (once per shape), "         \
          "allocates when workspace is None, runs; returns the workspace used."},
     MLA_AUTO_OPS(MLA_AUTO_DEF)
 #undef MLA_AUTO_DEF
         {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef g_op_methods[kNumOps + 1] = {
-#define MLA_OP_DEF(fn, args)                                                     \
-  {#fn, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(              \
-            &op_entry<op_##fn, std::remove_pointer_t<decltype(&::fn)>>)),        \
+#define MLA_OP_DEF(fn, args)                                                                      \
+  {#fn,                                                                                           \
+   reinterpret_cast<PyCFunction>(                                                                 \
+       reinterpret_cast<void (*)()>(&op_entry<op_##fn, std::remove_pointer_t<decltype(&::fn)>>)), \
    METH_FASTCALL, "C ABI " #fn "(" args "): arrays of any framework."},
     MLA_OPS(MLA_OP_DEF)
 #undef MLA_OP_DEF
@@ -1088,9 +1098,15 @@ PyMethodDef g_methods[] = {
      "strides, hold)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef g_module = {PyModuleDef_HEAD_INIT, "_ext",
-                        "The compiled half of mla's call machinery (see mla/_call.py).", -1,
-                        g_methods, nullptr, nullptr, nullptr, nullptr};
+PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
+                        "_ext",
+                        "The compiled half of mla's call machinery (see mla/_call.py).",
+                        -1,
+                        g_methods,
+                        nullptr,
+                        nullptr,
+                        nullptr,
+                        nullptr};
 
 bool intern_names() {
   struct {
