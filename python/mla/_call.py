@@ -89,6 +89,7 @@ _NUMPY_NAMES = {"f32": "float32", "f64": "float64", "f16": "float16", "u8": "uin
 _torch = None  # the torch module, once a torch tensor has been seen
 _TORCH_DTYPES: dict = {}  # our name -> torch dtype
 _TORCH_NAMES: dict = {}  # torch dtype -> our name
+_TORCH_FLOAT_OUT: dict = {}  # q dtype whose out keeps it -> the lse dtype beside it
 
 
 def torch_module():
@@ -102,6 +103,8 @@ def torch_module():
                  "i32": torch.int32, "i64": torch.int64}
         _TORCH_DTYPES.update(names)
         _TORCH_NAMES.update({v: k for k, v in names.items()})
+        _TORCH_FLOAT_OUT.update({torch.bfloat16: torch.float32, torch.float32: torch.float32,
+                                 torch.float64: torch.float64})
         _torch = torch
         try:  # torch.ops.mla.*, for torch.compile (torch >= 2.4 has torch.library.custom_op)
             from . import torch_ops  # noqa: F401
@@ -289,6 +292,14 @@ def device_guard(like):
 def decode_outputs(q, out, lse, out_dtype, partial: bool = False):
     """out [B, s_q, h_q, 512] and lse [B, h_q, s_q] for a dense or sparse decode (q's
     dtype when floating, f32 for partials; lse f64 beside an f64 out, else f32)."""
+    if out is None and lse is None and out_dtype is None and not partial and \
+            framework_of(q) == "torch" and q.dim() == 4:
+        # torch, the hot path: new_empty inherits q's device (and dtype) without a lookup.
+        B, s_q, h_q, _ = q.shape
+        dt = q.dtype
+        if dt in _TORCH_FLOAT_OUT:
+            return q.new_empty((B, s_q, h_q, D_V)), q.new_empty((B, h_q, s_q),
+                                                                 dtype=_TORCH_FLOAT_OUT[dt])
     shape = shape_of(q, 4)
     if shape is None:
         return out, lse  # q's rank is wrong: left to the C++ check, which names q
