@@ -148,3 +148,25 @@ def test_vllm_sequence_and_flashmla_beside_us(rng):
                                                     softmax_scale=SCALE, causal=True)
     torch.testing.assert_close(o.float(), f_out.float(), rtol=2**-7, atol=1e-2)
     torch.testing.assert_close(lse, f_lse, rtol=1e-4, atol=1e-4)
+
+
+def test_flashinfer_wrapper_on_torch_cuda(rng):
+    """SGLang's FlashInfer MLA decode shape: page_size 1, ckv/kpe views of one k buffer,
+    CSR indices on the GPU; plan once, run per layer."""
+    import torch
+    from mla.flashinfer_compat import BatchMLAPagedAttentionWrapper
+
+    h, page, lengths = 128, 1, [700, 3, 2048]
+    q, cache, bt, sl = problem(rng, 3, h, lengths, page=page)
+    buf = cache[:, :, 0, :]
+    indptr = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32, device="cuda")
+    indices = torch.cat([bt[b, :L] for b, L in enumerate(lengths)])
+    w = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(torch.arange(4, dtype=torch.int32, device="cuda"), indptr, indices, sl, h, 512, 64,
+           page, False, SCALE, torch.bfloat16, torch.bfloat16)
+    qf = q.view(3, h, 576)
+    out, lse = w.run(qf[..., :512], qf[..., 512:], buf[..., :512], buf[..., 512:],
+                     return_lse=True)
+    n_out, n_lse = mla.mla_decode(q, cache, bt, sl, SCALE, False)
+    assert torch.equal(out, n_out.view(3, h, 512))
+    torch.testing.assert_close(lse * np.log(2.0), n_lse[:, :, 0], rtol=1e-6, atol=0)
