@@ -68,6 +68,34 @@ def _callers(torch, q, cache, bt, sl, with_flashmla: bool):
     return c
 
 
+def _parts(torch, q, cache, bt, sl):
+    """The pieces of one mla.mla_decode call, each timed alone (same method)."""
+    import math
+
+    from mla import _call
+
+    out = torch.empty(q.shape[0], q.shape[1], q.shape[2], 512, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    ext = _call.ext()
+    st = _call.stream_handle(q, None)
+    ws = ext.mla_decode_auto(q, cache, -1, bt, sl, SCALE, True, out, lse, False, None, st,
+                             _call.alloc_bytes)
+    n = 0 if ws is None else ws.numel()
+    shape, lshape = tuple(out.shape), tuple(lse.shape)
+    return {
+        "outputs: q.new_empty x2": lambda: (q.new_empty(shape),
+                                            q.new_empty(lshape, dtype=torch.float32)),
+        "workspace: torch.empty": lambda: torch.empty(n, dtype=torch.uint8, device=q.device),
+        "stream + device check": lambda: (_call.stream_handle(q, None),
+                                          torch._C._cuda_getDevice() if q.is_cuda else 0),
+        "mla._ext call (convert + validate + launches)": lambda: ext.mla_decode_auto(
+            q, cache, -1, bt, sl, SCALE, True, out, lse, False, ws, st, None),
+        "mla._ext.tensor(q) alone": lambda: ext.tensor(q, "q", False),
+        "compat: lse.nan_to_num_": lambda: lse.nan_to_num_(nan=math.nan, posinf=math.inf,
+                                                          neginf=math.inf),
+    }
+
+
 def _host_us(torch, fn, calls: int, batches: int, cuda: bool) -> dict:
     for _ in range(5):
         fn()
@@ -123,6 +151,11 @@ def run_host_overhead(args) -> int:
         r = _host_us(torch, fn, args.calls, args.batches, cuda)
         res["host"][name] = r
         print(f"host  B={B} {name:45s} {r['median_us']:8.1f} us/call (min {r['min_us']:.1f})")
+    res["parts"] = {}
+    for name, fn in _parts(torch, q, cache, bt, sl).items():
+        r = _host_us(torch, fn, args.calls, args.batches // 2 or 1, cuda)
+        res["parts"][name] = r
+        print(f"part  B={B} {name:45s} {r['median_us']:8.1f} us/call")
     if cuda:
         for b in args.e2e_batches:
             q, cache, bt, sl = _inputs(torch, b, args.heads, args.length, args.page, "cuda")
