@@ -616,6 +616,11 @@ struct Converted {
   std::array<mla_tensor, kMaxArgs> tensors{};
   size_t out_size = 0;
   Keep keep;
+  int32_t first_device = 0;  // device type of the first array argument (0: none)
+
+  // CPU work (the reference) may take long: the GIL is released around it. CUDA
+  // calls only queue work, shorter than the release would cost.
+  bool on_cpu() const { return first_device != MLA_DEVICE_CUDA; }
 };
 
 struct OpState {
@@ -718,6 +723,7 @@ bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Convert
         } else {
           if (!to_tensor(o, an.text, an.writable, stream, &c->tensors[i], &c->keep)) return false;
           s.tensor = &c->tensors[i];
+          if (c->first_device == 0) c->first_device = c->tensors[i].device_type;
           if (an.cache) cache_slot = i;
         }
         break;
@@ -794,9 +800,13 @@ struct Binder<int32_t(A...)> {
     Converted c;
     if (!convert<A...>(op, args, nargs, &c)) return nullptr;
     int32_t status;
-    Py_BEGIN_ALLOW_THREADS;
-    status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
-    Py_END_ALLOW_THREADS;
+    if (c.on_cpu()) {
+      Py_BEGIN_ALLOW_THREADS;
+      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
+      Py_END_ALLOW_THREADS;
+    } else {
+      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
+    }
     return finish(status, c, has_out_size);
   }
 };
@@ -865,7 +875,7 @@ struct SizeMemo {
     size_t key_len = 0, bytes = 0;
   };
   std::array<Entry, kCapacity> entries{};
-  int used = 0, next = 0;
+  int used = 0, next = 0, last = 0;
 
   static size_t make_key(const Converted& c, int n, unsigned char* key) {
     size_t len = 0;
@@ -882,10 +892,17 @@ struct SizeMemo {
     }
     return len;
   }
-  const size_t* find(const unsigned char* key, size_t len) const {
+  // The last hit first: a decode loop repeats one shape for every layer of a step.
+  const size_t* find(const unsigned char* key, size_t len) {
+    auto same = [&](int i) {
+      return entries[i].key_len == len && std::memcmp(entries[i].key.data(), key, len) == 0;
+    };
+    if (last < used && same(last)) return &entries[last].bytes;
     for (int i = 0; i < used; ++i)
-      if (entries[i].key_len == len && std::memcmp(entries[i].key.data(), key, len) == 0)
+      if (same(i)) {
+        last = i;
         return &entries[i].bytes;
+      }
     return nullptr;
   }
   void add(const unsigned char* key, size_t len, size_t bytes) {
@@ -987,9 +1004,13 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
     c.slots[kPrefix + 1].size = ws_bytes;
     c.slots[kPrefix + 2].ptr = stream;
     int32_t st;
-    Py_BEGIN_ALLOW_THREADS;
-    st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
-    Py_END_ALLOW_THREADS;
+    if (c.on_cpu()) {
+      Py_BEGIN_ALLOW_THREADS;
+      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
+      Py_END_ALLOW_THREADS;
+    } else {
+      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
+    }
     if (st != MLA_OK) return finish(st, c, false);
     if (ws == Py_None) Py_RETURN_NONE;
     Py_INCREF(ws);
