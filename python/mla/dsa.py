@@ -82,6 +82,10 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dty
 def decompress_kv(c_kv, w_uk, w_uv, *, k_nope=None, v=None, out_dtype=None, stream=None):
     """Per-head keys and values from latents: c_kv [N, d_c], w_uk [h, d_nope, d_c],
     w_uv [h, d_v, d_c] -> (k_nope [N, h, d_nope], v [N, h, d_v])."""
+    if _call.torch_compiling() and k_nope is None and v is None and out_dtype is None:
+        from . import torch_ops
+
+        return torch_ops.decompress_kv(c_kv, w_uk, w_uv)
     cs, ks, vs = (tuple(getattr(x, "shape", ())) for x in (c_kv, w_uk, w_uv))
     od = out_dtype or float_out(c_kv)
     if k_nope is None and len(cs) == 2 and len(ks) == 3:
@@ -98,6 +102,11 @@ def mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal=True,
     """Causal (bottom-right aligned) multi-head attention over packed variable-length
     sequences: q [T, h, d_qk], k [Tk, h, d_qk], v [Tk, h, d_v], cu_seqlens [B+1] int32
     -> (out [T, h, d_v], lse [h, T])."""
+    if _call.torch_compiling() and out is None and lse is None and out_dtype is None:
+        from . import torch_ops
+
+        return torch_ops.mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                                     bool(causal))
     qs, vs = tuple(getattr(q, "shape", ())), tuple(getattr(v, "shape", ()))
     od = out_dtype or float_out(q)
     if out is None and len(qs) == 3 and len(vs) == 3:

@@ -73,6 +73,10 @@ def append_kv(c_kv, k_rope, slots, cache, kv_format=None, *, stream=None):
 
 def read_kv(cache, slots, kv_format=None, *, c_kv=None, k_rope=None, stream=None):
     """Reads T tokens back, dequantised: returns (c_kv [T, 512] f32, k_rope [T, 64] f32)."""
+    if _call.torch_compiling() and c_kv is None and k_rope is None:
+        from . import torch_ops
+
+        return torch_ops.read_kv(cache, slots, kv_format_code(kv_format))
     shape = _call.shape_of(slots, 1)
     T = shape[0] if shape else 0
     if c_kv is None:
@@ -149,6 +153,10 @@ def merge_attn_partials(partial_out, partial_lse, *, out=None, lse=None, out_dty
     in out_dtype, lse [R...] f32). Rows whose partials are all -inf get out 0
     and lse -inf.
     """
+    if _call.torch_compiling() and out is None and lse is None and out_dtype == "f32":
+        from . import torch_ops
+
+        return torch_ops.merge_attn_partials(partial_out, partial_lse)
     po_shape = tuple(getattr(partial_out, "shape", ()))
     pl_shape = tuple(getattr(partial_lse, "shape", ()))
     if out is None and len(po_shape) >= 2:
@@ -184,6 +192,11 @@ def validate_indexer_cache(cache) -> None:
 def append_indexer_keys(keys, slots, cache, *, stream=None):
     """Quantises keys [T, 128] (f32/bf16) per token into the indexer cache at
     slots [T] int64 (page * 64 + offset; -1 skips). Returns `cache`."""
+    if _call.torch_compiling():
+        from . import torch_ops
+
+        torch_ops.append_indexer_keys(keys, slots, cache)
+        return cache
     st = _call.stream_handle(cache, stream)
     _call.run("mla_append_indexer_keys", cache, st, keys, slots, cache, st)
     return cache
@@ -192,6 +205,10 @@ def append_indexer_keys(keys, slots, cache, *, stream=None):
 def quantize_indexer_query(q, weights, *, q8=None, w_folded=None, stream=None):
     """q [.., 64, 128] f32/bf16, weights [.., 64] f32 -> (q8 e4m3 [.., 64, 128],
     w_folded f32 [.., 64] = w * 64^-0.5 * s_q * 128^-0.5)."""
+    if _call.torch_compiling() and q8 is None and w_folded is None:
+        from . import torch_ops
+
+        return torch_ops.quantize_indexer_query(q, weights)
     shape = tuple(getattr(q, "shape", ()))
     if q8 is None and len(shape) >= 2:
         q8 = _call.empty(q, shape, "e4m3")
@@ -207,6 +224,14 @@ def indexer_logits_decode(q8, w_folded, cache, block_table, cache_seqlens, *, ma
     """Indexer logits over the paged key cache: logits [B, s_q, max_len] f32, -inf
     past each new token's causal limit. max_len defaults to the block table's
     capacity (max_pages * 64), which needs no read of cache_seqlens."""
+    if _call.torch_compiling() and logits is None:
+        from . import torch_ops
+
+        bt = tuple(block_table.shape)
+        if max_len is None:
+            max_len = bt[1] * INDEXER_PAGE_TOKENS if len(bt) == 2 else 0
+        return torch_ops.indexer_logits_decode(q8, w_folded, cache, block_table,
+                                               cache_seqlens, max_len)
     shape = _call.shape_of(q8, 4)
     if logits is None and shape is not None:
         bt = tuple(getattr(block_table, "shape", ()))
@@ -224,6 +249,10 @@ def indexer_logits_prefill(q8, w_folded, k8, k_scale, k_start, k_end, *, logits=
     """Indexer logits over a flat key array (DeepGEMM's shapes): q8 [T, 64, 128],
     w_folded [T, 64], k8 [N, 128] e4m3, k_scale [N], k_start/k_end [T] int32 ->
     logits [T, N] f32, -inf outside [k_start[t], k_end[t])."""
+    if _call.torch_compiling() and logits is None:
+        from . import torch_ops
+
+        return torch_ops.indexer_logits_prefill(q8, w_folded, k8, k_scale, k_start, k_end)
     qs, ks = tuple(getattr(q8, "shape", ())), tuple(getattr(k8, "shape", ()))
     if logits is None and len(qs) == 3 and len(ks) == 2:
         logits = _call.empty(q8, (qs[0], ks[0]), "f32")

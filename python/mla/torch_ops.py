@@ -154,10 +154,133 @@ def _topk_indices_fake(logits, k, lengths=None, block_table=None, page_size=64,
     return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
 
 
+@torch.library.custom_op(f"{_LIB}::read_kv", mutates_args=())
+def read_kv(cache: Tensor, slots: Tensor, kv_format: int = -1) -> tuple[Tensor, Tensor]:
+    """mla.read_kv: (c_kv [T, 512] f32, k_rope [T, 64] f32)."""
+    from .ops import read_kv as run
+
+    return run(cache, slots, _fmt(kv_format))
+
+
+@read_kv.register_fake
+def _read_kv_fake(cache, slots, kv_format=-1):
+    T = slots.shape[0]
+    return (cache.new_empty((T, 512), dtype=torch.float32),
+            cache.new_empty((T, 64), dtype=torch.float32))
+
+
+@torch.library.custom_op(f"{_LIB}::merge_attn_partials", mutates_args=())
+def merge_attn_partials(partial_out: Tensor, partial_lse: Tensor) -> tuple[Tensor, Tensor]:
+    """mla.merge_attn_partials (out f32): (out [R..., D], lse [R...])."""
+    from .ops import merge_attn_partials as run
+
+    return run(partial_out, partial_lse)
+
+
+@merge_attn_partials.register_fake
+def _merge_fake(partial_out, partial_lse):
+    return (partial_out.new_empty(partial_out.shape[1:], dtype=torch.float32),
+            partial_out.new_empty(partial_lse.shape[1:], dtype=torch.float32))
+
+
+# ---- lightning indexer -------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{_LIB}::append_indexer_keys", mutates_args=("cache",))
+def append_indexer_keys(keys: Tensor, slots: Tensor, cache: Tensor) -> None:
+    """mla.append_indexer_keys: quantises keys into the indexer cache in place."""
+    from .ops import append_indexer_keys as run
+
+    run(keys, slots, cache)
+
+
+@append_indexer_keys.register_fake
+def _append_indexer_keys_fake(keys, slots, cache):
+    return None
+
+
+@torch.library.custom_op(f"{_LIB}::quantize_indexer_query", mutates_args=())
+def quantize_indexer_query(q: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """mla.quantize_indexer_query: (q8 e4m3 [.., 64, 128], w_folded f32 [.., 64])."""
+    from .ops import quantize_indexer_query as run
+
+    return run(q, weights)
+
+
+@quantize_indexer_query.register_fake
+def _quantize_indexer_query_fake(q, weights):
+    return (q.new_empty(q.shape, dtype=torch.float8_e4m3fn),
+            q.new_empty(q.shape[:-1], dtype=torch.float32))
+
+
+@torch.library.custom_op(f"{_LIB}::indexer_logits_decode", mutates_args=())
+def indexer_logits_decode(q8: Tensor, w_folded: Tensor, cache: Tensor, block_table: Tensor,
+                          cache_seqlens: Tensor, max_len: int) -> Tensor:
+    """mla.indexer_logits_decode: logits [B, s_q, max_len] f32."""
+    from .ops import indexer_logits_decode as run
+
+    return run(q8, w_folded, cache, block_table, cache_seqlens, max_len=max_len)
+
+
+@indexer_logits_decode.register_fake
+def _indexer_logits_decode_fake(q8, w_folded, cache, block_table, cache_seqlens, max_len):
+    return q8.new_empty((q8.shape[0], q8.shape[1], max_len), dtype=torch.float32)
+
+
+@torch.library.custom_op(f"{_LIB}::indexer_logits_prefill", mutates_args=())
+def indexer_logits_prefill(q8: Tensor, w_folded: Tensor, k8: Tensor, k_scale: Tensor,
+                           k_start: Tensor, k_end: Tensor) -> Tensor:
+    """mla.indexer_logits_prefill: logits [T, N] f32."""
+    from .ops import indexer_logits_prefill as run
+
+    return run(q8, w_folded, k8, k_scale, k_start, k_end)
+
+
+@indexer_logits_prefill.register_fake
+def _indexer_logits_prefill_fake(q8, w_folded, k8, k_scale, k_start, k_end):
+    return q8.new_empty((q8.shape[0], k8.shape[0]), dtype=torch.float32)
+
+
+# ---- non-absorbed prefill ----------------------------------------------------------
+
+
+@torch.library.custom_op(f"{_LIB}::mha_prefill", mutates_args=())
+def mha_prefill(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                softmax_scale: float, causal: bool = True) -> tuple[Tensor, Tensor]:
+    """mla.mha_prefill: (out [T, h, d_v], lse [h, T])."""
+    from .dsa import mha_prefill as run
+
+    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal)
+
+
+@mha_prefill.register_fake
+def _mha_prefill_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal=True):
+    od = _out_dtype(q)
+    return (q.new_empty((q.shape[0], q.shape[1], v.shape[2]), dtype=od),
+            q.new_empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(od)))
+
+
+@torch.library.custom_op(f"{_LIB}::decompress_kv", mutates_args=())
+def decompress_kv(c_kv: Tensor, w_uk: Tensor, w_uv: Tensor) -> tuple[Tensor, Tensor]:
+    """mla.decompress_kv: (k_nope [N, h, d_nope], v [N, h, d_v])."""
+    from .dsa import decompress_kv as run
+
+    return run(c_kv, w_uk, w_uv)
+
+
+@decompress_kv.register_fake
+def _decompress_kv_fake(c_kv, w_uk, w_uv):
+    od = _out_dtype(c_kv)
+    return (c_kv.new_empty((c_kv.shape[0], w_uk.shape[0], w_uk.shape[1]), dtype=od),
+            c_kv.new_empty((c_kv.shape[0], w_uv.shape[0], w_uv.shape[1]), dtype=od))
+
+
 def registered() -> list[str]:
     """The names of the ops this module registers (torch.ops.mla.<name>)."""
     return ["decode", "decode_out", "sparse_decode", "sparse_prefill", "append_kv",
-            "topk_indices"]
+            "topk_indices", "read_kv", "merge_attn_partials", "append_indexer_keys",
+            "quantize_indexer_query", "indexer_logits_decode", "indexer_logits_prefill",
+            "mha_prefill", "decompress_kv"]
 
 
 _call.torch_module()  # mla's dtype maps, and mark torch as seen

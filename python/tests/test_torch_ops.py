@@ -101,3 +101,47 @@ def test_compile_fullgraph_flash_mla_compat(rng):
     w_out, w_lse = step(q, cache, bt, sl)
     assert torch.equal(out, w_out) and torch.equal(lse, w_lse)
     assert torch.isposinf(lse[1]).all()
+
+
+def test_opcheck_the_other_ops(rng):
+    # Each op on small CPU inputs: schema, fake shapes/dtypes vs the real run, mutations.
+    g = torch.Generator().manual_seed(0)
+    f32 = dict(dtype=torch.float32)
+    ops = torch.ops.mla
+    cache = torch.zeros(4, 16, 1, 576, dtype=torch.bfloat16)
+    slots = torch.tensor([3, 17, -1, 40], dtype=torch.int64)
+    c_kv, k_rope = torch.randn(4, 512, generator=g), torch.randn(4, 64, generator=g)
+    torch.library.opcheck(ops.append_kv.default, (c_kv, k_rope, slots, cache, -1))
+    torch.library.opcheck(ops.read_kv.default, (cache, slots[:2], -1))
+    torch.library.opcheck(ops.merge_attn_partials.default,
+                          (torch.randn(3, 5, 512, generator=g), torch.randn(3, 5, generator=g)))
+    icache = torch.zeros(2, 8448, dtype=torch.uint8)
+    torch.library.opcheck(ops.append_indexer_keys.default,
+                          (torch.randn(3, 128, generator=g), torch.tensor([0, 5, 70]), icache))
+    q = torch.randn(2, 1, 64, 128, generator=g)
+    w = torch.randn(2, 1, 64, generator=g)
+    torch.library.opcheck(ops.quantize_indexer_query.default, (q, w))
+    q8, wf = ops.quantize_indexer_query(q, w)
+    bt = torch.tensor([[0], [1]], dtype=torch.int32)
+    # fp8 inputs: torch's schema check cannot compare e4m3 tensors on the CPU, so only
+    # the fake-vs-real check runs for these two.
+    fake_only = ("test_faketensor",)
+    torch.library.opcheck(ops.indexer_logits_decode.default,
+                          (q8, wf, icache, bt, torch.tensor([10, 64], dtype=torch.int32), 64),
+                          test_utils=fake_only)
+    k8 = torch.randn(9, 128, generator=g).to(torch.float8_e4m3fn)
+    torch.library.opcheck(ops.indexer_logits_prefill.default,
+                          (q8[:, 0], wf[:, 0], k8, torch.ones(9), torch.tensor([0, 2], dtype=torch.int32),
+                           torch.tensor([5, 9], dtype=torch.int32)), test_utils=fake_only)
+    logits = torch.randn(2, 100, generator=g)
+    torch.library.opcheck(ops.topk_indices.default, (logits, 64))
+    torch.library.opcheck(ops.sparse_prefill.default,
+                          (torch.randn(3, 16, 576, generator=g).to(torch.bfloat16),
+                           torch.randn(9, 576, generator=g).to(torch.bfloat16),
+                           torch.tensor([[0, 1, -1, 8]] * 3, dtype=torch.int32), 0.1))
+    w_uk, w_uv = torch.randn(2, 16, 32, generator=g), torch.randn(2, 16, 32, generator=g)
+    ckv = torch.randn(6, 32, generator=g)
+    torch.library.opcheck(ops.decompress_kv.default, (ckv, w_uk, w_uv))
+    kn, v = ops.decompress_kv(ckv, w_uk, w_uv)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    torch.library.opcheck(ops.mha_prefill.default, (kn, kn, v, cu, cu, 0.3, True))
