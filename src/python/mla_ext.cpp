@@ -251,6 +251,20 @@ struct Keep {
   }
 };
 
+// x.name() with no arguments. PyObject_VectorcallMethod (CPython 3.9+) skips the
+// bound-method object, but joined the limited API only in 3.12: it is looked up
+// in the running interpreter at import, with the limited-API call as fallback.
+using VectorcallMethodFn = PyObject* (*)(PyObject*, PyObject* const*, size_t, PyObject*);
+VectorcallMethodFn g_vectorcall_method = nullptr;
+
+PyObject* call_method0(PyObject* x, PyObject* name) {
+  if (g_vectorcall_method != nullptr) {
+    PyObject* args[1] = {x};
+    return g_vectorcall_method(name, args, 1, nullptr);
+  }
+  return PyObject_CallMethodObjArgs(x, name, nullptr);
+}
+
 bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
   Ref dt(PyObject_GetAttr(x, g_names.dtype));
   if (!dt) return false;
@@ -259,7 +273,7 @@ bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
   Ref cuda(PyObject_GetAttr(x, g_names.is_cuda));
   if (!cuda) return false;
   if (cuda.p == Py_True) {
-    Ref dev(PyObject_CallMethodObjArgs(x, g_names.get_device, nullptr));
+    Ref dev(call_method0(x, g_names.get_device));
     if (!dev) return false;
     t->device_type = MLA_DEVICE_CUDA;
     t->device_id = int32_t(PyLong_AsLong(dev.p));
@@ -281,9 +295,9 @@ bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
   const int nd = int_tuple(shape.p, t->shape, MLA_MAX_DIMS, name, "shape");
   if (nd < 0) return false;
   t->ndim = nd;
-  Ref strides(PyObject_CallMethodObjArgs(x, g_names.stride, nullptr));
+  Ref strides(call_method0(x, g_names.stride));
   if (!strides || int_tuple(strides.p, t->strides, MLA_MAX_DIMS, name, "stride") < 0) return false;
-  Ref ptr(PyObject_CallMethodObjArgs(x, g_names.data_ptr, nullptr));
+  Ref ptr(call_method0(x, g_names.data_ptr));
   if (!ptr) return false;
   t->data = PyLong_AsVoidPtr(ptr.p);
   return !PyErr_Occurred();
@@ -1164,6 +1178,8 @@ bool intern_names() {
 
 PyMODINIT_FUNC PyInit__ext(void) {
   if (!intern_names()) return nullptr;
+  g_vectorcall_method =
+      reinterpret_cast<VectorcallMethodFn>(dlsym(RTLD_DEFAULT, "PyObject_VectorcallMethod"));
   for (int i = 0; i < kNumOps; ++i) {
     g_ops[i].spec = &kSpecs[i];
     g_ops[i].num_names = parse_names(kSpecs[i].args, g_ops[i].names);
