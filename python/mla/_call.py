@@ -343,20 +343,44 @@ def run(fn: str, like, stream, *args):
     return f(*args)
 
 
-def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = False):
+# Workspaces of eager torch calls on torch's current stream, one per (device, stream),
+# grown as needed: calls on one stream run in order, so they may share one buffer,
+# and a hot loop allocates nothing. Never used while the stream is being captured
+# into a CUDA graph (the graph then gets its own, from its pool).
+_STREAM_WORKSPACES: dict = {}
+
+
+def release_workspaces() -> None:
+    """Drops the workspaces mla keeps per CUDA stream (they are remade on demand)."""
+    _STREAM_WORKSPACES.clear()
+
+
+def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = False,
+                       current_stream: bool = False):
     """Runs `fn` (mla_decode, mla_sparse_decode, mla_sparse_prefill) with `args` (the
     inputs of its workspace-size function) and `workspace` (any byte buffer on like's
     device) or, when None, one allocated beside `like` (the size is asked once per
-    shape); with `grow`, a workspace too small is replaced too. Returns the
+    shape); with `grow`, a workspace too small is replaced too. `current_stream`:
+    `stream` is torch's current stream, whose kept workspace may serve. Returns the
     workspace used, or None."""
     f = getattr(ext(), fn + "_auto")
-    alloc = alloc_bytes if (workspace is None or grow) else None
     if framework_of(like) == "torch" and like.is_cuda:
         idx = like.get_device()
+        key = None
+        if workspace is None and current_stream and \
+                not _torch._C._cuda_isCurrentStreamCapturing():
+            key = (idx, stream)
+            workspace, grow = _STREAM_WORKSPACES.get(key), True
+        alloc = alloc_bytes if (workspace is None or grow) else None
         if _torch._C._cuda_getDevice() != idx:
             with _torch.cuda.device(idx):
-                return f(*args, workspace, stream, alloc)
-    return f(*args, workspace, stream, alloc)
+                used = f(*args, workspace, stream, alloc)
+        else:
+            used = f(*args, workspace, stream, alloc)
+        if key is not None and used is not None:
+            _STREAM_WORKSPACES[key] = used
+        return used
+    return f(*args, workspace, stream, alloc_bytes if (workspace is None or grow) else None)
 
 
 class Call:

@@ -59,7 +59,7 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_sparse_decode", q, st, workspace, q, kv,
                              kv_format_code(kv_format), indices, topk_length, softmax_scale, out,
-                             lse)
+                             lse, current_stream=stream is None)
     return out, lse
 
 
@@ -75,7 +75,7 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dty
     out, lse = _call.prefill_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_sparse_prefill", q, st, workspace, q, kv, indices,
-                             softmax_scale, out, lse)
+                             softmax_scale, out, lse, current_stream=stream is None)
     return out, lse
 
 

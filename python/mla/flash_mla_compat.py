@@ -196,7 +196,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     st = _call.stream_handle(q, None)
     ws = _call.run_with_workspace("mla_decode", q, st, meta.workspace if keep else None, q,
                                   k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
-                                  bool(causal), out, lse, invariant, grow=True)
+                                  bool(causal), out, lse, invariant, grow=True,
+                                  current_stream=not keep)
     if keep:
         meta.workspace, meta.have_initialized = ws, True
     return out, _neg_to_pos_inf(lse)

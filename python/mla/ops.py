@@ -111,7 +111,8 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
     s_q new tokens included). Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]
     f32, natural log); a query that sees no key gets out 0 and lse -inf.
     out's dtype defaults to q's (bf16 on CUDA). `workspace` (any byte buffer on
-    q's device) is allocated with q's framework when not given.
+    q's device) is allocated with q's framework when not given (torch CUDA on the
+    current stream: one per stream is kept, see mla.release_workspaces).
     """
     if _call.torch_compiling():
         from . import torch_ops
@@ -128,7 +129,7 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),
                              block_table, cache_seqlens, softmax_scale, bool(causal), out, lse,
-                             bool(batch_invariant))
+                             bool(batch_invariant), current_stream=stream is None)
     return out, lse
 
 

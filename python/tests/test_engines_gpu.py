@@ -170,3 +170,29 @@ def test_flashinfer_wrapper_on_torch_cuda(rng):
     n_out, n_lse = mla.mla_decode(q, cache, bt, sl, SCALE, False)
     assert torch.equal(out, n_out.view(3, h, 512))
     torch.testing.assert_close(lse * np.log(2.0), n_lse[:, :, 0], rtol=1e-6, atol=0)
+
+
+def test_eager_workspace_is_kept_per_stream_not_in_graphs(rng):
+    import torch
+    from mla import _call
+
+    q, cache, bt, sl = problem(rng, 2, 128, [4096, 4096])
+    mla.release_workspaces()
+    want, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    kept = dict(_call._STREAM_WORKSPACES)
+    assert len(kept) == 1
+    ws = next(iter(kept.values()))
+    again, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    assert next(iter(_call._STREAM_WORKSPACES.values())) is ws and torch.equal(again, want)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        other, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    torch.cuda.current_stream().wait_stream(side)
+    assert len(_call._STREAM_WORKSPACES) == 2 and torch.equal(other, want)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+    assert len(_call._STREAM_WORKSPACES) == 2  # the capture made its own workspace
+    g.replay()
+    assert torch.equal(out, want)
