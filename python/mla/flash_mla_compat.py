@@ -129,20 +129,19 @@ def _xp(x):
 def _invalid_to_minus_one(indices, limit: int, topk_length=None):
     """FlashMLA treats -1, anything >= the number of keys, and (with topk_length)
     entries at or past topk_length[row] as 'no token'; mla's native API wants -1
-    only (and rejects the rest as out of range)."""
+    only (it rejects the rest as out of range, other negatives included)."""
     xp = _xp(indices)
-    ok = (indices >= 0) & (indices < limit)
+    torch_like = xp.__name__ == "torch"
+    past = indices >= limit
     if topk_length is not None:
         k = indices.shape[-1]
-        if xp.__name__ == "torch":
-            pos = xp.arange(k, device=indices.device)
-        else:
-            pos = xp.arange(k)
-        ok = ok & (pos < topk_length.reshape(tuple(topk_length.shape) + (1,) *
-                                              (len(indices.shape) - len(topk_length.shape))))
-    if xp.__name__ == "torch":
-        return xp.where(ok, indices, -1).to(xp.int32).contiguous()
-    return xp.ascontiguousarray(xp.where(ok, indices, -1).astype(xp.int32))
+        pos = xp.arange(k, device=indices.device) if torch_like else xp.arange(k)
+        lim = topk_length.reshape(tuple(topk_length.shape) +
+                                  (1,) * (len(indices.shape) - len(topk_length.shape)))
+        past = past | (pos >= lim)
+    if torch_like:
+        return indices.masked_fill(past, -1).to(xp.int32).contiguous()
+    return xp.ascontiguousarray(xp.where(past, -1, indices).astype(xp.int32))
 
 
 def _unsupported(**given):
