@@ -196,3 +196,9 @@ def test_eager_workspace_is_kept_per_stream_not_in_graphs(rng):
     assert len(_call._STREAM_WORKSPACES) == 2  # the capture made its own workspace
     g.replay()
     assert torch.equal(out, want)
+
+
+def test_is_supported_on_the_gpu_machine():
+    r = mla.is_supported()
+    assert r, r.reasons  # an H200 with a CUDA build: every family
+    assert mla.is_supported("cuda:0", "decode") is True
