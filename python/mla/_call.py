@@ -366,17 +366,19 @@ def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = Fal
     f = getattr(ext(), fn + "_auto")
     if framework_of(like) == "torch" and like.is_cuda:
         idx = like.get_device()
+        here = _torch._C._cuda_getDevice() == idx
         key = None
-        if workspace is None and current_stream and \
+        # (the capture test reads the current device's current stream: `stream` when here)
+        if workspace is None and current_stream and here and \
                 not _torch._C._cuda_isCurrentStreamCapturing():
             key = (idx, stream)
             workspace, grow = _STREAM_WORKSPACES.get(key), True
         alloc = alloc_bytes if (workspace is None or grow) else None
-        if _torch._C._cuda_getDevice() != idx:
+        if here:
+            used = f(*args, workspace, stream, alloc)
+        else:
             with _torch.cuda.device(idx):
                 used = f(*args, workspace, stream, alloc)
-        else:
-            used = f(*args, workspace, stream, alloc)
         if key is not None and used is not None:
             _STREAM_WORKSPACES[key] = used
         return used
