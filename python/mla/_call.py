@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import importlib.machinery
 import importlib.util
+import sys
 import threading
 
 from . import errors
@@ -87,7 +88,6 @@ _DTYPE_BY_NAME = {"float32": "f32", "float64": "f64", "bfloat16": "bf16", "float
 _NUMPY_NAMES = {"f32": "float32", "f64": "float64", "f16": "float16", "u8": "uint8",
                 "i32": "int32", "i64": "int64"}
 _torch = None  # the torch module, once a torch tensor has been seen
-_is_compiling = None  # torch.compiler.is_compiling (torch >= 2.3), once torch is seen
 _TORCH_DTYPES: dict = {}  # our name -> torch dtype
 _TORCH_NAMES: dict = {}  # torch dtype -> our name
 _TORCH_FLOAT_OUT: dict = {}  # q dtype whose out keeps it -> the lse dtype beside it
@@ -95,7 +95,7 @@ _TORCH_FLOAT_OUT: dict = {}  # q dtype whose out keeps it -> the lse dtype besid
 
 def torch_module():
     """The torch module (imported on first use; its dtypes are mapped then)."""
-    global _torch, _is_compiling
+    global _torch
     if _torch is None:
         import torch
 
@@ -106,7 +106,6 @@ def torch_module():
         _TORCH_NAMES.update({v: k for k, v in names.items()})
         _TORCH_FLOAT_OUT.update({torch.bfloat16: torch.float32, torch.float32: torch.float32,
                                  torch.float64: torch.float64})
-        _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
         _torch = torch
         try:  # torch.ops.mla.*, for torch.compile (torch >= 2.4 has torch.library.custom_op)
             from . import torch_ops  # noqa: F401
@@ -117,8 +116,16 @@ def torch_module():
 
 def torch_compiling() -> bool:
     """True while torch.compile (Dynamo) traces the caller: the ops then go through
-    the torch.library custom ops (mla.torch_ops), which a graph can hold."""
-    return _is_compiling is not None and _is_compiling()
+    the torch.library custom ops (mla.torch_ops), which a graph can hold. torch is
+    looked up in sys.modules: it may have been imported after mla (mla never
+    imports it here)."""
+    # No module state is read here: Dynamo guards on what a trace reads, and the
+    # first trace may import mla.torch_ops (which sets that state) mid-way.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
 
 
 def dtype_name(x) -> str:

@@ -145,3 +145,28 @@ def test_opcheck_the_other_ops(rng):
     kn, v = ops.decompress_kv(ckv, w_uk, w_uv)
     cu = torch.tensor([0, 2, 6], dtype=torch.int32)
     torch.library.opcheck(ops.mha_prefill.default, (kn, kn, v, cu, cu, 0.3, True))
+
+
+def test_compile_in_a_fresh_process_where_torch_came_after_mla():
+    # The first thing mla sees of torch is Dynamo tracing it (no eager call before,
+    # mla.torch_ops not imported yet): the trace must still route to the custom op.
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import mla, torch
+q = torch.randn(1, 1, 16, 576).to(torch.bfloat16)
+cache = torch.randn(2, 16, 1, 576).to(torch.bfloat16)
+bt = torch.tensor([[0, 1]], dtype=torch.int32)
+sl = torch.tensor([20], dtype=torch.int32)
+f = torch.compile(lambda q, c, b, s: mla.mla_decode(q, c, b, s, 0.1, True), fullgraph=True,
+                  backend="aot_eager")
+o, l = f(q, cache, bt, sl)
+w, wl = mla.mla_decode(q, cache, bt, sl, 0.1, True)
+print("same", torch.equal(o, w) and torch.equal(l, wl))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "same True" in r.stdout
