@@ -23,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
+from pathlib import Path
 
 from . import errors
 from ._lib import DTYPE_CODES, KV_FORMATS, MAX_DIMS, MlaTensor, lib
@@ -52,6 +53,46 @@ def _load_ext():
         spec.loader.exec_module(mod)
     mod.bind(L._dll._handle, dict(errors.BY_CODE), errors.MlaError)
     return mod
+
+
+_torch_ext_module = None  # mla._torch_ext once loaded; False: none for this torch
+
+
+def _load_torch_ext():
+    """mla._torch_ext built for the running torch (scripts/build_torch_ext.sh), from the
+    package directory or beside libmla.so; None when there is none, or it was built
+    for another torch major.minor (its C++ ABI would not match)."""
+    L = lib()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    here = Path(__file__).resolve().parent
+    for path in (here / f"_torch_ext{suffix}", L.path.parent / f"_torch_ext{suffix}"):
+        if not path.is_file():
+            continue
+        try:
+            loader = importlib.machinery.ExtensionFileLoader("mla._torch_ext", str(path))
+            spec = importlib.util.spec_from_file_location("mla._torch_ext", path,
+                                                          loader=loader)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        except ImportError:
+            return None
+        built = mod.TORCH_VERSION.split(".")[:2]
+        if built != _torch.__version__.split(".")[:2]:
+            return None
+        mod.bind(L._dll._handle, dict(errors.BY_CODE), errors.MlaError)
+        return mod
+    return None
+
+
+def torch_ext_for(q):
+    """mla._torch_ext when q is a torch CUDA tensor and the module exists for this
+    torch, else None."""
+    global _torch_ext_module
+    if framework_of(q) != "torch" or not q.is_cuda:
+        return None
+    if _torch_ext_module is None:
+        _torch_ext_module = _load_torch_ext() or False
+    return _torch_ext_module or None
 
 
 def ext():
@@ -360,6 +401,8 @@ _STREAM_WORKSPACES: dict = {}
 def release_workspaces() -> None:
     """Drops the workspaces mla keeps per CUDA stream (they are remade on demand)."""
     _STREAM_WORKSPACES.clear()
+    if _torch_ext_module:
+        _torch_ext_module.release_workspaces()
 
 
 def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = False,

@@ -125,6 +125,12 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
         torch_ops.decode_out(q, kv, block_table, cache_seqlens, softmax_scale, bool(causal),
                              kv_format_code(kv_format), bool(batch_invariant), out, lse)
         return out, lse
+    if out is None and lse is None and out_dtype is None and workspace is None and \
+            stream is None:
+        fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
+        if fast is not None:
+            return fast.decode(q, kv, kv_format_code(kv_format), block_table, cache_seqlens,
+                               softmax_scale, causal, batch_invariant, False)
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),

@@ -41,8 +41,15 @@ def _callers(torch, q, cache, bt, sl, with_flashmla: bool):
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     n = mla.decode_workspace_size(q, cache, bt, sl, SCALE, True, out=out, lse=lse)
     ws = torch.empty(max(n, 1), dtype=torch.uint8, device=q.device)
+    from mla import _call
+
+    fast = _call.torch_ext_for(q) is not None
     c = {
-        "mla.mla_decode": lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True),
+        "mla.mla_decode" + (" [mla._torch_ext]" if fast else " [mla._ext]"):
+            lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True),
+        # out_dtype given: the generic path (mla._ext), for comparison
+        "mla.mla_decode(out_dtype=bf16) [mla._ext]":
+            lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True, out_dtype="bf16"),
         "mla.mla_decode(out, lse, workspace given)":
             lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True, out=out, lse=lse, workspace=ws),
     }

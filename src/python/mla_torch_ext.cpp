@@ -1,0 +1,333 @@
+// mla._torch_ext: the eager hot path of a decode on torch CUDA tensors, in C++.
+//
+// mla._ext reads a torch tensor through Python attributes (five per tensor); on a
+// decode call that is most of the host cost. Built against one torch version
+// (scripts/build_torch_ext.sh, beside libmla.so), this module reads at::Tensor
+// directly, allocates out / lse with at::empty, takes the current CUDA stream from
+// c10, keeps one workspace per (device, stream) outside graph capture, and calls
+// the C ABI: the same checks, in one C++ pass. mla/_call.py uses it when it was
+// built for the running torch's major.minor, and mla._ext otherwise.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/nan_to_num.h>
+#include <Python.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <dlfcn.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "mla/c_api.h"
+
+namespace {
+
+using DecodeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
+                             const mla_tensor*, float, int32_t, const mla_tensor*,
+                             const mla_tensor*, int32_t, void*, size_t, void*);
+using DecodeSizeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
+                                 const mla_tensor*, float, int32_t, const mla_tensor*,
+                                 const mla_tensor*, int32_t, size_t*);
+using LastErrorFn = const char* (*)();
+
+DecodeFn g_decode = nullptr;
+DecodeSizeFn g_decode_size = nullptr;
+LastErrorFn g_last_error = nullptr;
+PyObject* g_errors[128] = {};
+PyObject* g_base_error = nullptr;
+
+void raise_code(int code, const char* msg) {
+  PyObject* cls = (code >= 0 && code < 128 && g_errors[code]) ? g_errors[code] : g_base_error;
+  PyErr_SetString(cls ? cls : PyExc_RuntimeError, msg);
+}
+
+// at::ScalarType -> MLA_DTYPE_*, or -1.
+int32_t dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MLA_DTYPE_F32;
+    case at::kDouble: return MLA_DTYPE_F64;
+    case at::kBFloat16: return MLA_DTYPE_BF16;
+    case at::kHalf: return MLA_DTYPE_F16;
+    case at::kFloat8_e4m3fn: return MLA_DTYPE_E4M3;
+    case at::kByte: return MLA_DTYPE_U8;
+    case at::kInt: return MLA_DTYPE_I32;
+    case at::kLong: return MLA_DTYPE_I64;
+    default: return -1;
+  }
+}
+
+// Shape, strides and data pointer of t (ndim <= MLA_MAX_DIMS) into *out.
+void fill_layout(const at::Tensor& t, mla_tensor* out) {
+  const int64_t nd = t.dim();
+  out->ndim = int32_t(nd);
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  for (int64_t i = 0; i < nd; ++i) {
+    out->shape[i] = sizes[i];
+    out->strides[i] = strides[i];
+  }
+  out->data = t.numel() == 0 ? nullptr : const_cast<void*>(t.const_data_ptr());
+}
+
+// An output this module allocated (a CUDA tensor of a supported dtype).
+void fill(const at::Tensor& t, mla_tensor* out) {
+  out->dtype = dtype_code(t.scalar_type());
+  out->device_type = MLA_DEVICE_CUDA;
+  out->device_id = t.device().index();
+  fill_layout(t, out);
+}
+
+// A tensor argument -> *out; false with a Python error naming it.
+bool view(PyObject* obj, const char* name, const at::Tensor** keep, mla_tensor* out) {
+  if (!THPVariable_Check(obj)) {
+    PyErr_Format(
+        g_errors[MLA_ERR_INVALID_DTYPE] ? g_errors[MLA_ERR_INVALID_DTYPE] : PyExc_TypeError,
+        "%s: a torch tensor is expected here (got %s)", name, Py_TYPE(obj)->tp_name);
+    return false;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  *keep = &t;
+  const int64_t nd = t.dim();
+  if (nd > MLA_MAX_DIMS) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "%s: ndim = %lld is more than mla's %d", name, (long long)nd,
+                  MLA_MAX_DIMS);
+    raise_code(MLA_ERR_INVALID_SHAPE, msg);
+    return false;
+  }
+  out->dtype = dtype_code(t.scalar_type());
+  if (out->dtype < 0) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "%s: dtype %s has no mla equivalent", name,
+                  c10::toString(t.scalar_type()));
+    raise_code(MLA_ERR_INVALID_DTYPE, msg);
+    return false;
+  }
+  const c10::Device d = t.device();
+  if (d.is_cuda()) {
+    out->device_type = MLA_DEVICE_CUDA;
+    out->device_id = d.index();
+  } else if (d.is_cpu()) {
+    out->device_type = MLA_DEVICE_CPU;
+    out->device_id = 0;
+  } else {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "%s: device %s is neither CPU nor CUDA", name, d.str().c_str());
+    raise_code(MLA_ERR_INVALID_DEVICE, msg);
+    return false;
+  }
+  fill_layout(t, out);
+  return true;
+}
+
+bool int_arg(PyObject* o, const char* name, long lo, long hi, long* v) {
+  if (!PyLong_Check(o)) {
+    PyErr_Format(
+        g_errors[MLA_ERR_INVALID_VALUE] ? g_errors[MLA_ERR_INVALID_VALUE] : PyExc_TypeError,
+        "%s: an int is expected", name);
+    return false;
+  }
+  int overflow = 0;
+  const long x = PyLong_AsLongAndOverflow(o, &overflow);
+  if (overflow || x < lo || x > hi) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "%s does not fit in [%ld, %ld]", name, lo, hi);
+    raise_code(MLA_ERR_OUT_OF_RANGE, msg);
+    return false;
+  }
+  *v = x;
+  return true;
+}
+
+// Workspace bytes per argument metadata (shapes, dtypes, devices, scalars): the size
+// function is pure in them, so a decode loop asks once per shape.
+struct Key {
+  std::array<int64_t, 48> v{};
+  bool operator<(const Key& o) const { return v < o.v; }
+};
+std::map<Key, size_t> g_sizes;
+// One workspace per (device, stream) for calls outside graph capture.
+std::map<std::pair<int, cudaStream_t>, at::Tensor> g_workspaces;
+
+void add_key(Key& k, int& n, const mla_tensor& t) {
+  k.v[n++] = (int64_t(t.dtype) << 40) | (int64_t(t.device_id) << 8) | t.ndim;
+  for (int i = 0; i < t.ndim; ++i) k.v[n++] = t.shape[i];
+}
+
+// An owned Python reference.
+struct Ref {
+  PyObject* p = nullptr;
+  ~Ref() { Py_XDECREF(p); }
+  PyObject* release() { return std::exchange(p, nullptr); }
+};
+
+// The workspace of one call: the kept one of (device, stream) outside graph capture
+// (grown when too small), else a new one from the graph's pool.
+at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need) {
+  auto alloc = [&] { return at::empty({int64_t(need)}, q.options().dtype(at::kByte)); };
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+    return alloc();
+  at::Tensor& kept = g_workspaces[{int(q.device().index()), stream}];
+  if (!kept.defined() || size_t(kept.numel()) < need) kept = alloc();
+  return kept;
+}
+
+// decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
+//        batch_invariant, lse_pos_inf) -> (out, lse)
+// kv_format -1: from kv's dtype. lse_pos_inf: FlashMLA's +inf for a query with no key.
+PyObject* decode_impl(PyObject* const* args) {
+  mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
+  const at::Tensor *tq, *tkv, *tbt, *tsl;
+  if (!view(args[0], "q", &tq, &q) || !view(args[1], "kv", &tkv, &kv) ||
+      !view(args[3], "block_table", &tbt, &bt) || !view(args[4], "cache_seqlens", &tsl, &sl))
+    return nullptr;
+  long fmt = 0;
+  if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
+  if (fmt == -1) fmt = (kv.dtype == MLA_DTYPE_U8 || kv.dtype == MLA_DTYPE_E4M3) ? 1 : 0;
+  if (fmt == MLA_KV_FP8_DS_MLA && kv.dtype == MLA_DTYPE_E4M3) kv.dtype = MLA_DTYPE_U8;
+  const double scale = PyFloat_AsDouble(args[5]);
+  if (scale == -1.0 && PyErr_Occurred()) return nullptr;
+  const int causal = PyObject_IsTrue(args[6]);
+  const int invariant = PyObject_IsTrue(args[7]);
+  const int pos_inf = PyObject_IsTrue(args[8]);
+  if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
+  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
+                  q.ndim);
+    raise_code(MLA_ERR_INVALID_SHAPE, msg);
+    return nullptr;
+  }
+  // Outputs: out in q's dtype when floating (bf16/f32/f64), lse f32 (f64 beside f64).
+  const at::ScalarType qt = tq->scalar_type();
+  const at::ScalarType ot =
+      (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
+  const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
+  const c10::cuda::CUDAGuard guard(tq->device());
+  const auto opts = tq->options();
+  at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
+  at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
+  fill(out, &out_t);
+  fill(lse, &lse_t);
+  // Workspace size: remembered per argument metadata.
+  Key key;
+  int n = 0;
+  for (const mla_tensor* t : {&q, &kv, &bt, &sl}) add_key(key, n, *t);
+  key.v[n++] = (fmt << 4) | (causal << 1) | invariant;
+  size_t need = 0;
+  auto it = g_sizes.find(key);
+  if (it != g_sizes.end()) {
+    need = it->second;
+  } else {
+    const int32_t st = g_decode_size(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t,
+                                     &lse_t, invariant, &need);
+    if (st != MLA_OK) {
+      raise_code(st, g_last_error());
+      return nullptr;
+    }
+    if (g_sizes.size() > 4096) g_sizes.clear();
+    g_sizes.emplace(key, need);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq->device().index()).stream();
+  at::Tensor ws;
+  if (need > 0) ws = workspace_for(*tq, stream, need);
+  const int32_t st = g_decode(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
+                              invariant, ws.defined() ? ws.data_ptr() : nullptr, need, stream);
+  if (st != MLA_OK) {
+    raise_code(st, g_last_error());
+    return nullptr;
+  }
+  if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);  // one kernel: -inf -> +inf
+  Ref o, l;
+  o.p = THPVariable_Wrap(std::move(out));
+  l.p = THPVariable_Wrap(std::move(lse));
+  if (!o.p || !l.p) return nullptr;
+  return PyTuple_Pack(2, o.p, l.p);
+}
+
+PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 9) {
+    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments");
+    return nullptr;
+  }
+  if (g_decode == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "mla._torch_ext: bind() was not called");
+    return nullptr;
+  }
+  try {
+    return decode_impl(args);
+  } catch (const std::exception& e) {  // torch's own errors (c10::Error): out of memory...
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// bind(dlopen_handle, errors_by_code, base_error)
+PyObject* bind(PyObject*, PyObject* args) {
+  unsigned long long handle = 0;
+  PyObject* by_code = nullptr;
+  PyObject* base = nullptr;
+  if (!PyArg_ParseTuple(args, "KO!O", &handle, &PyDict_Type, &by_code, &base)) return nullptr;
+  void* h = reinterpret_cast<void*>(uintptr_t(handle));
+  g_decode = reinterpret_cast<DecodeFn>(dlsym(h, "mla_decode"));
+  g_decode_size = reinterpret_cast<DecodeSizeFn>(dlsym(h, "mla_decode_workspace_size"));
+  g_last_error = reinterpret_cast<LastErrorFn>(dlsym(h, "mla_last_error_message"));
+  if (!g_decode || !g_decode_size || !g_last_error) {
+    PyErr_SetString(PyExc_ImportError, "mla._torch_ext: the C ABI is missing from the library");
+    return nullptr;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(by_code, &pos, &key, &value)) {
+    const long code = PyLong_AsLong(key);
+    if (code < 0 || code >= 128) continue;
+    Py_INCREF(value);
+    Py_XDECREF(g_errors[code]);
+    g_errors[code] = value;
+  }
+  PyErr_Clear();
+  Py_INCREF(base);
+  Py_XDECREF(g_base_error);
+  g_base_error = base;
+  Py_RETURN_NONE;
+}
+
+// release_workspaces(): drops the kept workspaces.
+PyObject* release(PyObject*, PyObject*) {
+  g_workspaces.clear();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_methods[] = {
+    {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&decode)), METH_FASTCALL,
+     "decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, "
+     "batch_invariant, lse_pos_inf) -> (out, lse)"},
+    {"bind", bind, METH_VARARGS, "bind(dlopen_handle, errors_by_code, base_error)"},
+    {"release_workspaces", release, METH_NOARGS, "drops the kept workspaces"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
+                        "_torch_ext",
+                        "The torch CUDA decode hot path of mla (see mla/_call.py).",
+                        -1,
+                        g_methods,
+                        nullptr,
+                        nullptr,
+                        nullptr,
+                        nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__torch_ext(void) {
+  PyObject* m = PyModule_Create(&g_module);
+  if (m == nullptr) return nullptr;
+  PyModule_AddStringConstant(m, "TORCH_VERSION", TORCH_VERSION);
+  return m;
+}
