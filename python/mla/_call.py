@@ -405,6 +405,14 @@ def release_workspaces() -> None:
         _torch_ext_module.release_workspaces()
 
 
+def kept_workspaces() -> dict:
+    """{(device, stream): workspace} that mla keeps now (tests, memory accounting)."""
+    kept = dict(_STREAM_WORKSPACES)
+    if _torch_ext_module:
+        kept.update(_torch_ext_module.kept_workspaces())
+    return kept
+
+
 def run_with_workspace(fn: str, like, stream, workspace, *args, grow: bool = False,
                        current_stream: bool = False):
     """Runs `fn` (mla_decode, mla_sparse_decode, mla_sparse_prefill) with `args` (the

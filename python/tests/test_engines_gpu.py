@@ -179,21 +179,22 @@ def test_eager_workspace_is_kept_per_stream_not_in_graphs(rng):
     q, cache, bt, sl = problem(rng, 2, 128, [4096, 4096])
     mla.release_workspaces()
     want, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
-    kept = dict(_call._STREAM_WORKSPACES)
+    kept = _call.kept_workspaces()
     assert len(kept) == 1
-    ws = next(iter(kept.values()))
+    ptr = next(iter(kept.values())).data_ptr()
     again, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
-    assert next(iter(_call._STREAM_WORKSPACES.values())) is ws and torch.equal(again, want)
+    assert next(iter(_call.kept_workspaces().values())).data_ptr() == ptr
+    assert torch.equal(again, want)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         other, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
     torch.cuda.current_stream().wait_stream(side)
-    assert len(_call._STREAM_WORKSPACES) == 2 and torch.equal(other, want)
+    assert len(_call.kept_workspaces()) == 2 and torch.equal(other, want)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out, _ = mla.mla_decode(q, cache, bt, sl, SCALE, True)
-    assert len(_call._STREAM_WORKSPACES) == 2  # the capture made its own workspace
+    assert len(_call.kept_workspaces()) == 2  # the capture made its own workspace
     g.replay()
     assert torch.equal(out, want)
 

@@ -299,6 +299,20 @@ PyObject* bind(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// kept_workspaces() -> {(device, stream): tensor}
+PyObject* kept(PyObject*, PyObject*) {
+  Ref d;
+  d.p = PyDict_New();
+  if (!d.p) return nullptr;
+  for (const auto& [k, t] : g_workspaces) {
+    Ref key, value;
+    key.p = Py_BuildValue("(iK)", k.first, (unsigned long long)uintptr_t(k.second));
+    value.p = THPVariable_Wrap(t);
+    if (!key.p || !value.p || PyDict_SetItem(d.p, key.p, value.p) < 0) return nullptr;
+  }
+  return d.release();
+}
+
 // release_workspaces(): drops the kept workspaces.
 PyObject* release(PyObject*, PyObject*) {
   g_workspaces.clear();
@@ -311,6 +325,7 @@ PyMethodDef g_methods[] = {
      "batch_invariant, lse_pos_inf) -> (out, lse)"},
     {"bind", bind, METH_VARARGS, "bind(dlopen_handle, errors_by_code, base_error)"},
     {"release_workspaces", release, METH_NOARGS, "drops the kept workspaces"},
+    {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
