@@ -193,8 +193,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         return out, _neg_to_pos_inf(lse)
     fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
     if fast is not None:
-        return fast.decode(q, k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
-                           causal, invariant, True)
+        res = fast.decode(q, k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
+                          causal, invariant, True)
+        if res is not NotImplemented:  # (an argument of another framework)
+            return res
     out, lse = _call.decode_outputs(q, None, None, None)
     st = _call.stream_handle(q, None)
     ws = _call.run_with_workspace("mla_decode", q, st, meta.workspace if keep else None, q,

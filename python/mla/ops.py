@@ -129,8 +129,10 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
             stream is None:
         fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
         if fast is not None:
-            return fast.decode(q, kv, kv_format_code(kv_format), block_table, cache_seqlens,
-                               softmax_scale, causal, batch_invariant, False)
+            res = fast.decode(q, kv, kv_format_code(kv_format), block_table, cache_seqlens,
+                              softmax_scale, causal, batch_invariant, False)
+            if res is not NotImplemented:  # (an argument of another framework)
+                return res
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),

@@ -179,9 +179,14 @@ at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need) 
 }
 
 // decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
-//        batch_invariant, lse_pos_inf) -> (out, lse)
-// kv_format -1: from kv's dtype. lse_pos_inf: FlashMLA's +inf for a query with no key.
+//        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
+// argument is not a torch tensor. kv_format -1: from kv's dtype. lse_pos_inf:
+// FlashMLA's +inf for a query with no key.
 PyObject* decode_impl(PyObject* const* args) {
+  // Arrays of other frameworks among the arguments: the caller's generic path
+  // (mla._ext) reads them and names what is wrong.
+  for (int i : {0, 1, 3, 4})
+    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
   mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
   const at::Tensor *tq, *tkv, *tbt, *tsl;
   if (!view(args[0], "q", &tq, &q) || !view(args[1], "kv", &tkv, &kv) ||
