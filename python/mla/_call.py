@@ -62,7 +62,10 @@ def _load_torch_ext():
     """mla._torch_ext built for the running torch (scripts/build_torch_ext.sh), from the
     package directory or beside libmla.so; None when there is none, or it was built
     for another torch major.minor (its C++ ABI would not match)."""
-    L = lib()
+    try:
+        L = lib()
+    except errors.LibraryNotFoundError:
+        return None  # (every array call will say so)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     here = Path(__file__).resolve().parent
     for path in (here / f"_torch_ext{suffix}", L.path.parent / f"_torch_ext{suffix}"):
@@ -148,10 +151,13 @@ def torch_module():
         _TORCH_FLOAT_OUT.update({torch.bfloat16: torch.float32, torch.float32: torch.float32,
                                  torch.float64: torch.float64})
         _torch = torch
-        try:  # torch.ops.mla.*, for torch.compile (torch >= 2.4 has torch.library.custom_op)
+        try:  # torch.ops.mla.*, for torch.compile
             from . import torch_ops  # noqa: F401
         except (ImportError, AttributeError):
             pass
+        global _torch_ext_module
+        if _torch_ext_module is None:  # also registers torch.ops.mla.decode's CUDA kernel
+            _torch_ext_module = _load_torch_ext() or False
     return _torch
 
 

@@ -16,12 +16,17 @@
 #include <c10/cuda/CUDAStream.h>
 #include <dlfcn.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/library.h>
 #include <torch/version.h>
 
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "mla/c_api.h"
@@ -83,32 +88,32 @@ void fill(const at::Tensor& t, mla_tensor* out) {
   fill_layout(t, out);
 }
 
-// A tensor argument -> *out; false with a Python error naming it.
-bool view(PyObject* obj, const char* name, const at::Tensor** keep, mla_tensor* out) {
-  if (!THPVariable_Check(obj)) {
-    PyErr_Format(
-        g_errors[MLA_ERR_INVALID_DTYPE] ? g_errors[MLA_ERR_INVALID_DTYPE] : PyExc_TypeError,
-        "%s: a torch tensor is expected here (got %s)", name, Py_TYPE(obj)->tp_name);
-    return false;
-  }
-  const at::Tensor& t = THPVariable_Unpack(obj);
-  *keep = &t;
+// A failed check or C ABI status: the mla.errors class of `code` in Python.
+struct MlaFailure {
+  int code;
+  std::string message;
+};
+
+[[noreturn]] void fail(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void fail(int code, const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  throw MlaFailure{code, msg};
+}
+
+// A tensor argument -> *out, or MlaFailure naming it.
+void view(const at::Tensor& t, const char* name, mla_tensor* out) {
   const int64_t nd = t.dim();
-  if (nd > MLA_MAX_DIMS) {
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "%s: ndim = %lld is more than mla's %d", name, (long long)nd,
-                  MLA_MAX_DIMS);
-    raise_code(MLA_ERR_INVALID_SHAPE, msg);
-    return false;
-  }
+  if (nd > MLA_MAX_DIMS)
+    fail(MLA_ERR_INVALID_SHAPE, "%s: ndim = %lld is more than mla's %d", name, (long long)nd,
+         MLA_MAX_DIMS);
   out->dtype = dtype_code(t.scalar_type());
-  if (out->dtype < 0) {
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "%s: dtype %s has no mla equivalent", name,
-                  c10::toString(t.scalar_type()));
-    raise_code(MLA_ERR_INVALID_DTYPE, msg);
-    return false;
-  }
+  if (out->dtype < 0)
+    fail(MLA_ERR_INVALID_DTYPE, "%s: dtype %s has no mla equivalent", name,
+         c10::toString(t.scalar_type()));
   const c10::Device d = t.device();
   if (d.is_cuda()) {
     out->device_type = MLA_DEVICE_CUDA;
@@ -117,13 +122,9 @@ bool view(PyObject* obj, const char* name, const at::Tensor** keep, mla_tensor* 
     out->device_type = MLA_DEVICE_CPU;
     out->device_id = 0;
   } else {
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "%s: device %s is neither CPU nor CUDA", name, d.str().c_str());
-    raise_code(MLA_ERR_INVALID_DEVICE, msg);
-    return false;
+    fail(MLA_ERR_INVALID_DEVICE, "%s: device %s is neither CPU nor CUDA", name, d.str().c_str());
   }
   fill_layout(t, out);
-  return true;
 }
 
 bool int_arg(PyObject* o, const char* name, long lo, long hi, long* v) {
@@ -154,6 +155,7 @@ struct Key {
 std::map<Key, size_t> g_sizes;
 // One workspace per (device, stream) for calls outside graph capture.
 std::map<std::pair<int, cudaStream_t>, at::Tensor> g_workspaces;
+std::mutex g_mutex;  // guards g_sizes and g_workspaces
 
 void add_key(Key& k, int& n, const mla_tensor& t) {
   k.v[n++] = (int64_t(t.dtype) << 40) | (int64_t(t.device_id) << 8) | t.ndim;
@@ -178,45 +180,34 @@ at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need) 
   return kept;
 }
 
-// decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
-//        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
-// argument is not a torch tensor. kv_format -1: from kv's dtype. lse_pos_inf:
-// FlashMLA's +inf for a query with no key.
-PyObject* decode_impl(PyObject* const* args) {
-  // Arrays of other frameworks among the arguments: the caller's generic path
-  // (mla._ext) reads them and names what is wrong.
-  for (int i : {0, 1, 3, 4})
-    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+// The decode of one call: outputs allocated, workspace sized (remembered) and
+// taken, the C ABI called on torch's current stream. kv_format -1: from kv's dtype;
+// pos_inf: FlashMLA's +inf lse for a query with no key. Throws MlaFailure.
+std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::Tensor& tkv,
+                                               const at::Tensor& tbt, const at::Tensor& tsl,
+                                               double scale, bool causal, int64_t fmt,
+                                               bool invariant, bool pos_inf) {
+  if (g_decode == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
-  const at::Tensor *tq, *tkv, *tbt, *tsl;
-  if (!view(args[0], "q", &tq, &q) || !view(args[1], "kv", &tkv, &kv) ||
-      !view(args[3], "block_table", &tbt, &bt) || !view(args[4], "cache_seqlens", &tsl, &sl))
-    return nullptr;
-  long fmt = 0;
-  if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
+  view(tq, "q", &q);
+  view(tkv, "kv", &kv);
+  view(tbt, "block_table", &bt);
+  view(tsl, "cache_seqlens", &sl);
+  if (fmt < INT32_MIN || fmt > INT32_MAX)
+    fail(MLA_ERR_OUT_OF_RANGE, "kv_format = %lld does not fit in int32", (long long)fmt);
   if (fmt == -1) fmt = (kv.dtype == MLA_DTYPE_U8 || kv.dtype == MLA_DTYPE_E4M3) ? 1 : 0;
   if (fmt == MLA_KV_FP8_DS_MLA && kv.dtype == MLA_DTYPE_E4M3) kv.dtype = MLA_DTYPE_U8;
-  const double scale = PyFloat_AsDouble(args[5]);
-  if (scale == -1.0 && PyErr_Occurred()) return nullptr;
-  const int causal = PyObject_IsTrue(args[6]);
-  const int invariant = PyObject_IsTrue(args[7]);
-  const int pos_inf = PyObject_IsTrue(args[8]);
-  if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
-  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA) {
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
-                  q.ndim);
-    raise_code(MLA_ERR_INVALID_SHAPE, msg);
-    return nullptr;
-  }
+  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA)
+    fail(MLA_ERR_INVALID_SHAPE, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
+         q.ndim);
   // Outputs: out in q's dtype when floating (bf16/f32/f64), lse f32 (f64 beside f64).
-  const at::ScalarType qt = tq->scalar_type();
+  const at::ScalarType qt = tq.scalar_type();
   const at::ScalarType ot =
       (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
   const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
-  const c10::cuda::CUDAGuard guard(tq->device());
-  const auto opts = tq->options();
+  const c10::cuda::CUDAGuard guard(tq.device());
+  const auto opts = tq.options();
   at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
   at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
   fill(out, &out_t);
@@ -225,31 +216,46 @@ PyObject* decode_impl(PyObject* const* args) {
   Key key;
   int n = 0;
   for (const mla_tensor* t : {&q, &kv, &bt, &sl}) add_key(key, n, *t);
-  key.v[n++] = (fmt << 4) | (causal << 1) | invariant;
+  key.v[n++] = (fmt << 4) | (int64_t(causal) << 1) | int64_t(invariant);
   size_t need = 0;
+  std::lock_guard<std::mutex> lock(g_mutex);  // the op path may run without the GIL
   auto it = g_sizes.find(key);
   if (it != g_sizes.end()) {
     need = it->second;
   } else {
     const int32_t st = g_decode_size(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t,
                                      &lse_t, invariant, &need);
-    if (st != MLA_OK) {
-      raise_code(st, g_last_error());
-      return nullptr;
-    }
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
     if (g_sizes.size() > 4096) g_sizes.clear();
     g_sizes.emplace(key, need);
   }
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq->device().index()).stream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
   at::Tensor ws;
-  if (need > 0) ws = workspace_for(*tq, stream, need);
+  if (need > 0) ws = workspace_for(tq, stream, need);
   const int32_t st = g_decode(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
                               invariant, ws.defined() ? ws.data_ptr() : nullptr, need, stream);
-  if (st != MLA_OK) {
-    raise_code(st, g_last_error());
-    return nullptr;
-  }
+  if (st != MLA_OK) fail(st, "%s", g_last_error());
   if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);  // one kernel: -inf -> +inf
+  return {std::move(out), std::move(lse)};
+}
+
+// decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
+//        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
+// argument is not a torch tensor (the caller's generic path then reads and names it).
+PyObject* decode_impl(PyObject* const* args) {
+  for (int i : {0, 1, 3, 4})
+    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  long fmt = 0;
+  if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
+  const double scale = PyFloat_AsDouble(args[5]);
+  if (scale == -1.0 && PyErr_Occurred()) return nullptr;
+  const int causal = PyObject_IsTrue(args[6]);
+  const int invariant = PyObject_IsTrue(args[7]);
+  const int pos_inf = PyObject_IsTrue(args[8]);
+  if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
+  auto [out, lse] = decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
+                                THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
+                                causal != 0, fmt, invariant != 0, pos_inf != 0);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -268,6 +274,9 @@ PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   try {
     return decode_impl(args);
+  } catch (const MlaFailure& f) {
+    raise_code(f.code, f.message.c_str());
+    return nullptr;
   } catch (const std::exception& e) {  // torch's own errors (c10::Error): out of memory...
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -309,6 +318,7 @@ PyObject* kept(PyObject*, PyObject*) {
   Ref d;
   d.p = PyDict_New();
   if (!d.p) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& [k, t] : g_workspaces) {
     Ref key, value;
     key.p = Py_BuildValue("(iK)", k.first, (unsigned long long)uintptr_t(k.second));
@@ -320,8 +330,29 @@ PyObject* kept(PyObject*, PyObject*) {
 
 // release_workspaces(): drops the kept workspaces.
 PyObject* release(PyObject*, PyObject*) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   g_workspaces.clear();
   Py_RETURN_NONE;
+}
+
+// torch.ops.mla.decode's CUDA kernel (the schema is defined by mla/torch_ops.py):
+// the dispatcher calls it directly, without the Python implementation. A failure is
+// a RuntimeError whose message starts with the mla error's name.
+std::tuple<at::Tensor, at::Tensor> decode_op(const at::Tensor& q, const at::Tensor& kv,
+                                             const at::Tensor& block_table,
+                                             const at::Tensor& cache_seqlens, double softmax_scale,
+                                             bool causal, int64_t kv_format, bool batch_invariant) {
+  try {
+    return decode_core(q, kv, block_table, cache_seqlens, softmax_scale, causal, kv_format,
+                       batch_invariant, false);
+  } catch (const MlaFailure& f) {
+    const char* name = f.code == MLA_ERR_INTERNAL ? "internal" : "mla";
+    TORCH_CHECK(false, name, " error ", f.code, ": ", f.message);
+  }
+}
+
+TORCH_LIBRARY_IMPL(mla, CUDA, m) {
+  m.impl("decode", &decode_op);
 }
 
 PyMethodDef g_methods[] = {
