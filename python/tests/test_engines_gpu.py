@@ -205,3 +205,18 @@ def test_is_supported_on_the_gpu_machine():
     r = mla.is_supported()
     assert r, r.reasons  # an H200 with a CUDA build: every family
     assert mla.is_supported("cuda:0", "decode") is True
+
+
+def test_torch_ext_is_used_when_built():
+    import importlib.machinery
+    import pathlib
+
+    import torch
+    from mla import _call
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    built = (pathlib.Path(mla.library_path()).parent / f"_torch_ext{suffix}").is_file()
+    if not built:
+        pytest.skip("mla._torch_ext not built (scripts/build_torch_ext.sh): generic path only")
+    assert _call.torch_ext_for(torch.zeros(1, device="cuda")) is not None
+    assert "CUDA" in torch._C._dispatch_dump("mla::decode")

@@ -170,3 +170,26 @@ print("same", torch.equal(o, w) and torch.equal(l, wl))
                        env=dict(os.environ), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "same True" in r.stdout
+
+
+def test_torch_ext_checks_without_a_gpu():
+    # mla._torch_ext (when built for this torch): arguments of another framework go back
+    # to the generic path (NotImplemented); bad arguments raise mla's errors by name.
+    from mla import _call
+
+    _call.torch_module()
+    te = _call._torch_ext_module
+    if not te:
+        pytest.skip("TORCH EXT TESTS NOT RUN: mla._torch_ext is not built for this torch "
+                    "(scripts/build_torch_ext.sh)")
+    q = torch.zeros(1, 1, 16, 576, dtype=torch.bfloat16)
+    kv = torch.zeros(2, 16, 1, 576, dtype=torch.bfloat16)
+    bt = torch.zeros(1, 2, dtype=torch.int32)
+    sl = torch.ones(1, dtype=torch.int32)
+    assert te.decode(q, kv, -1, bt.numpy(), sl, 0.1, True, False, False) is NotImplemented
+    with pytest.raises(mla.ShapeError, match="q: a CUDA tensor"):
+        te.decode(q, kv, -1, bt, sl, 0.1, True, False, False)  # CPU q: not this path's
+    with pytest.raises(mla.OutOfRangeError, match="kv_format"):
+        te.decode(q, kv, 2**40, bt, sl, 0.1, True, False, False)
+    with pytest.raises(mla.DTypeError, match="block_table: dtype ComplexFloat"):
+        te.decode(q, kv, -1, bt.to(torch.complex64), sl, 0.1, True, False, False)
