@@ -55,6 +55,14 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
 
         return torch_ops.sparse_decode(q, kv, indices, topk_length, softmax_scale,
                                        kv_format_code(kv_format))
+    if out is None and lse is None and out_dtype is None and workspace is None and \
+            stream is None:
+        fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
+        if fast is not None:
+            res = fast.sparse_decode(q, kv, kv_format_code(kv_format), indices, topk_length,
+                                     softmax_scale, False, 0)
+            if res is not NotImplemented:  # (an argument of another framework)
+                return res
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_sparse_decode", q, st, workspace, q, kv,

@@ -174,6 +174,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         if causal:
             raise errors.InvalidValueError("causal must be False when indices are given")
         total = int(k_cache.shape[0]) * int(k_cache.shape[1])
+        fast = None if _call.torch_compiling() else _call.torch_ext_for(q)
+        if fast is not None:  # torch CUDA: the C++ hot path, when built
+            res = fast.sparse_decode(q, k_cache, kv_format, indices, topk_length, softmax_scale,
+                                     True, total)
+            if res is not NotImplemented:
+                return res
         out, lse = sparse_decode(q, k_cache, _invalid_to_minus_one(indices, total), softmax_scale,
                                  topk_length=topk_length, kv_format=kv_format,
                                  out_dtype=float_out(q))

@@ -220,3 +220,28 @@ def test_torch_ext_is_used_when_built():
         pytest.skip("mla._torch_ext not built (scripts/build_torch_ext.sh): generic path only")
     assert _call.torch_ext_for(torch.zeros(1, device="cuda")) is not None
     assert "CUDA" in torch._C._dispatch_dump("mla::decode")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
+def test_sparse_decode_through_the_compat_layer(rng, fmt):
+    """vLLM's / SGLang's sparse (DSA) decode call: indices with -1 and >= the number of
+    keys (FlashMLA's two spellings of none), topk_length; against the generic path."""
+    import torch
+
+    B, s_q, h, page, topk = 2, 1, 64, 64, 128
+    q, cache, bt, sl = make_paged_problem(rng, B, s_q, h, page, [700, 700], fmt, q_dtype=BF16)
+    gq, gc = cuda(q), cuda(cache)
+    total = cache.shape[0] * page
+    idx = rng.integers(0, total, (B, s_q, topk)).astype(np.int32)
+    idx[0, 0, 5:9] = -1
+    idx[1, 0, 3] = total + 7
+    tl = np.array([100, 64], np.int32)
+    sched, _ = fm.get_mla_metadata()
+    out, lse = fm.flash_mla_with_kvcache(gq, gc, None, None, 512, sched, None, SCALE,
+                                         is_fp8_kvcache=fmt != "bf16", indices=cuda(idx),
+                                         topk_length=cuda(tl))
+    fixed = np.where(idx >= total, -1, idx).astype(np.int32)
+    w_out, w_lse = mla.sparse_decode(gq, gc, cuda(fixed), SCALE, topk_length=cuda(tl),
+                                     kv_format=fmt, out_dtype="bf16")
+    assert torch.equal(out, w_out)
+    assert torch.equal(lse, torch.where(torch.isneginf(w_lse), float("inf"), w_lse))

@@ -193,3 +193,6 @@ def test_torch_ext_checks_without_a_gpu():
         te.decode(q, kv, 2**40, bt, sl, 0.1, True, False, False)
     with pytest.raises(mla.DTypeError, match="block_table: dtype ComplexFloat"):
         te.decode(q, kv, -1, bt.to(torch.complex64), sl, 0.1, True, False, False)
+    assert te.sparse_decode(q, kv, -1, bt.numpy(), None, 0.1, False, 0) is NotImplemented
+    with pytest.raises(mla.OutOfRangeError, match="invalid_from"):
+        te.sparse_decode(q, kv, -1, bt, None, 0.1, False, -5)

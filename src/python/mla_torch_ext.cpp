@@ -9,6 +9,8 @@
 // built for the running torch's major.minor, and mla._ext otherwise.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/masked_fill.h>
 #include <ATen/ops/nan_to_num.h>
 #include <Python.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -19,6 +21,7 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -39,10 +42,18 @@ using DecodeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, cons
 using DecodeSizeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
                                  const mla_tensor*, float, int32_t, const mla_tensor*,
                                  const mla_tensor*, int32_t, size_t*);
+using SparseFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
+                             const mla_tensor*, float, const mla_tensor*, const mla_tensor*, void*,
+                             size_t, void*);
+using SparseSizeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
+                                 const mla_tensor*, float, const mla_tensor*, const mla_tensor*,
+                                 size_t*);
 using LastErrorFn = const char* (*)();
 
 DecodeFn g_decode = nullptr;
 DecodeSizeFn g_decode_size = nullptr;
+SparseFn g_sparse = nullptr;
+SparseSizeFn g_sparse_size = nullptr;
 LastErrorFn g_last_error = nullptr;
 PyObject* g_errors[128] = {};
 PyObject* g_base_error = nullptr;
@@ -263,6 +274,107 @@ PyObject* decode_impl(PyObject* const* args) {
   return PyTuple_Pack(2, o.p, l.p);
 }
 
+// The sparse decode of one call (mla.sparse_decode): indices [B, s_q, topk] int32
+// slots; with invalid_from > 0, entries >= invalid_from become -1 first (FlashMLA's
+// other spelling of "none"). Throws MlaFailure.
+std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::Tensor& tkv,
+                                               at::Tensor indices, const at::Tensor* topk_length,
+                                               double scale, int64_t fmt, bool pos_inf,
+                                               int64_t invalid_from) {
+  if (g_sparse == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
+  const c10::cuda::CUDAGuard guard(tq.device());
+  if (invalid_from > 0) indices = at::masked_fill(indices, at::ge(indices, invalid_from), -1);
+  mla_tensor q{}, kv{}, idx{}, tl{}, out_t{}, lse_t{};
+  view(tq, "q", &q);
+  view(tkv, "kv", &kv);
+  view(indices, "indices", &idx);
+  if (topk_length) view(*topk_length, "topk_length", &tl);
+  if (fmt < INT32_MIN || fmt > INT32_MAX)
+    fail(MLA_ERR_OUT_OF_RANGE, "kv_format = %lld does not fit in int32", (long long)fmt);
+  if (fmt == -1) fmt = (kv.dtype == MLA_DTYPE_U8 || kv.dtype == MLA_DTYPE_E4M3) ? 1 : 0;
+  if (fmt == MLA_KV_FP8_DS_MLA && kv.dtype == MLA_DTYPE_E4M3) kv.dtype = MLA_DTYPE_U8;
+  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA)
+    fail(MLA_ERR_INVALID_SHAPE, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
+         q.ndim);
+  const at::ScalarType qt = tq.scalar_type();
+  const at::ScalarType ot =
+      (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
+  const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
+  const auto opts = tq.options();
+  at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
+  at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
+  fill(out, &out_t);
+  fill(lse, &lse_t);
+  const mla_tensor* tlp = topk_length ? &tl : nullptr;
+  Key key;
+  int n = 0;
+  key.v[n++] = -2;  // sparse, apart from dense keys
+  for (const mla_tensor* t : {&q, &kv, &idx}) add_key(key, n, *t);
+  if (tlp) add_key(key, n, tl);
+  key.v[n++] = fmt;
+  size_t need = 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_sizes.find(key);
+  if (it != g_sizes.end()) {
+    need = it->second;
+  } else {
+    const int32_t st =
+        g_sparse_size(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t, &need);
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
+    if (g_sizes.size() > 4096) g_sizes.clear();
+    g_sizes.emplace(key, need);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
+  at::Tensor ws;
+  if (need > 0) ws = workspace_for(tq, stream, need);
+  const int32_t st = g_sparse(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t,
+                              ws.defined() ? ws.data_ptr() : nullptr, need, stream);
+  if (st != MLA_OK) fail(st, "%s", g_last_error());
+  if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);
+  return {std::move(out), std::move(lse)};
+}
+
+// sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf,
+//               invalid_from) -> (out, lse), or NotImplemented (as decode).
+PyObject* sparse_impl(PyObject* const* args) {
+  for (int i : {0, 1, 3})
+    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  if (args[4] != Py_None && !THPVariable_Check(args[4])) Py_RETURN_NOTIMPLEMENTED;
+  long fmt = 0, invalid_from = 0;
+  if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
+  if (!int_arg(args[7], "invalid_from", 0, LONG_MAX, &invalid_from)) return nullptr;
+  const double scale = PyFloat_AsDouble(args[5]);
+  if (scale == -1.0 && PyErr_Occurred()) return nullptr;
+  const int pos_inf = PyObject_IsTrue(args[6]);
+  if (pos_inf < 0) return nullptr;
+  const at::Tensor* tl = args[4] == Py_None ? nullptr : &THPVariable_Unpack(args[4]);
+  auto [out, lse] =
+      sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
+                  THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from);
+  Ref o, l;
+  o.p = THPVariable_Wrap(std::move(out));
+  l.p = THPVariable_Wrap(std::move(lse));
+  if (!o.p || !l.p) return nullptr;
+  return PyTuple_Pack(2, o.p, l.p);
+}
+
+PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments");
+    return nullptr;
+  }
+  try {
+    return sparse_impl(args);
+  } catch (const MlaFailure& f) {
+    raise_code(f.code, f.message.c_str());
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
 PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 9) {
     PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments");
@@ -293,7 +405,9 @@ PyObject* bind(PyObject*, PyObject* args) {
   g_decode = reinterpret_cast<DecodeFn>(dlsym(h, "mla_decode"));
   g_decode_size = reinterpret_cast<DecodeSizeFn>(dlsym(h, "mla_decode_workspace_size"));
   g_last_error = reinterpret_cast<LastErrorFn>(dlsym(h, "mla_last_error_message"));
-  if (!g_decode || !g_decode_size || !g_last_error) {
+  g_sparse = reinterpret_cast<SparseFn>(dlsym(h, "mla_sparse_decode_ws"));
+  g_sparse_size = reinterpret_cast<SparseSizeFn>(dlsym(h, "mla_sparse_decode_workspace_size"));
+  if (!g_decode || !g_decode_size || !g_last_error || !g_sparse || !g_sparse_size) {
     PyErr_SetString(PyExc_ImportError, "mla._torch_ext: the C ABI is missing from the library");
     return nullptr;
   }
@@ -359,6 +473,10 @@ PyMethodDef g_methods[] = {
     {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&decode)), METH_FASTCALL,
      "decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, "
      "batch_invariant, lse_pos_inf) -> (out, lse)"},
+    {"sparse_decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&sparse_decode)),
+     METH_FASTCALL,
+     "sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf, "
+     "invalid_from) -> (out, lse)"},
     {"bind", bind, METH_VARARGS, "bind(dlopen_handle, errors_by_code, base_error)"},
     {"release_workspaces", release, METH_NOARGS, "drops the kept workspaces"},
     {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},
