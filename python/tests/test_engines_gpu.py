@@ -219,7 +219,8 @@ def test_torch_ext_is_used_when_built():
     if not built:
         pytest.skip("mla._torch_ext not built (scripts/build_torch_ext.sh): generic path only")
     assert _call.torch_ext_for(torch.zeros(1, device="cuda")) is not None
-    assert "CUDA" in torch._C._dispatch_dump("mla::decode")
+    for op in ("decode", "sparse_decode"):
+        assert "CUDA" in torch._C._dispatch_dump(f"mla::{op}")
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])

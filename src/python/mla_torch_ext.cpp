@@ -465,8 +465,22 @@ std::tuple<at::Tensor, at::Tensor> decode_op(const at::Tensor& q, const at::Tens
   }
 }
 
+// torch.ops.mla.sparse_decode's CUDA kernel, likewise.
+std::tuple<at::Tensor, at::Tensor> sparse_decode_op(const at::Tensor& q, const at::Tensor& kv,
+                                                    const at::Tensor& indices,
+                                                    const std::optional<at::Tensor>& topk_length,
+                                                    double softmax_scale, int64_t kv_format) {
+  try {
+    return sparse_core(q, kv, indices, topk_length ? &*topk_length : nullptr, softmax_scale,
+                       kv_format, false, 0);
+  } catch (const MlaFailure& f) {
+    TORCH_CHECK(false, "mla error ", f.code, ": ", f.message);
+  }
+}
+
 TORCH_LIBRARY_IMPL(mla, CUDA, m) {
   m.impl("decode", &decode_op);
+  m.impl("sparse_decode", &sparse_decode_op);
 }
 
 PyMethodDef g_methods[] = {
