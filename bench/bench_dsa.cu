@@ -1,9 +1,9 @@
-// mla_bench_dsa: the DSA suites of PERF.md on the GPU (indexer, topk,
+// mla_bench_dsa: the DSA suites of docs/benchmarks.md on the GPU (indexer, topk,
 // sparse-decode, sparse-prefill, dsa-vs-dense). CUDA events around each call,
 // warm-up, median of repeats, L2 flushed before every timed run, random data
 // (never zeros). Prints time, TFLOP/s (FlashMLA's 2*h_q*topk*(576+512) per
 // query for sparse attention), GB/s, and the fraction of the measured H200
-// ceilings (PERF.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
+// ceilings (docs/benchmarks.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,19 +15,23 @@
 #include <vector>
 
 #include "bench_check.hpp"
-#include "cuda/decode/decode_sparse.hpp"
-#include "cuda/dsa/indexer_launch.hpp"
-#include "cuda/dsa/sparse_launch.hpp"
+#include "bench_timing.hpp"
 #include "cuda/dsa/topk_launch.hpp"
+#include "cuda/indexer/indexer_params.hpp"
+#include "cuda/sparse/sparse_cuda.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
+#include "mla/indexer.hpp"
 #include "mla/sparse.hpp"
 
 namespace dsa = mla::cuda::dsa;
+namespace idx = mla::cuda::indexer;
 
 namespace {
 
 constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+constexpr int kIdxPageKeys = mla::IndexerCacheLayout::kPageTokens;  // 64
+constexpr int kIdxPageBytes = mla::IndexerCacheLayout::kPageBytes;  // 8448
 
 __device__ uint32_t hash32(uint64_t x) {
   x ^= x >> 33;
@@ -62,7 +66,8 @@ __global__ void fix_fp8_entries(uint8_t* p, int64_t n_entries) {
 __global__ void fix_indexer_pages(uint8_t* p, int64_t pages) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pages * 64;
        i += int64_t(gridDim.x) * blockDim.x)
-    reinterpret_cast<float*>(p + (i / 64) * 8448 + 8192)[i % 64] = 0.0078125f;
+    reinterpret_cast<float*>(p + (i / kIdxPageKeys) * kIdxPageBytes +
+                             mla::IndexerCacheLayout::kCodeBytes)[i % kIdxPageKeys] = 0.0078125f;
 }
 // Random distinct-ish slots of request b: b * L + uniform position (pages of
 // request b are contiguous in the pool, identity block table).
@@ -129,27 +134,10 @@ void warm_gpu(int ms) {
   BENCH_CUDA(cudaDeviceSynchronize());
 }
 
+// Median of `reps` calls in microseconds, L2 flushed before each (bench_timing.hpp).
 struct Timer {
-  void* flush = dalloc(size_t(256) << 20);
-  cudaEvent_t a, b;
-  Timer() { cudaEventCreate(&a), cudaEventCreate(&b); }
-  // median over reps of fn's time in microseconds; L2 flushed before each run
   double time(const std::function<void()>& fn, int reps = 15) {
-    for (int i = 0; i < 3; ++i) fn();
-    BENCH_CUDA(cudaDeviceSynchronize());
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      BENCH_CUDA(cudaMemsetAsync(flush, i & 0xff, size_t(256) << 20));
-      BENCH_CUDA(cudaEventRecord(a));
-      fn();
-      BENCH_CUDA(cudaEventRecord(b));
-      BENCH_CUDA(cudaEventSynchronize(b));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-      t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return time_events(BenchTiming{reps, 3, true}, fn).median_us;
   }
 };
 
@@ -184,8 +172,8 @@ struct IndexerDecodeInputs {
 
   IndexerDecodeInputs(int B_, int s_q_, int64_t L_)
       : B(B_), s_q(s_q_), L(L_), pages_per((L_ + 63) / 64), pages(B_ * pages_per) {
-    cache = static_cast<uint8_t*>(dalloc(pages * 8448));
-    fill(cache, pages * 8448, kBytesE4m3, 1);
+    cache = static_cast<uint8_t*>(dalloc(pages * kIdxPageBytes));
+    fill(cache, pages * kIdxPageBytes, kBytesE4m3, 1);
     fix_indexer_pages<<<1024, 256>>>(cache, pages);
     q = static_cast<uint8_t*>(dalloc(int64_t(B) * s_q * 64 * 128));
     fill(q, int64_t(B) * s_q * 64 * 128, kBytesE4m3, 2);
@@ -202,13 +190,13 @@ struct IndexerDecodeInputs {
   IndexerDecodeInputs(const IndexerDecodeInputs&) = delete;
   IndexerDecodeInputs& operator=(const IndexerDecodeInputs&) = delete;
 
-  dsa::IndexerLogitsParams params(float* logits) const {
-    dsa::IndexerLogitsParams p;
+  idx::IndexerLogitsParams params(float* logits) const {
+    idx::IndexerLogitsParams p;
     p.q = q, p.w = w, p.logits = logits, p.logits_stride = L, p.width = L,
-    p.num_tokens = int64_t(B) * s_q;
+    p.num_tokens = int64_t(B) * s_q, p.paged = true;
     p.batch = B, p.s_q = s_q, p.seqlens = lens, p.block_table = bt,
     p.block_table_stride = pages_per;
-    p.cache = {cache, 8448, 64, pages};
+    p.cache = {cache, kIdxPageBytes, kIdxPageKeys, pages};
     return p;
   }
   int64_t logits_count() const { return int64_t(B) * s_q * L; }
@@ -220,78 +208,14 @@ struct IndexerDecodeInputs {
   }
 };
 
-// variant: IndexerLogitsParams::timing_variant (wgmma kernel: 1 copies only,
-// 2 copies + wgmma; neither writes the logits). version:
-// IndexerLogitsParams::decode_version (0: MLA_INDEXER_KERNEL, 1: v1, 2: v2).
-double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true,
-                            bool mma_sync = false, int variant = 0, int version = 0) {
+double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = true) {
   const IndexerDecodeInputs in(B, s_q, L);
   auto* logits = static_cast<float*>(dalloc(in.logits_count() * 4));
-  dsa::IndexerLogitsParams p = in.params(logits);
-  p.decode_mma_sync = mma_sync;
-  p.timing_variant = variant;
-  p.decode_version = version;
-  const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
-  if (print)
-    report(mma_sync       ? "indexer-dec-v1"
-           : variant      ? "indexer-stage"
-           : version == 2 ? "indexer-dec-tma"
-                          : "indexer-decode",
-           in.shape() + (variant == 1   ? " copies only"
-                         : variant == 2 ? " copies+wgmma (no epilogue)"
-                                        : ""),
-           us, in.flops(), in.bytes(), false, kFp8TF);
+  const idx::IndexerLogitsParams p = in.params(logits);
+  const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(p, nullptr)); });
+  if (print) report("indexer-decode", in.shape(), us, in.flops(), in.bytes(), false, kFp8TF);
   cudaFree(logits);
   return us;
-}
-
-// The wgmma decode v1 (indexer_decode_wgmma.cu) and v2 (indexer_decode_tma.cu)
-// on the same inputs, timed in turn, then their logits compared (a check at
-// the benchmark's shape: thousands of CTAs, runs of ~120 pages wrapping the
-// rings; the tests check both against the fp64 reference at small shapes):
-// max |v2 - v1| over max |v1|, and positions where exactly one is -inf.
-void bench_indexer_v1_v2(Timer& tm, int B, int s_q, int64_t L) {
-  const IndexerDecodeInputs in(B, s_q, L);
-  const int64_t n = in.logits_count();
-  const int kernels = s_q == 1 ? 3 : 2;  // v1, v2, v2 with 3 stages (s_q 1)
-  float* logits[3] = {};
-  for (int v = 0; v < kernels; ++v) logits[v] = static_cast<float*>(dalloc(n * 4));
-  const std::string shape = in.shape();
-  double us[3];
-  for (int v = 0; v < kernels; ++v) {
-    dsa::IndexerLogitsParams p = in.params(logits[v]);
-    p.decode_version = v == 0 ? 1 : 2;
-    p.v2_stages = v == 2 ? 3 : 0;
-    us[v] = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_decode(p, nullptr)); });
-    report(v == 0 ? "indexer-decode" : "indexer-dec-tma", shape + (v == 2 ? " 3 stages" : ""),
-           us[v], in.flops(), in.bytes(), false, kFp8TF);
-  }
-  BENCH_CUDA(cudaDeviceSynchronize());
-  std::vector<float> h0(n), h1(n);
-  BENCH_CUDA(cudaMemcpy(h0.data(), logits[0], n * 4, cudaMemcpyDeviceToHost));
-  for (int v = 1; v < kernels; ++v) {
-    BENCH_CUDA(cudaMemcpy(h1.data(), logits[v], n * 4, cudaMemcpyDeviceToHost));
-    double max_abs = 0, max_diff = 0;
-    int64_t inf_mismatch = 0, nonfinite = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool i0 = std::isinf(h0[i]) && h0[i] < 0, i1 = std::isinf(h1[i]) && h1[i] < 0;
-      if (i0 != i1) ++inf_mismatch;
-      if (i0 || i1) continue;
-      if (!std::isfinite(h0[i]) || !std::isfinite(h1[i])) {
-        ++nonfinite;
-        continue;
-      }
-      max_abs = std::max(max_abs, double(std::fabs(h0[i])));
-      max_diff = std::max(max_diff, double(std::fabs(h1[i] - h0[i])));
-    }
-    std::printf(
-        "v2%s vs v1 %-16s v1/v2 time %.3f  max|v2-v1|/max|v1| %.3g  -inf mismatches %lld"
-        "  non-finite %lld\n",
-        v == 2 ? " (3 stages)" : "", shape.c_str(), us[0] / us[v],
-        max_diff / std::max(max_abs, 1e-30), (long long)inf_mismatch, (long long)nonfinite);
-  }
-  std::fflush(stdout);
-  for (float* l : logits) cudaFree(l);
 }
 
 void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
@@ -311,10 +235,10 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
   for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1), visible += h[t];
   BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
   auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
-  dsa::IndexerLogitsParams p;
+  idx::IndexerLogitsParams p;
   p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
   p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
-  const double us = tm.time([&] { BENCH_OK(dsa::launch_indexer_logits_prefill(p, nullptr)); }, 5);
+  const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(p, nullptr)); }, 5);
   report("indexer-prefill",
          std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
          2.0 * 64 * 128 * visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
@@ -380,24 +304,22 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   fill_indices<<<2048, 256>>>(idx, int64_t(B) * s_q, topk, s_q, L, 11);
   auto* out = dalloc(int64_t(B) * s_q * h * 512 * 2);
   auto* lse = static_cast<float*>(dalloc(int64_t(B) * s_q * h * 4));
-  dsa::SparseAttnParams p;
-  p.q = q, p.q_sb = int64_t(s_q) * h * 576, p.q_ss = int64_t(h) * 576, p.q_sh = 576;
-  p.batch = B, p.s_q = s_q, p.h_q = h, p.indices = idx, p.idx_sb = int64_t(s_q) * topk,
-  p.idx_ss = topk, p.topk = topk;
-  p.kv = kv, p.fp8 = fp8, p.page_stride = 64 * entry, p.token_stride = entry, p.page_size = 64,
-  p.num_slots = slots;
-  p.softmax_scale = 0.1352f, p.out = out, p.out_sb = int64_t(s_q) * h * 512,
-  p.out_ss = int64_t(h) * 512, p.out_sh = 512;
-  p.lse = lse, p.lse_sb = int64_t(h) * s_q, p.lse_sh = s_q, p.lse_ss = 1;
-  // The kernel the API picks (sparse_wgmma_chosen: the wgmma decode kernel
-  // unless MLA_SPARSE_KERNEL=mma).
-  const bool wgmma = mla::cuda::decode::sparse_wgmma_chosen(p);
-  size_t wsb = dsa::sparse_attn_workspace_size(p);
-  if (wgmma) BENCH_OK(mla::cuda::decode::sparse_wgmma_workspace_size(p, &wsb));
+  // The backend of mla::sparse_decode with its automatic kernel choice.
+  const mla::Device dev = mla::Device::cuda(0);
+  mla::SparseDecodeArgs a;
+  a.q = mla::TensorView::make(q, mla::DType::bf16, {B, s_q, h, 576}, dev);
+  a.kv.format = fp8 ? mla::KvFormat::fp8_ds_mla : mla::KvFormat::bf16;
+  a.kv.data = mla::TensorView::make(kv, fp8 ? mla::DType::u8 : mla::DType::bf16,
+                                    {slots / 64, 64, 1, fp8 ? entry : 576}, dev);
+  a.indices = mla::TensorView::make(idx, mla::DType::i32, {B, s_q, topk}, dev);
+  a.softmax_scale = 0.1352f;
+  a.out = mla::TensorView::make(out, mla::DType::bf16, {B, s_q, h, 512}, dev);
+  a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, s_q}, dev);
+  size_t wsb = 0;
+  BENCH_OK(mla::cuda::sparse_decode_workspace_size(a, &wsb));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time([&] {
-    BENCH_OK(wgmma ? mla::cuda::decode::launch_sparse_wgmma(p, ws, wsb, nullptr)
-                   : dsa::launch_sparse_attn(p, ws, wsb, nullptr));
+    BENCH_OK(mla::cuda::sparse_decode(a, mla::Workspace{ws, wsb}, {}));
   });
   const double queries = double(B) * s_q;
   const double flops = 2.0 * h * topk * (576 + 512) * queries;
@@ -405,18 +327,19 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
       queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
   if (print)
     report(suite,
-           std::string(wgmma ? "wgmma " : "") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) +
-               " s_q" + std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" +
-               std::to_string(L / 1024) + "K top" + std::to_string(topk),
+           // "wgmma": automatic runs the decode kernel on dense [B, s_q, topk] lists
+           std::string("wgmma ") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" +
+               std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" + std::to_string(L / 1024) +
+               "K top" + std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
 }
 
-// Sparse prefill through the public API (mla::sparse_prefill): q [s_q, h, 576]
+// Sparse prefill through the backend of mla::sparse_prefill: q [s_q, h, 576]
 // over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
-// kernel is the API's choice: `mma` sets MLA_SPARSE_KERNEL=mma (sparse_attn.cu's
-// kernel, the old path), else the default (the wgmma decode kernel).
+// kernel is the automatic choice (the decode kernel), or with `mma` the
+// mma_sync kernel forced.
 double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
   const mla::Device dev = mla::Device::cuda(0);
   auto* kv = dalloc(s_kv * 576 * 2);
@@ -434,16 +357,16 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  if (mma) setenv("MLA_SPARSE_KERNEL", "mma", 1);
+  const mla::cuda::sparse::Options opts{.kernel = mma ? mla::cuda::sparse::Kernel::mma_sync
+                                                      : mla::cuda::sparse::Kernel::automatic};
   size_t wsb = 0;
-  BENCH_OK(mla::sparse_workspace_size(a, &wsb));
+  BENCH_OK(mla::cuda::sparse_prefill_workspace_size(a, &wsb, opts));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time(
       [&] {
-        BENCH_OK(mla::sparse_prefill(a, mla::Workspace{ws, wsb}, {}));
+        BENCH_OK(mla::cuda::sparse_prefill(a, mla::Workspace{ws, wsb}, {}, opts));
       },
       mma ? 5 : 9);
-  if (mma) unsetenv("MLA_SPARSE_KERNEL");
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
@@ -531,24 +454,10 @@ int main(int argc, char** argv) {
   const std::string only = argc > 2 ? argv[2] : "all";
   auto want = [&](const char* s) { return only == "all" || only == s; };
   Timer tm;
-  if (want("indexer-v2")) {
-    // v1 against v2 (docs/perf-log.md, DSA session 3: v1 at 64% of the read
-    // bandwidth while its copies alone reach 96%).
-    for (int s_q : {1, 2})
-      for (int64_t L : {32768L, 131072L}) bench_indexer_v1_v2(tm, 128, s_q, L);
-    for (int s_q : {3, 4}) bench_indexer_v1_v2(tm, 128, s_q, 131072L);
-  }
   if (want("indexer")) {
     for (int s_q : {1, 2})
-      for (int64_t L : {32768L, 131072L}) {
-        bench_indexer_decode(tm, 128, s_q, L, true, false, 0, 1);
-        bench_indexer_decode(tm, 128, s_q, L, true, true);  // the mma.sync kernel, same run
-      }
+      for (int64_t L : {32768L, 131072L}) bench_indexer_decode(tm, 128, s_q, L);
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
-    // Where the wgmma kernel's time goes (66% of the copy bandwidth at s_q 1):
-    // the copies alone, then with the MMAs, against the whole kernel above.
-    for (int s_q : {1, 2})
-      for (int v : {1, 2}) bench_indexer_decode(tm, 128, s_q, 131072L, true, false, v);
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
@@ -578,14 +487,14 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the old kernel
-  // (MLA_SPARSE_KERNEL=mma) and the default, same run.
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the mma_sync
+  // kernel and the automatic choice, same run.
   if (want("sparse-prefill")) {
     for (int64_t skv : {8192L, 32768L, 131072L})
       for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);
     for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, mma);
   }
-  // PERF.md's dsa-vs-dense: the whole public DSA step against dense decode of
+  // docs/benchmarks.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16
   // dense is the two rows' ratio). Stage by stage: the "stages" mode.
   if (want("dsa-vs-dense"))

@@ -1,4 +1,4 @@
-// mla_bench_prefill: the PERF.md "prefill" suite on one GPU.
+// mla_bench_prefill: the prefill suite of docs/benchmarks.md on one GPU.
 //   attention alone: b1, L 8K/16K/32K, h 128, d_qk 192 (k_rope shared by the heads), d_v 128,
 //   causal decompression + attention: the same, from the latent c_kv [L, 512] + k_rope [L, 64]
 //   chunked: 4K new tokens over a 0/16K/64K prefix in a paged bf16 cache (page 64)
@@ -7,10 +7,9 @@
 // warm-up, median of N runs; the bf16 GEMM ceiling is measured in the same run.
 //   --crossover: only the absorbed (mla_decode, s_q = n) vs non-absorbed (chunked
 //   prefill) sweep over n new tokens at a 4K / 32K prefix
-//   --attention-only: only attention alone at 8K/16K/32K, the wgmma kernel and
-//   the warp-specialised wgmma_ws / wgmma_ws_pingpong ones in the same run
-// Usage: mla_bench_prefill [--json FILE] [--quick] [--mma-sync-only] [--crossover]
-//                          [--attention-only]
+//   --attention-only: only attention alone at 8K/16K/32K, every prefill::Kernel
+//   in the same run, each checked against cp_async_wgmma's result
+// Usage: mla_bench_prefill [--json FILE] [--quick] [--crossover] [--attention-only]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,7 +34,7 @@
 
 namespace {
 
-constexpr double kPaperCeiling = 792e12;  // PERF.md: bf16 GEMM 8192^3 on this H200
+constexpr double kPaperCeiling = 792e12;  // bf16 GEMM 8192^3 on the H200 (docs/benchmarks.md)
 
 // Random bf16 in [-1, 1) filled on the device from a host pattern (fast, never zeros).
 void* dev_random_bf16(size_t n, uint64_t seed) {
@@ -168,16 +168,13 @@ double time_absorbed(int P, int T, int h, float scale, int reps) {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
-  bool mma_sync_only = false;   // fallback run: the wgmma kernel is not used
   bool crossover = false;       // only the absorbed vs non-absorbed sweep
-  bool attention_only = false;  // wgmma vs wgmma_ws, attention alone
+  bool attention_only = false;  // every kernel, attention alone
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick"))
       quick = true;
-    else if (!std::strcmp(argv[i], "--mma-sync-only"))
-      mma_sync_only = true;
     else if (!std::strcmp(argv[i], "--crossover"))
       crossover = true;
     else if (!std::strcmp(argv[i], "--attention-only"))
@@ -278,22 +275,18 @@ int main(int argc, char** argv) {
     const double dec_flops = 2.0 * 2.0 * L * 512.0 * h * 128;
     const int reps = L >= 32768 ? 7 : (L >= 16384 ? 11 : 21);
     const std::string shape = "b1 h128 L" + std::to_string(L / 1024) + "K causal";
-    if (mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
-    // --attention-only: the old wgmma kernel is the yardstick row; otherwise
-    // the library's default (FlashKernel::automatic).
-    if (attention_only) p.kernel = mla::cuda::prefill::FlashKernel::wgmma;
-    if (!mma_sync_only)
-      add(attention_only ? "prefill-attention-wgmma" : "prefill-attention", shape,
-          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
-          attn_flops);
+    using mla::cuda::prefill::Kernel;
+    auto launch = [&](std::optional<Kernel> k) {
+      BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr, k));
+    };
     if (attention_only) {
-      // The wgmma kernel's result (all of lse, the first and last 256 query
-      // rows of out) is the yardstick the ws kernels must meet at these sizes,
-      // which the unit tests do not reach (many key tiles, L2 head groups).
+      // cp_async_wgmma's result (all of lse, the first and last 256 query rows
+      // of out) is the yardstick the TMA kernel must meet at these sizes, which
+      // the unit tests do not reach (many key tiles, L2 head groups).
       const size_t n_lse = size_t(h) * L, n_rows = size_t(std::min(L, 256)) * h * 128;
       const size_t tail = (size_t(L) * h * 128 - n_rows) * 2;
-      auto snapshot = [&](std::vector<float>& l, std::vector<uint16_t>& o) {
-        BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr));
+      auto snapshot = [&](Kernel k, std::vector<float>& l, std::vector<uint16_t>& o) {
+        launch(k);
         l.resize(n_lse);
         o.resize(2 * n_rows);
         BENCH_CUDA(cudaMemcpy(l.data(), lse, n_lse * 4, cudaMemcpyDeviceToHost));
@@ -303,61 +296,51 @@ int main(int argc, char** argv) {
       };
       std::vector<float> ref_lse, got_lse;
       std::vector<uint16_t> ref_out, got_out;
-      snapshot(ref_lse, ref_out);
+      snapshot(Kernel::cp_async_wgmma, ref_lse, ref_out);
       auto bf = [](uint16_t b) {
         const uint32_t u = uint32_t(b) << 16;
         float f;
         std::memcpy(&f, &u, 4);
         return f;
       };
-      auto check = [&](const char* name) {
-        snapshot(got_lse, got_out);
-        double worst_lse = 0, num = 0, den = 0;
-        size_t bad = 0;
-        for (size_t i = 0; i < n_lse; ++i) {
-          if (!std::isfinite(got_lse[i])) ++bad;
-          worst_lse = std::max(worst_lse, double(std::fabs(got_lse[i] - ref_lse[i])));
+      for (Kernel k : mla::cuda::prefill::kAllKernels) {
+        const std::string suite = std::string("prefill-attention-") + kernel_name(k);
+        if (k != Kernel::cp_async_wgmma) {
+          snapshot(k, got_lse, got_out);
+          double worst_lse = 0, num = 0, den = 0;
+          size_t bad = 0;
+          for (size_t i = 0; i < n_lse; ++i) {
+            if (!std::isfinite(got_lse[i])) ++bad;
+            worst_lse = std::max(worst_lse, double(std::fabs(got_lse[i] - ref_lse[i])));
+          }
+          for (size_t i = 0; i < ref_out.size(); ++i) {
+            const double g = bf(got_out[i]), r = bf(ref_out[i]);
+            if (!std::isfinite(g)) ++bad;
+            num += (g - r) * (g - r);
+            den += r * r;
+          }
+          const double rel = std::sqrt(num / std::max(den, 1e-30));
+          const bool ok = bad == 0 && worst_lse < 2e-3 && rel < 1e-2;
+          std::printf(
+              "check %-36s %-22s vs cp_async_wgmma: lse max|d| %.2e, out rel L2 %.2e, "
+              "non-finite %zu -> %s\n",
+              suite.c_str(), shape.c_str(), worst_lse, rel, bad, ok ? "ok" : "MISMATCH");
         }
-        for (size_t i = 0; i < ref_out.size(); ++i) {
-          const double g = bf(got_out[i]), r = bf(ref_out[i]);
-          if (!std::isfinite(g)) ++bad;
-          num += (g - r) * (g - r);
-          den += r * r;
-        }
-        const double rel = std::sqrt(num / std::max(den, 1e-30));
-        const bool ok = bad == 0 && worst_lse < 2e-3 && rel < 1e-2;
-        std::printf(
-            "check %-24s %-22s vs wgmma: lse max|d| %.2e, out rel L2 %.2e, non-finite %zu"
-            " -> %s\n",
-            name, shape.c_str(), worst_lse, rel, bad, ok ? "ok" : "MISMATCH");
-      };
-      p.kernel = mla::cuda::prefill::FlashKernel::wgmma_ws;
-      check("prefill-attention-ws");
-      add("prefill-attention-ws", shape,
-          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
-          attn_flops);
-      p.kernel = mla::cuda::prefill::FlashKernel::wgmma_ws_pingpong;
-      check("prefill-attention-ws-pp");
-      add("prefill-attention-ws-pp", shape,
-          median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
-          attn_flops);
-      p.kernel = mla::cuda::prefill::FlashKernel::automatic;
+        add(suite.c_str(), shape, median_ms([&] { launch(k); }, reps), attn_flops);
+      }
       for (void* ptr : {q, latent, wuk, wuv, kn, v, out}) BENCH_CUDA(cudaFree(ptr));
       BENCH_CUDA(cudaFree(lse));
       continue;
     }
-    p.kernel = mla::cuda::prefill::FlashKernel::mma_sync;
-    add("prefill-attention-mmasync", shape,
-        median_ms([&] { BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr)); }, reps),
-        attn_flops);
-    if (!mma_sync_only) p.kernel = mla::cuda::prefill::FlashKernel::automatic;
+    // The library's choice (prefill::choose_kernel).
+    add("prefill-attention", shape, median_ms([&] { launch(std::nullopt); }, reps), attn_flops);
     add("prefill-decompress", "L" + std::to_string(L / 1024) + "K h128 (2 GEMMs)",
         median_ms(decompress, 11), dec_flops);
     add("prefill-step", shape + " decomp+attn",
         median_ms(
             [&] {
               decompress();
-              BENCH_OK(mla::cuda::prefill::launch_flash_fwd(p, nullptr));
+              launch(std::nullopt);
             },
             reps),
         attn_flops + dec_flops);
@@ -366,9 +349,8 @@ int main(int argc, char** argv) {
   }
 
   // ---- chunked: 4K new tokens over a prefix, paged bf16 cache (page 64), chunk 16K ----
-  std::vector<int> prefixes = quick || mma_sync_only || crossover || attention_only
-                                  ? std::vector<int>{}  // chunked uses wgmma
-                                  : std::vector<int>{0, 16384, 65536};
+  std::vector<int> prefixes =
+      quick || crossover || attention_only ? std::vector<int>{} : std::vector<int>{0, 16384, 65536};
   for (int P : prefixes) {
     const int T = 4096, L = P + T;
     const double flops =

@@ -1,107 +1,126 @@
 #!/usr/bin/env bash
-# The one script the GPU machine runs (via the device tool), from the repo root:
-#   build (or use the carried build dir), GPU tests, compute-sanitizer memcheck
-#   and racecheck on a small filter, the decode benchmarks, the PyTorch peer,
-#   and a short table last. Logs and JSON go to $OUT.
-# Usage: BUILD=build-decode bash scripts/gpu_check.sh [quick|v4]
-#   v4: the short check of the wgmma kernel (SASS has HGMMA, the wgmma layout
-#   probe, the decode GPU tests with MLA_DECODE_KERNEL=wgmma, a short bench of
-#   both kernels); carried files: $BUILD/{libmla.so,mla,mla_tests_gpu,rt}.
+# GPU checks of an existing build, by suite. Builds nothing: run it from the repository root
+# after `cmake --build build` (or with a build folder carried to the GPU machine).
+#
+#   bash scripts/gpu_check.sh SUITE...      SUITE: decode sparse indexer topk prefill layer
+#                                                  python sanitize all
+#
+#   decode .. layer  the GPU tests of that family (mla_tests_gpu with a gtest filter)
+#   python           pytest python/tests on the built library (the GPU twins run on torch CUDA
+#                    tensors when torch sees a GPU)
+#   sanitize         compute-sanitizer memcheck and racecheck on the small tests of the kernel
+#                    families named on the same command line (all of them when none is named)
+#   all              every family, python and sanitize
+#
+# Environment: BUILD (default build), OUT (logs; default /tmp/mla-gpu-check), TIMEOUT (seconds
+# per step, default 300), FILTER_<SUITE> / SMALL_<SUITE> (override a suite's test filter or
+# its sanitizer filter, e.g. FILTER_DECODE='DecodeGpu.GridOfEdges').
+# Exit status: 0 when every step passed, 1 otherwise; a summary line per step comes last.
 set -u
-BUILD=${BUILD:-build-decode}
-OUT=${OUT:-/tmp/mla_out}
-MODE=${1:-full}
+BUILD=${BUILD:-build}
+OUT=${OUT:-/tmp/mla-gpu-check}
+TIMEOUT=${TIMEOUT:-300}
+FAMILIES="decode sparse indexer topk prefill layer"
+
+# Test filters. Both the suite names of the family folders and the older DsaGpu.* names match,
+# so a renamed test is still selected; a filter that selects nothing fails the step.
+filter_decode='DecodeGpu.*:Decode*Gpu.*:WgmmaGpu.*:AppendGpu.*:KvCache*Gpu.*'
+filter_sparse='Sparse*Gpu.*:DsaGpu.Sparse*'
+filter_indexer='Indexer*Gpu.*:DsaGpu.Indexer*:DsaGpu.Fp8Indexer*'
+filter_topk='Topk*Gpu.*:DsaGpu.Topk*'
+filter_prefill='Prefill*Gpu.*'
+filter_layer='Layer*Gpu.*:DsaStep*Gpu.*'
+# Sanitizer filters: small cases of each family (a sanitizer run is 10-100x slower).
+small_decode='DecodeGpu.SanitizerSmall*:AppendGpu.BytesIdentical*'
+small_sparse='*SparseWithAllKeysEqualsDenseDecode*:*SparseDecodeApiMatchesReference*'
+small_indexer='IndexerGpu.AppendMatchesReferenceBytes:IndexerGpu.QueryQuantisation*:IndexerGpu.LogitsDecodeSmall:IndexerGpu.LogitsDecodeSkipsInvalidPages:IndexerGpu.LogitsDecodeEmptyCache:IndexerGpu.LogitsPrefill*'
+small_topk='*TopkMatchesReferenceExactly*:*TopkCandidateOverflow*'
+small_prefill='PrefillGpu.AttentionRaggedBatchWithPrefixes:PrefillGpu.QueriesThatSeeNoKey*:PrefillGpu.ChunkedEqualsAllAtOnceFp8Cache'
+small_layer='*LayerGpu.SmallConfig*'
+race_families="decode sparse indexer topk prefill"
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+[ $# -eq 0 ] && { usage; exit 2; }
+
+want_python=0 want_sanitize=0 families=""
+for a in "$@"; do
+  case $a in
+  decode | sparse | indexer | topk | prefill | layer) families="$families $a" ;;
+  python) want_python=1 ;;
+  sanitize) want_sanitize=1 ;;
+  all) families=$FAMILIES want_python=1 want_sanitize=1 ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "gpu_check.sh: unknown suite '$a' (decode sparse indexer topk prefill layer python sanitize all)" >&2
+     exit 2 ;;
+  esac
+done
+san_families=${families:-$FAMILIES}
+
+TESTS="$BUILD/mla_tests_gpu"
+if [ ! -x "$TESTS" ] || [ ! -f "$BUILD/libmla.so" ]; then
+  echo "gpu_check.sh: no $TESTS or $BUILD/libmla.so; build first: cmake --build $BUILD" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
-# Carried builds bring libfmt and libcudart in $BUILD/rt; cuBLAS (linked by
-# other kernels of libmla) is found where the image keeps it.
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda* /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BUILD:$PWD/$BUILD/rt:${CUBLAS_DIR:-.}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# A carried build brings the runtime libraries the GPU image lacks in $BUILD/rt.
+export LD_LIBRARY_PATH="$PWD/$BUILD:$PWD/$BUILD/rt:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ldd "$TESTS" | grep -i "not found" && echo "MISSING LIBRARIES: carry them in $BUILD/rt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
+"$TESTS" --gtest_list_tests >/dev/null 2>&1
+if [ $? -eq 77 ]; then echo "gpu_check.sh: no CUDA device ($TESTS exits 77)" >&2; exit 77; fi
+
 T0=$(date +%s)
-step() { echo; echo "=== $* (t+$(( $(date +%s) - T0 ))s)"; }
+SUMMARY=()
+FAILED=0
+step() { echo; echo "=== $* (t+$(($(date +%s) - T0))s)"; }
+record() {  # record NAME RC
+  local verdict=ok
+  [ "$2" -ne 0 ] && verdict="FAILED (rc $2$([ "$2" -eq 124 ] && echo ', timed out'))" && FAILED=1
+  SUMMARY+=("$1: $verdict")
+}
+suite_var() { local v="$1_$2"; local o; o=$(echo "$1_$2" | tr a-z A-Z); echo "${!o:-${!v}}"; }
+count_tests() { "$TESTS" --gtest_list_tests --gtest_filter="$1" 2>/dev/null | grep -c '^  '; }
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,temperature.gpu --format=csv \
-  # (printed, not saved: the device returns at most 8 files)
-
-if [ "$MODE" = "v4" ]; then
-  TESTS="$BUILD/mla_tests_gpu"
-  [ -z "${SKIP_SASS:-}" ] && step "SASS of the wgmma kernel" && cuobjdump -sass "$BUILD/libmla.so" >"$OUT/sass.txt" 2>&1
-  [ -z "${SKIP_SASS:-}" ] && awk '/Function :/{f=($0 ~ /v419decode_wgmma_kernel/)} f' "$OUT/sass.txt" >"$OUT/sass_v4.txt" &&
-  echo "HGMMA $(grep -c HGMMA "$OUT/sass_v4.txt") STL $(grep -c 'STL' "$OUT/sass_v4.txt") LDL $(grep -c 'LDL' "$OUT/sass_v4.txt")"
-  rm -f "$OUT/sass.txt"
-  step "wgmma layout probe"
-  timeout 60 "$TESTS" --gtest_filter='WgmmaGpu.*' 2>&1 | tail -4
-  PROBE_RC=${PIPESTATUS[0]}
-  step "decode GPU tests, wgmma kernel forced"
-  MLA_DECODE_KERNEL=wgmma timeout ${TEST_TIMEOUT:-150} "$TESTS" --gtest_filter='DecodeGpu.*' \
-    >"$OUT/tests_v4.log" 2>&1
-  V4_RC=$?
-  grep -E "FAILED|Failure|error|PASSED|expected|Which is|at b " "$OUT/tests_v4.log" | head -30
-  R=()
-  if [ $V4_RC -ne 124 ]; then  # failures still bench (numbers with a caveat); a hang does not
-    # v1 (mma) decode-128 numbers are in the perf log (v3); its decode-tp runs for the ratio.
-    for ks in ${V4_RUNS:-wgmma:decode-128 wgmma:decode-tp mma:decode-tp}; do
-      k=${ks%%:*} s=${ks#*:}
-      step "bench $s ($k)"
-      MLA_DECODE_KERNEL=$k timeout ${BENCH_TIMEOUT:-150} "$BUILD/mla" bench decode --suite $s \
-        --reps 10 --json "$OUT/bench_${k}_$s.json" >"$OUT/bench_${k}_$s.log" 2>&1
-      R+=("$k:$s rc=$?")
-    done
+for f in $families; do
+  flt=$(suite_var filter "$f")
+  n=$(count_tests "$flt")
+  step "$f: $n GPU tests ($flt)"
+  if [ "$n" -eq 0 ]; then
+    echo "no test matches the $f filter"
+    record "$f tests" 3
+    continue
   fi
-  step "summary v4"
-  echo "probe rc=$PROBE_RC tests(wgmma) rc=$V4_RC ${R[*]}"
-  grep -E "tests ran|PASSED|FAILED" "$OUT/tests_v4.log" | tail -4
-  for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "## $f"; cut -c1-100 "$f" | grep -v "^suite"; }; done
-  exit 0
-fi
+  timeout "$TIMEOUT" "$TESTS" --gtest_brief=1 --gtest_filter="$flt" >"$OUT/tests_$f.log" 2>&1
+  rc=$?
+  grep -E "FAILED|Failure|PASSED|tests ran" "$OUT/tests_$f.log" | tail -15
+  record "$f tests ($n)" $rc
+done
 
-TESTS="$BUILD/mla_tests_decode_gpu"
-if [ ! -x "$TESTS" ] || [ ! -x "$BUILD/mla" ]; then
-  step "build (no carried build found)"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$BUILD" -j16 \
-    || { echo "BUILD FAILED"; exit 1; }
-  TESTS="$BUILD/mla_tests_gpu"
-fi
-ldd "$TESTS" | grep -i "not found" && echo "MISSING LIBRARIES"
-
-step "GPU tests"
-timeout 300 "$TESTS" 2>&1 | tee "$OUT/tests.log" | grep -vE "^\[ (RUN|      OK) " | tail -60
-TEST_RC=${PIPESTATUS[0]}
-
-SMALL='DecodeGpu.SanitizerSmall*:DecodeGpu.BadDevice*:AppendGpu.*'
-step "compute-sanitizer memcheck ($SMALL)"
-timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$SMALL" \
-  >"$OUT/memcheck.log" 2>&1
-MEM_RC=$?
-tail -5 "$OUT/memcheck.log"
-step "compute-sanitizer racecheck (DecodeGpu.SanitizerSmall*)"
-timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$TESTS" \
-  --gtest_filter='DecodeGpu.SanitizerSmall*' >"$OUT/racecheck.log" 2>&1
-RACE_RC=$?
-tail -5 "$OUT/racecheck.log"
-
-if [ "$MODE" != "quick" ]; then
-  SUITES=${SUITES:-all}
-  step "mla bench decode ($SUITES)"
-  for s in $SUITES; do
-    timeout 400 "$BUILD/mla" bench decode --suite $s --json "$OUT/bench_decode_$s.json" 2>&1 \
-      | tee -a "$OUT/bench.log"
+if [ $want_sanitize -eq 1 ]; then
+  for f in $san_families; do
+    flt=$(suite_var small "$f")
+    tools=memcheck
+    case " $race_families " in *" $f "*) tools="memcheck racecheck" ;; esac
+    for tool in $tools; do
+      step "$f: compute-sanitizer $tool ($flt)"
+      timeout "$TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 9 "$TESTS" \
+        --gtest_brief=1 --gtest_filter="$flt" >"$OUT/${tool}_$f.log" 2>&1
+      rc=$?
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests ran|FAILED" "$OUT/${tool}_$f.log" | tail -4
+      record "$f $tool" $rc
+    done
   done
-  step "mla bench decode --batch-invariant (varlen + tp)"
-  for s in decode-varlen decode-tp; do
-    timeout 120 "$BUILD/mla" bench decode --suite $s --batch-invariant \
-      2>&1 | tee -a "$OUT/bench_invariant.log"
-  done
-  [ -n "${SKIP_PEER:-}" ] && MODE=quick
-  [ "$MODE" != "quick" ] && step "PyTorch peer"
-  [ "$MODE" != "quick" ] && PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_decode.py --json "$OUT/torch_decode.json" \
-    2>&1 | tee "$OUT/torch.log"
 fi
 
-step "summary"
-echo "tests rc=$TEST_RC memcheck rc=$MEM_RC racecheck rc=$RACE_RC"
-grep -E "PASSED|FAILED|tests ran" "$OUT/tests.log" | tail -5
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log"
-[ -f "$OUT/bench.log" ] && cut -c1-110 "$OUT/bench.log"
-[ -f "$OUT/bench_invariant.log" ] && grep -v suite "$OUT/bench_invariant.log" | sed 's/^/invariant /' | cut -c1-120
-[ -f "$OUT/torch.log" ] && grep -E "ceilings|torch" "$OUT/torch.log"
-exit 0
+if [ $want_python -eq 1 ]; then
+  step "python: pytest python/tests on $BUILD/libmla.so"
+  MLA_LIBRARY="$PWD/$BUILD/libmla.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout "$TIMEOUT" python3 -m pytest -q -rs python/tests >"$OUT/pytest.log" 2>&1
+  rc=$?
+  grep -E "passed|failed|SKIPPED" "$OUT/pytest.log" | tail -5
+  record "python" $rc
+fi
+
+step "summary (logs in $OUT)"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED

@@ -1,4 +1,4 @@
-// mla bench decode: the decode suites of PERF.md on the GPU.
+// mla bench decode: the decode suites of docs/benchmarks.md on the GPU.
 //
 // Per shape: a paged cache of random data (page 64, shuffled page ids), the
 // whole decode step (scheduler + main + combine) timed with CUDA events around
@@ -7,7 +7,7 @@
 // calls, the median of --reps calls. Reported: time, TFLOP/s (2*h_q*(576+512)
 // per query and attended key, causal counted exactly), GB/s (each cache entry
 // once per request + q + out + lse), the roofline floor from the measured H200
-// ceilings (PERF.md: 792 TFLOP/s bf16, 4391 GB/s read) and the fraction of it.
+// ceilings (docs/benchmarks.md: 792 TFLOP/s bf16, 4391 GB/s read) and the fraction of it.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -25,6 +25,8 @@
 #ifdef MLA_HAS_CUDA
 #include <cuda_runtime.h>
 
+#include "bench/bench_check.hpp"
+#include "bench/bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
 #endif
 
@@ -36,7 +38,7 @@ struct BenchOptions {
   std::string json;
   int reps = 30;
   bool batch_invariant = false;
-  double peak_tflops = 792.0;  // PERF.md, measured on the H200 we are lent
+  double peak_tflops = 792.0;  // docs/benchmarks.md, measured on the H200 we are lent
   double peak_gbps = 4391.0;
   std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
@@ -79,15 +81,6 @@ std::vector<Shape> suite_shapes(const std::string& which) {
 }
 
 #ifdef MLA_HAS_CUDA
-#define BENCH_CUDA(expr)                                               \
-  do {                                                                 \
-    cudaError_t e_ = (expr);                                           \
-    if (e_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
-
 std::string shape_name(const Shape& s) {
   if (!s.label.empty()) return s.label;
   return "b" + std::to_string(s.lengths.size()) + " h" + std::to_string(s.h_q) + " s_q" +
@@ -102,7 +95,7 @@ struct DeviceMem {
   DeviceMem& operator=(const DeviceMem&) = delete;
 };
 
-nlohmann::json bench_shape(const Shape& s, const BenchOptions& o, void* flush, size_t flush_bytes) {
+nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   constexpr int kPage = 64;
   const int B = int(s.lengths.size());
   const bool fp8 = s.format == KvFormat::fp8_ds_mla;
@@ -153,29 +146,11 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o, void* flush, s
     std::exit(1);
   }
   DeviceMem ws(ws_bytes);
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  std::vector<float> times;
-  for (int r = 0; r < o.reps + 5; ++r) {
-    BENCH_CUDA(cudaMemsetAsync(flush, r & 0xff, flush_bytes, nullptr));  // evict the L2
-    BENCH_CUDA(cudaEventRecord(e0, nullptr));
-    st = mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {});
-    BENCH_CUDA(cudaEventRecord(e1, nullptr));
-    if (!st.ok()) {
-      std::fprintf(stderr, "mla_decode: %s\n", st.to_string().c_str());
-      std::exit(1);
-    }
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 5) times.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(times.begin(), times.end());
-  const double t_us = 1e3 * times[times.size() / 2];
-  const double spread_us = 1e3 * (times[times.size() * 9 / 10] - times[times.size() / 10]);
+  const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
+    BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+  });
+  const double t_us = t.median_us;
+  const double spread_us = t.p90_us - t.p10_us;
 
   // Work and bytes, exactly.
   double flops = 0, bytes = 0;
@@ -223,8 +198,6 @@ int run_decode_bench(const BenchOptions& o) {
   }
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const size_t flush_bytes = 256ull << 20;
-  DeviceMem flush(flush_bytes);
   nlohmann::json results = nlohmann::json::array();
   std::printf("%-14s %-22s %-10s %10s %9s %9s %9s %8s %s\n", "suite", "shape", "cache", "time_us",
               "TFLOP/s", "GB/s", "floor_us", "of_floor", "bound");
@@ -234,7 +207,7 @@ int run_decode_bench(const BenchOptions& o) {
           return key.find(f) != std::string::npos;
         }))
       continue;
-    nlohmann::json j = bench_shape(s, o, flush.p, flush_bytes);
+    nlohmann::json j = bench_shape(s, o);
     std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s\n",
                 j["suite"].get<std::string>().c_str(), j["name"].get<std::string>().c_str(),
                 j["format"].get<std::string>().c_str(), j["time_us"].get<double>(),
@@ -262,7 +235,7 @@ int run_decode_bench(const BenchOptions& o) {
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks on the GPU (PERF.md suites)");
+  auto* bench = app.add_subcommand("bench", "benchmarks on the GPU (docs/benchmarks.md suites)");
   bench->require_subcommand(1);
   auto* dec = bench->add_subcommand("decode", "dense MLA decode suites");
   auto o = std::make_shared<BenchOptions>();

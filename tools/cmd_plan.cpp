@@ -1,4 +1,4 @@
-// `mla plan`: the planner of DESIGN.md section 5 (src/plan). Prints a table, or JSON
+// `mla plan`: the planner (src/plan). Prints a table, or JSON
 // with --json; --seed-check recomputes the seed documents' tables; --calibrate FILE
 // predicts times from measured kernel efficiencies instead of the datasheet.
 #include <cstdlib>

@@ -18,7 +18,7 @@ H200 (`mla plan --gpu h200 --model seed004-64l --context L --json`, formats[name
 Timing as bench/peers/torch_decode.py: CUDA events around the call, a 256 MB buffer written
 before each timed call (L2 flushed), 3 warm-up calls, median of --reps (>= 20) calls, random
 data (never zeros). Bytes = the KV cache read once, B*L*8*D*2 (K and V) * 2 B; GB/s against
-the measured read ceiling 4391 GB/s (PERF.md). The math backend materializes K/V per query
+the measured read ceiling 4391 GB/s (docs/benchmarks.md). The math backend materializes K/V per query
 head (repeat_interleave) and the full score matrix, so it is run only where that expansion is
 <= 2 GB (B 4 at 8K only), as a reference point. The efficient (mem-efficient) backend has no
 GQA kernel in torch 2.11 ("both fused kernels require query, key and value to have the same
@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-READ_CEILING_GBPS = 4391.0  # PERF.md, measured read ceiling of the H200
+READ_CEILING_GBPS = 4391.0  # docs/benchmarks.md, measured read ceiling of the H200
 H_KV = 8
 # mla plan --gpu h200 --model seed004-64l --context L --json: gqa-8-bf16 row's max_batch
 PLANNER_BATCH = {8192: 124, 32768: 31, 65536: 15, 131072: 7}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plain PyTorch peer of the dense MLA decode (PERF.md): absorbed MQA form,
+"""Plain PyTorch peer of the dense MLA decode (docs/benchmarks.md): absorbed MQA form,
 scores = q @ K^T (bf16 bmm, fp32 out), fp32 softmax, out = P @ V (bf16 bmm),
 over a dense [B, L, 576] cache (no paging: the peer's best case). Timed with
 CUDA events, L2 flushed before each call, median of --reps calls. Also

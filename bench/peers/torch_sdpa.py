@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peer for the PERF.md prefill suite: PyTorch scaled_dot_product_attention with
+"""Peer for the docs/benchmarks.md prefill suite: PyTorch scaled_dot_product_attention with
 the cuDNN backend (its flash backend has no kernel for d_qk 192 / d_v 128) on
 the same shapes as mla_bench_prefill, timed with CUDA events (median).
 

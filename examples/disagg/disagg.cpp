@@ -244,7 +244,7 @@ NcclTransferOptions Disagg::xfer_options(std::span<void* const> ready,
 }
 
 constexpr int kHeads = 128;
-constexpr float kPrefillScale = 0.1352f;  // 192^-0.5 * mscale^2 (DESIGN.md section 1)
+constexpr float kPrefillScale = 0.1352f;  // 192^-0.5 * mscale^2 (docs/design.md section 1)
 
 void Disagg::setup_prefill() {
   const int64_t T = o_.tokens, C = o_.chunk;

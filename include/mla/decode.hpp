@@ -1,4 +1,4 @@
-// Absorbed MLA decode over a paged latent cache (DESIGN.md section 1): MQA with
+// Absorbed MLA decode over a paged latent cache (docs/design.md section 1): MQA with
 // one KV head, d_qk 576, d_v 512, h_q query heads, s_q new tokens per request.
 #pragma once
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The whole DeepSeek Sparse Attention decode step as one operation (DESIGN.md
+// The whole DeepSeek Sparse Attention decode step as one operation (docs/design.md
 // section 1, docs/dsa.md): lightning-indexer logits over the paged indexer
 // cache -> token top-k (global cache slots) -> sparse absorbed attention, or
 // plain dense decode when the batch is short enough that DSA cannot pay off.
@@ -84,7 +84,7 @@ struct DsaPolicy {
   // Context length up to which dense decode is used even above topk.
   // kDsaDenseBelowMeasured (the default): the H200 crossover measured for the
   // cache's format (above). Other GPUs, batch shapes or a calibration: set it,
-  // e.g. from dsa_dense_threshold() (the planner's prediction). 0 keeps the
+  // e.g. from plan::dsa_dense_threshold() (mla/plan.hpp: the planner's prediction). 0 keeps the
   // model's exact semantics (dense only where every key is selected anyway).
   int64_t dense_below = kDsaDenseBelowMeasured;
   DsaPath path = DsaPath::automatic;
@@ -106,33 +106,5 @@ Status dsa_decode_workspace_size(const DsaDecodeArgs& args, const DsaPolicy& pol
 // q's device (host memory for CPU tensors).
 Status dsa_decode(const DsaDecodeArgs& args, const DsaPolicy& policy = {}, Workspace ws = {},
                   const ExecContext& ctx = {});
-
-// ---- the threshold (plan layer, src/plan/dsa_threshold.cpp) ---------------------
-
-// Which step the crossover is computed for. Defaults: DeepSeek-V3.2, bf16
-// latent cache, 128 heads on the GPU (tp 1), one new token, top-2048.
-struct DsaThresholdOptions {
-  const char* model = "deepseek-v3.2";
-  const char* kv = "bf16";  // "bf16" or "fp8" (the kernels that exist)
-  int heads = 128;
-  int new_tokens = 1;
-  int topk = 2048;
-  // Requests in the step. Without calibration batch cancels (both steps scale
-  // with it); a calibration's per-call overheads do not, so the crossover
-  // depends on it. 64: the batch of the measured sweep (kDsaDenseBelowH200*).
-  int batch = 64;
-};
-
-// The context length (above topk, found to within one 64-token page) from which the
-// planner's cost model predicts the DSA step (indexer + top-k + sparse
-// attention) to be cheaper than dense decode, for `gpu` ("h200", ...; see
-// `mla plan --help`). Without calibration it compares roofline floors
-// (datasheet or PERF.md-measured ceilings); with `calibration_json` (the TEXT
-// of a calibration file, docs/planner.md's schema, for the same GPU) it
-// compares the calibrated predictions (floor / measured fraction per kernel).
-// *tokens = 0 when DSA never wins up to 16M tokens. This is the planner's
-// prediction, not a measured crossover (docs/dsa.md).
-Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_t* tokens,
-                           const DsaThresholdOptions& opts = {});
 
 }  // namespace mla

@@ -1,4 +1,4 @@
-// DeepSeek-V3.2's lightning indexer (DESIGN.md sections 1 and 2): FP8 keys in a
+// DeepSeek-V3.2's lightning indexer (docs/design.md sections 1 and 2): FP8 keys in a
 // paged indexer cache, FP8 queries with their scale folded into the head
 // weights, and the logits
 //   I[t, s] = k_scale[s] * sum_h w'[t, h] * ReLU(q8[t, h] . k8[s])

@@ -1,4 +1,4 @@
-// The paged latent cache and its two entry formats (DESIGN.md section 2), and
+// The paged latent cache and its two entry formats (docs/design.md section 2), and
 // the operations that write and read it.
 #pragma once
 #include <cstdint>
@@ -19,12 +19,12 @@ enum class KvFormat : int32_t {
 //   [512, 528)  four fp32 scales (powers of two)
 //   [528, 656)  k_rope as 64 bf16 (not quantised: rope carries position, keep it exact-ish)
 struct Fp8DsMlaLayout {
-  static constexpr int kNopeBytes = kDc;                         // 512
-  static constexpr int kGroup = 128;                             // values per scale
-  static constexpr int kNumScales = kDc / kGroup;                // 4
-  static constexpr int kScaleOffset = kNopeBytes;                // 512
+  static constexpr int kNopeBytes = kDc;                             // 512
+  static constexpr int kGroup = 128;                                 // values per scale
+  static constexpr int kNumScales = kDc / kGroup;                    // 4
+  static constexpr int kScaleOffset = kNopeBytes;                    // 512
   static constexpr int kRopeOffset = kScaleOffset + 4 * kNumScales;  // 528
-  static constexpr int kEntryBytes = kRopeOffset + 2 * kDr;      // 656
+  static constexpr int kEntryBytes = kRopeOffset + 2 * kDr;          // 656
 };
 static_assert(Fp8DsMlaLayout::kEntryBytes == 656, "fp8_ds_mla entry is 656 bytes");
 inline constexpr int kBf16EntryBytes = 2 * kDqk;  // 1152
@@ -51,7 +51,7 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name);
 //   c_kv   [T, 512]  f32 or bf16
 //   k_rope [T, 64]   f32 or bf16
 //   slots  [T]       i64; -1 means "skip this token" (padding in the batch)
-// bf16 cache: values rounded to bf16. fp8 cache: quantised per DESIGN.md.
+// bf16 cache: values rounded to bf16. fp8 cache: quantised as docs/design.md section 2 says.
 struct AppendKvArgs {
   TensorView c_kv;
   TensorView k_rope;
@@ -63,9 +63,9 @@ Status append_kv(const AppendKvArgs& args, const ExecContext& ctx = {});
 // Read T tokens back (dequantised) as f32: c_kv [T, 512], k_rope [T, 64].
 struct ReadKvArgs {
   KvCacheView cache;
-  TensorView slots;  // [T] i64, every slot must be valid
-  TensorView c_kv;   // out [T, 512] f32
-  TensorView k_rope; // out [T, 64] f32
+  TensorView slots;   // [T] i64, every slot must be valid
+  TensorView c_kv;    // out [T, 512] f32
+  TensorView k_rope;  // out [T, 64] f32
 };
 Status read_kv(const ReadKvArgs& args, const ExecContext& ctx = {});
 

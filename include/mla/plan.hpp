@@ -1,4 +1,4 @@
-// The planner: DESIGN.md section 5 as a library. Given a GPU, a model and a
+// The planner as a library. Given a GPU, a model and a
 // workload it computes KV bytes per token for each cache format, the largest
 // batch that fits beside the weights, bytes and FLOPs per decode step, the
 // roofline floor and the ceiling that binds, and a recommended configuration
@@ -36,7 +36,8 @@ struct GpuSpec {
   int sms;
   double l2_bytes;
   const char* source;  // where the numbers come from
-  // Our own measurements (PERF.md); 0 = none. Used instead of the datasheet where present.
+  // Our own measurements (docs/benchmarks.md); 0 = none. Used instead of the datasheet where
+  // present.
   double measured_read_bw;
   double measured_copy_bw;
   double measured_bf16_flops;
@@ -293,5 +294,34 @@ struct SeedCheckRow {
 std::vector<SeedCheckRow> seed_check();
 std::string render_seed_check_text(const std::vector<SeedCheckRow>& rows);
 std::string render_seed_check_json(const std::vector<SeedCheckRow>& rows);
+
+// ---- the DSA step's threshold (src/plan/dsa_threshold.cpp) ----------------------
+
+// Which step the crossover is computed for. Defaults: DeepSeek-V3.2, bf16
+// latent cache, 128 heads on the GPU (tp 1), one new token, top-2048.
+struct DsaThresholdOptions {
+  const char* model = "deepseek-v3.2";
+  const char* kv = "bf16";  // "bf16" or "fp8" (the kernels that exist)
+  int heads = 128;
+  int new_tokens = 1;
+  int topk = 2048;
+  // Requests in the step. Without calibration batch cancels (both steps scale
+  // with it); a calibration's per-call overheads do not, so the crossover
+  // depends on it. 64: the batch of the measured sweep (kDsaDenseBelowH200*).
+  int batch = 64;
+};
+
+// The context length (above topk, found to within one 64-token page) from which the
+// planner's cost model predicts the DSA step (indexer + top-k + sparse
+// attention) to be cheaper than dense decode, for `gpu` ("h200", ...; see
+// `mla plan --help`). Without calibration it compares roofline floors
+// (datasheet or measured ceilings); with `calibration_json` (the TEXT
+// of a calibration file, docs/planner.md's schema, for the same GPU) it
+// compares the calibrated predictions (floor / measured fraction per kernel).
+// *tokens = 0 when DSA never wins up to 16M tokens. This is the planner's
+// prediction, not a measured crossover (docs/dsa.md); mla/dsa.hpp's
+// DsaPolicy::dense_below takes it.
+Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_t* tokens,
+                           const DsaThresholdOptions& opts = {});
 
 }  // namespace mla::plan

@@ -1,4 +1,4 @@
-// Non-absorbed MLA (DESIGN.md section 1), the form for prefilling many new
+// Non-absorbed MLA (docs/design.md section 1), the form for prefilling many new
 // tokens: decompress the latent cache into per-head keys and values with
 // W_UK / W_UV, then causal multi-head attention with d_qk 192 = 128 nope + 64
 // rope and d_v 128. It computes the same function as absorbed decode followed

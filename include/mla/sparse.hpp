@@ -1,4 +1,4 @@
-// Sparse absorbed MLA attention over index lists (DSA, DESIGN.md section 1):
+// Sparse absorbed MLA attention over index lists (DSA, docs/design.md section 1):
 // each query token attends only to the cache entries its list names, chosen by
 // the lightning indexer + top-k (mla/indexer.hpp, mla/topk.hpp) or by
 // block-sparse selection (mla/block_sparse.hpp).
@@ -42,8 +42,7 @@ struct SparseDecodeArgs {
 // Index values and topk_length live on the GPU and are not checked on the
 // host: entries outside the cache are skipped (never read), topk_length is
 // clamped to [0, topk]. The CPU path checks them and answers out_of_range.
-Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {},
-                     const ExecContext& ctx = {});
+Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {}, const ExecContext& ctx = {});
 
 // Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)

@@ -1,4 +1,4 @@
-// Token top-k over indexer logits (DSA, DESIGN.md section 1): for each row the
+// Token top-k over indexer logits (DSA, docs/design.md section 1): for each row the
 // k best positions among [0, length), optionally translated to global cache
 // slots, in the index-list format sparse attention reads (-1 = no token).
 #pragma once

@@ -24,7 +24,7 @@ def test_quick_suites_cover_perf_md():
                          "indexer-decode", "prefill"]
     full = suites.all_cases(quick=False)
     assert set(got) <= set(full) and "decode-long" in full
-    # PERF.md: sparse-decode b 128/64, h 128/64/32/16, s_q 1/2, bf16 and fp8 at top-2048.
+    # docs/benchmarks.md: sparse-decode b 128/64, h 128/64/32/16, s_q 1/2, bf16 and fp8 at top-2048.
     assert len(full["sparse-decode"]) == 2 * 4 * 2 * 2
     assert {(c.rows, c.n) for c in full["topk"]} == {(128, 128 * 1024), (4096, 32 * 1024)}
     assert [c.x for c in full["prefill"] if c.prefix] == [20 * 1024, 68 * 1024]

@@ -7,7 +7,7 @@ import mla
 
 from conftest import BF16, decode_reference, make_paged_problem
 
-SCALE = 0.135234  # DeepSeek-V3.2's softmax scale (DESIGN.md)
+SCALE = 0.135234  # DeepSeek-V3.2's softmax scale (docs/design.md)
 
 
 # Bounds: the CPU reference accumulates in fp64 like the NumPy one; the only

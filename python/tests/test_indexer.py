@@ -9,7 +9,7 @@ from conftest import E4M3
 
 
 def quant_vec(v):
-    """DESIGN.md: a = max(max|v|, 1e-4), s = 2^ceil(log2(a/448)), v8 = e4m3(clamp(v/s))."""
+    """docs/design.md section 2: a = max(max|v|, 1e-4), s = 2^ceil(log2(a/448)), v8 = e4m3(clamp(v/s))."""
     a = max(float(np.abs(v).max()), 1e-4)
     s = np.float32(2.0 ** np.ceil(np.log2(a / 448.0)))
     return np.clip(v / s, -448, 448).astype(E4M3), s

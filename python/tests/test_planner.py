@@ -47,7 +47,7 @@ def test_decode_step_flops_bytes_and_roofline_by_hand():
     assert step["flops"] == flops
     assert step["bytes"] == nbytes
     assert step["intensity"] == pytest.approx(flops / nbytes)  # 241.8 FLOP/B
-    # PERF.md's measured H200 ceilings: bf16 792 TFLOP/s, read 4391 GB/s; 242 > ridge 180.
+    # docs/benchmarks.md's measured H200 ceilings: bf16 792 TFLOP/s, read 4391 GB/s; 242 > ridge 180.
     assert p["ceilings"]["bf16_flops"] == 792e12 and p["ceilings"]["read_bw"] == 4391e9
     assert step["floor_s"] == pytest.approx(max(flops / 792e12, nbytes / 4391e9))
     assert step["binds"] == "compute"

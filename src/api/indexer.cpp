@@ -3,7 +3,7 @@
 
 #include "api/backend.hpp"
 #ifdef MLA_HAS_CUDA
-#include "cuda/dsa/indexer_cuda.hpp"
+#include "cuda/indexer/indexer_cuda.hpp"
 #endif
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"

@@ -8,7 +8,7 @@
 #include "reference/tensor_read.hpp"
 
 #ifdef MLA_HAS_CUDA
-#include "cuda/kv_cache/append_cuda.hpp"
+#include "cuda/kv_cache/kv_cache_cuda.hpp"
 #endif
 
 namespace mla {

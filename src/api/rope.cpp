@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "api/backend.hpp"
+#include "common/rope_freq.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
 #include "reference/rope_ref.hpp"
@@ -55,7 +56,7 @@ Status rope_inv_freq(const RopeConfig& config, TensorView inv_freq) {
   MLA_TRY(detail::expect_known_device(inv_freq, "inv_freq"));
   if (detail::on_cuda(inv_freq.device)) return detail::no_cuda_backend("rope_inv_freq");
   MLA_TRY(expect_rope_float(inv_freq, "inv_freq"));
-  const std::vector<double> f = reference::yarn_inv_freq(config);
+  const std::vector<double> f = detail::yarn_inv_freq(config);
   for (int j = 0; j < config.dim / 2; ++j) reference::write(inv_freq, {j}, f[j]);
   return Status::Ok();
 }

@@ -8,7 +8,7 @@
 #include "reference/sparse_ref.hpp"
 #include "reference/tensor_read.hpp"
 #ifdef MLA_HAS_CUDA
-#include "cuda/dsa/sparse_cuda.hpp"
+#include "cuda/sparse/sparse_cuda.hpp"
 #endif
 
 namespace mla {

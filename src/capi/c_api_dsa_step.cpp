@@ -1,6 +1,7 @@
 // C ABI of the DSA decode step and its threshold (mla/dsa.hpp).
 #include "capi/capi_common.hpp"
 #include "mla/dsa.hpp"
+#include "mla/plan.hpp"
 
 using namespace mla;
 using namespace mla::capi;
@@ -112,14 +113,14 @@ int32_t mla_dsa_dense_threshold(const char* gpu, const char* calibration_json, c
                                 const char* kv, int32_t heads, int32_t new_tokens, int32_t topk,
                                 int32_t batch, int64_t* tokens) {
   return guarded([&] {
-    DsaThresholdOptions o;
+    plan::DsaThresholdOptions o;
     if (model != nullptr) o.model = model;
     if (kv != nullptr) o.kv = kv;
     o.heads = heads;
     o.new_tokens = new_tokens;
     o.topk = topk;
     o.batch = batch;
-    return dsa_dense_threshold(gpu, calibration_json, tokens, o);
+    return plan::dsa_dense_threshold(gpu, calibration_json, tokens, o);
   });
 }
 

@@ -31,8 +31,8 @@ bool same_name(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-Status dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_t* tokens,
-                           const DsaThresholdOptions& o) {
+Status plan::dsa_dense_threshold(const char* gpu, const char* calibration_json, int64_t* tokens,
+                                 const plan::DsaThresholdOptions& o) {
   if (tokens == nullptr) return bad("tokens: output pointer is null");
   *tokens = 0;
   if (gpu == nullptr) return bad("gpu: null (a GPU name such as \"h200\" is needed)");

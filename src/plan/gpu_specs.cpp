@@ -1,5 +1,5 @@
 // GPU table of the planner. Dense (non-sparse) tensor-core peaks per GPU; SI units.
-// Each row names its source. Our own measurements (PERF.md) sit beside the
+// Each row names its source. Our own measurements (docs/benchmarks.md) sit beside the
 // datasheet and win where present.
 #include <fmt/format.h>
 
@@ -26,13 +26,13 @@ constexpr std::array<GpuSpec, 6> kGpus = {{
      400 * GB, 132, 50 * MiB, "NVIDIA H800 SXM5 product brief (H100 compute, 400 GB/s NVLink)", 0,
      0, 0, 0, ""},
     // NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, H100 compute.
-    // L2: the datasheet does not list it; 60 MB is what our H200 reports (PERF.md).
+    // L2: the datasheet does not list it; 60 MB is what our H200 reports (docs/benchmarks.md).
     {"h200", "NVIDIA H200 SXM 141GB", "hopper", 141 * GB, 4.8 * TB, 989.4 * TF, 1978.9 * TF, 0,
      900 * GB, 132, 60e6,
-     "NVIDIA H200 Tensor Core GPU datasheet (SXM); L2 as reported by our H200 (PERF.md)",
-     // PERF.md, measured 2026-11-29 on the H200 we are lent.
+     "NVIDIA H200 Tensor Core GPU datasheet (SXM); L2 as reported by our H200 (docs/benchmarks.md)",
+     // docs/benchmarks.md, measured 2026-11-29 on the H200 we are lent.
      4391 * GB, 4284 * GB, 792 * TF, 1447 * TF,
-     "PERF.md (our H200): read pass 4391 GB/s, copy 4284 GB/s, bf16 matmul 792 TFLOP/s, "
+     "docs/benchmarks.md (our H200): read pass 4391 GB/s, copy 4284 GB/s, bf16 matmul 792 TFLOP/s, "
      "fp8 matmul 1447 TFLOP/s"},
     // NVIDIA H20 product brief (export part for China): 96 GB HBM3, 4.0 TB/s, BF16 148 and
     // FP8 296 TFLOPS dense, NVLink 900 GB/s. SM count 78 and L2 60 MB from public reports

@@ -1,4 +1,4 @@
-// Bytes per token per layer of each KV cache format (DESIGN.md section 2).
+// Bytes per token per layer of each KV cache format (docs/design.md section 2).
 #include "mla/plan.hpp"
 
 namespace mla::plan {

@@ -71,7 +71,7 @@ constexpr std::array<ModelSpec, 5> kModels = {{
      2048,
      256,
      8,
-     "DeepSeek-V3.2 config.json and inference/model.py (Indexer); DESIGN.md section 2",
+     "DeepSeek-V3.2 config.json and inference/model.py (Indexer); docs/design.md section 2",
      1536},
     // DeepSeek-V2-Lite model card and config.json: 15.7B total, 2.4B activated, 27 layers,
     // hidden 2048, 16 heads, kv_lora_rank 512, rope 64, nope 128, v 128, 64 routed experts, 6

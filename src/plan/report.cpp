@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/internal.hpp"
+#include "plan/spec_json.hpp"
 
 namespace mla::plan {
 namespace detail {
@@ -173,35 +174,8 @@ std::string render_json(const Plan& p) {
                    {"mem_util", w.mem_util},
                    {"weights", weight_precision_name(w.weights)},
                    {"weights_auto", p.weights_auto}};
-  j["gpu"] = {{"name", g.name},           {"full_name", g.full_name},
-              {"arch", g.arch},           {"hbm_bytes", g.hbm_bytes},
-              {"hbm_bw", g.hbm_bw},       {"bf16_flops", g.bf16_flops},
-              {"fp8_flops", g.fp8_flops}, {"fp4_flops", g.fp4_flops},
-              {"nvlink_bw", g.nvlink_bw}, {"sms", g.sms},
-              {"l2_bytes", g.l2_bytes},   {"source", g.source}};
-  if (g.measured_read_bw > 0)
-    j["gpu"]["measured"] = {{"read_bw", g.measured_read_bw},
-                            {"copy_bw", g.measured_copy_bw},
-                            {"bf16_flops", g.measured_bf16_flops},
-                            {"fp8_flops", g.measured_fp8_flops},
-                            {"source", g.measured_source}};
-  j["model"] = {{"name", m.name},
-                {"full_name", m.full_name},
-                {"params", m.params},
-                {"active_params", m.active_params},
-                {"weight_bytes_per_param", m.weight_bytes_per_param},
-                {"weight_precision", m.weight_precision},
-                {"layers", m.layers},
-                {"hidden", m.hidden},
-                {"heads", m.heads},
-                {"attention", m.native == AttentionKind::mla ? "mla" : "gqa"},
-                {"d_c", m.d_c},
-                {"d_r", m.d_r},
-                {"gqa_kv_heads", m.gqa_kv_heads},
-                {"indexer_heads", m.indexer_heads},
-                {"indexer_dim", m.indexer_dim},
-                {"indexer_bytes_per_token", m.indexer_bytes_per_token},
-                {"source", m.source}};
+  j["gpu"] = gpu_json(g);
+  j["model"] = model_json(m);
   auto tag = [](bool measured) { return measured ? "measured" : "datasheet"; };
   j["ceilings"] = {{"read_bw", p.ceilings.read_bw},
                    {"read_bw_from", tag(p.ceilings.read_bw_measured)},

@@ -1,7 +1,7 @@
 // The cost model: FLOPs and bytes of each kernel in a step, and its roofline floor
-// max(FLOPs / peak, bytes / bandwidth). Conventions of DESIGN.md sections 1 and 4:
-// attention counts 2*h*(d_qk + d_v) FLOP per (query, key); bytes are what the kernel
-// must move at least: each cache entry read once per request.
+// max(FLOPs / peak, bytes / bandwidth). Conventions of docs/design.md section 1 and
+// docs/benchmarks.md: attention counts 2*h*(d_qk + d_v) FLOP per (query, key); bytes are what the
+// kernel must move at least: each cache entry read once per request.
 #include <fmt/format.h>
 
 #include <algorithm>

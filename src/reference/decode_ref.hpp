@@ -1,4 +1,4 @@
-// CPU reference of absorbed MLA decode (DESIGN.md section 1): exact softmax
+// CPU reference of absorbed MLA decode (docs/design.md section 1): exact softmax
 // attention in fp64 over a paged latent cache, the oracle for every GPU decode
 // kernel and the CPU backend of mla_decode / mla_decode_partial.
 #pragma once

@@ -1,4 +1,4 @@
-// The FP8 quantisers of DESIGN.md section 2, written once and shared by the
+// The FP8 quantisers of docs/design.md section 2, written once and shared by the
 // CPU reference, the cache writer and the GPU tests (which compare kernel bytes
 // against these bytes).
 //

@@ -1,4 +1,4 @@
-// CPU reference of the paged latent cache (DESIGN.md section 2): where a slot's
+// CPU reference of the paged latent cache (docs/design.md section 2): where a slot's
 // entry lives, how one entry is read as 576 values, and append/read.
 //
 // Every reference op that reads the cache (dense decode, sparse decode,

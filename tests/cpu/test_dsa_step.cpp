@@ -348,7 +348,7 @@ TEST(DsaStep, ValidationErrors) {
 
 TEST(DsaThreshold, IsThePlannersCrossover) {
   int64_t t = 0;
-  MLA_OK(dsa_dense_threshold("h200", nullptr, &t));
+  MLA_OK(plan::dsa_dense_threshold("h200", nullptr, &t));
   EXPECT_GT(t, 2048);
   EXPECT_LE(t, 2048 + 64 * 64) << "on the H200's roofline DSA wins soon after top-k";
   // The roofline is optimistic about DSA's small kernels: the measured
@@ -382,8 +382,8 @@ TEST(DsaThreshold, CalibratedAndErrors) {
     {"kernel": "indexer", "format": "fp8", "h_q": 128, "fraction_of_ceiling": 0.66},
     {"kernel": "topk", "format": "fp32", "h_q": 128, "fraction_of_ceiling": 0.105}]})";
   int64_t roof = 0, calib = 0;
-  MLA_OK(dsa_dense_threshold("h200", nullptr, &roof));
-  MLA_OK(dsa_dense_threshold("h200", cal, &calib));
+  MLA_OK(plan::dsa_dense_threshold("h200", nullptr, &roof));
+  MLA_OK(plan::dsa_dense_threshold("h200", cal, &calib));
   // Sparse attention measured at 14% of its floor vs dense at 49%: DSA pays off later.
   EXPECT_GT(calib, roof);
   // Per-call overheads (the fitted calibration's form): the crossover moves out as the
@@ -394,40 +394,40 @@ TEST(DsaThreshold, CalibratedAndErrors) {
     {"kernel": "indexer", "format": "fp8", "h_q": 64, "fraction_of_ceiling": 0.71, "overhead_us": 9},
     {"kernel": "topk", "format": "fp32", "h_q": 128, "fraction_of_ceiling": 0.07, "overhead_us": 37}]})";
   int64_t at4 = 0, at64 = 0;
-  DsaThresholdOptions ob;
+  plan::DsaThresholdOptions ob;
   ob.batch = 4;
-  MLA_OK(dsa_dense_threshold("h200", with_overhead, &at4, ob));
+  MLA_OK(plan::dsa_dense_threshold("h200", with_overhead, &at4, ob));
   ob.batch = 64;
-  MLA_OK(dsa_dense_threshold("h200", with_overhead, &at64, ob));
+  MLA_OK(plan::dsa_dense_threshold("h200", with_overhead, &at64, ob));
   EXPECT_GT(at4, at64);
   EXPECT_GT(at64, 2048);
   int64_t fp8 = 0;
-  DsaThresholdOptions o;
+  plan::DsaThresholdOptions o;
   o.kv = "fp8";
-  MLA_OK(dsa_dense_threshold("h200", nullptr, &fp8, o));
+  MLA_OK(plan::dsa_dense_threshold("h200", nullptr, &fp8, o));
   EXPECT_GT(fp8, 2048);
 
   int64_t t = 0;
-  expect_error(dsa_dense_threshold("h999", nullptr, &t), Errc::invalid_value, {"h999"});
-  expect_error(dsa_dense_threshold(nullptr, nullptr, &t), Errc::invalid_value, {"gpu"});
-  expect_error(dsa_dense_threshold("b200", cal, &t), Errc::invalid_value,
+  expect_error(plan::dsa_dense_threshold("h999", nullptr, &t), Errc::invalid_value, {"h999"});
+  expect_error(plan::dsa_dense_threshold(nullptr, nullptr, &t), Errc::invalid_value, {"gpu"});
+  expect_error(plan::dsa_dense_threshold("b200", cal, &t), Errc::invalid_value,
                {"\"gpu\" = \"H200\"", "b200"});
   o.kv = "fp4";
-  expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
+  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.kv = \"fp4\""});
   o = {};
   o.topk = 100;
-  expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
+  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.topk = 100"});
   o = {};
   o.heads = 0;
-  expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
+  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.heads = 0"});
   o = {};
   o.batch = 0;
-  expect_error(dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
+  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.batch = 0"});
-  expect_error(dsa_dense_threshold("h200", "{not json", &t), Errc::invalid_value, {});
+  expect_error(plan::dsa_dense_threshold("h200", "{not json", &t), Errc::invalid_value, {});
 }
 
 }  // namespace

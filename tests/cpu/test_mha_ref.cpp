@@ -1,6 +1,6 @@
 // The non-absorbed form: causal varlen MHA against a naive masked softmax, and
 // the proof that absorbed decode followed by W_UV computes the same function
-// as decompression + MHA (DESIGN.md section 1).
+// as decompression + MHA (docs/design.md section 1).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // The planner: KV arithmetic, capacity, roofline binding, recommendations, calibration,
 // the seed check and the CLI-facing errors. Expected numbers are computed here by hand
-// from DESIGN.md's formulas, independently of the planner's code paths.
+// from the formulas of docs/design.md, independently of the planner's code paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,7 +26,7 @@ using testing::rec;
 using testing::row;
 
 TEST(Plan, KvBytesPerToken) {
-  // DESIGN.md section 2: bf16 entry 576 x 2, fp8_ds_mla 512 + 16 + 128, indexer 132.
+  // docs/design.md section 2: bf16 entry 576 x 2, fp8_ds_mla 512 + 16 + 128, indexer 132.
   EXPECT_EQ(kv_bytes_per_token_layer(M("deepseek-v3"), KvFormat::mla_bf16), 1152);
   EXPECT_EQ(kv_bytes_per_token_layer(M("deepseek-v3"), KvFormat::mla_fp8), 656);
   EXPECT_EQ(kv_bytes_per_token_layer(M("deepseek-v3"), KvFormat::mla_fp4), kMlaFp4EntryBytes);

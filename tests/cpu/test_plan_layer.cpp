@@ -93,7 +93,7 @@ TEST(PlanLayer, BatchOneIsMemoryBoundOnTheWeights) {
   const double bytes = 61 * (2 * kDsaParams + kDsaActBytes);
   EXPECT_DOUBLE_EQ(proj.bytes, bytes);
   EXPECT_DOUBLE_EQ(proj.flops, 61 * 2 * kDsaParams);
-  EXPECT_NEAR(proj.floor_s, bytes / 4391e9, 1e-12);  // PERF.md's measured read
+  EXPECT_NEAR(proj.floor_s, bytes / 4391e9, 1e-12);  // docs/benchmarks.md's measured read
   // ~92 us of bf16 weights per layer per step (402 MB at 4391 GB/s).
   EXPECT_NEAR(proj.floor_s / 61 * 1e6, 91.6, 0.1);
   // fp8 weights: half the bytes, the fp8 compute ceiling.

@@ -46,4 +46,15 @@ Status device_facts(int id, DeviceFacts* out) {
   return Status::Ok();
 }
 
+int current_sm_count() {
+  int dev = 0;
+  DeviceFacts f;
+  if (cudaGetDevice(&dev) != cudaSuccess || !device_facts(dev, &f).ok()) return 132;
+  return f.sm_count;
+}
+
+Status value_error(Errc code, const char* what, long long value, const char* why) {
+  return detail::error(code, "{} = {} {}", what, value, why);
+}
+
 }  // namespace mla::cuda

@@ -24,6 +24,14 @@ struct DeviceFacts {
 // Facts of device `id` (cached after the first call; thread-safe).
 Status device_facts(int id, DeviceFacts* out);
 
+// Multiprocessors of the current device, for grid sizing only: 132 (an
+// H100/H200) when the query fails; the launch then reports the real error.
+int current_sm_count();
+
+// "<what> = <value> <why>", e.g. "s_q = 5 is not in [1, 4]". For .cu files,
+// which cannot use fmt's compile-time format strings (nvcc).
+Status value_error(Errc code, const char* what, long long value, const char* why);
+
 }  // namespace mla::cuda
 
 #define MLA_CUDA_TRY(expr, what) MLA_TRY(::mla::cuda::cuda_status((expr), (what)))

@@ -33,7 +33,7 @@ __device__ __forceinline__ float pow2_ceil(float x) {
   return m == 0.5f ? x : ldexpf(1.f, e);
 }
 
-// Scale of a 128-value group of the fp8_ds_mla entry (DESIGN.md section 2):
+// Scale of a 128-value group of the fp8_ds_mla entry (docs/design.md section 2.3):
 // 2^ceil(log2(max(amax / 448, 1e-4))), the division in fp32 as the reference.
 __device__ __forceinline__ float fp8_ds_mla_scale(float amax) {
   return pow2_ceil(fmaxf(__fdiv_rn(amax, kE4m3Max), 1e-4f));

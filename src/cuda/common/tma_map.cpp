@@ -3,6 +3,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include "mla/dims.hpp"
+
 namespace mla::cuda {
 
 namespace {
@@ -24,7 +26,7 @@ bool encode_kv_bf16_map(CUtensorMap* map, const void* kv, int64_t num_pages, int
                         int64_t token_stride_bytes, int64_t page_stride_bytes) {
   const auto fn = encoder();
   if (fn == nullptr || num_pages < 1 || page_size < 1) return false;
-  const cuuint64_t dims[3] = {576, cuuint64_t(page_size), cuuint64_t(num_pages)};
+  const cuuint64_t dims[3] = {kDqk, cuuint64_t(page_size), cuuint64_t(num_pages)};
   const cuuint64_t strides[2] = {cuuint64_t(token_stride_bytes), cuuint64_t(page_stride_bytes)};
   const cuuint32_t box[3] = {64, 64, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};

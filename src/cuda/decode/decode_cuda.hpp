@@ -1,10 +1,41 @@
-// CUDA backend of mla_decode (implemented in src/cuda/decode/). Called by
-// src/api/decode.cpp after the device-independent validation has passed.
+// CUDA backend of mla_decode (src/cuda/decode/). Called by src/api/decode.cpp
+// after the device-independent validation has passed, with Kernel::automatic;
+// tests and benchmarks pass a specific kernel.
 #pragma once
 #include "mla/decode.hpp"
 
+namespace mla::cuda::decode {
+
+// The main kernels of the dense decode. All run decode_kernel.cuh's math on
+// the same split schedule, workspace and combine; they differ in how the
+// producer warpgroup brings a tile of keys into shared memory.
+enum class Kernel {
+  automatic,       // choose_kernel()
+  wgmma_tma,       // bf16 cache, page_size % 64 == 0: full tiles by TMA
+  wgmma_cp_async,  // bf16 cache, any page size: cp.async
+  wgmma_fp8,       // fp8_ds_mla cache: dequantised in registers, next tile in flight
+};
+inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::wgmma_tma, Kernel::wgmma_cp_async,
+                                      Kernel::wgmma_fp8};
+const char* kernel_name(Kernel k);
+
+// What the choice depends on.
+struct Problem {
+  bool fp8 = false;       // the cache format
+  int64_t page_size = 0;  // tokens per page
+  bool tma_map = false;   // the driver encodes a TMA map of this bf16 cache
+};
+// The kernel automatic runs: the TMA tiles where a 64-key tile is one page and
+// the driver takes the cache's layout, else cp.async (bf16); fp8 has one.
+Kernel choose_kernel(const Problem& problem);
+// Whether `k` (not automatic) can run `problem`.
+bool kernel_takes(Kernel k, const Problem& problem);
+
+}  // namespace mla::cuda::decode
+
 namespace mla::cuda {
 Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, size_t* bytes);
+// kernel: a forced kernel that cannot run these arguments is an error.
 Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
-                  const ExecContext& ctx);
+                  const ExecContext& ctx, decode::Kernel kernel = decode::Kernel::automatic);
 }  // namespace mla::cuda

@@ -1,429 +1,596 @@
-// The main split-KV decode kernel: a persistent CTA runs its worker's pieces
-// (decode_schedule.cu); per piece it loads M query rows, streams the piece's
-// key tiles through shared memory, and keeps an online softmax.
+// The main decode kernel: wgmma + warp specialisation, one persistent CTA
+// per SM. A CTA runs its worker's pieces from the split scheduler
+// (split/split.hpp) and writes out/lse directly or an fp32 partial for the
+// combine kernel.
 //
-// Per tile of 64 keys, 8 warps:
-//   S = Q K^T    warp (rt, kg) computes rows rt*16..+16 x keys kg*KW..+KW over
-//                all 576 dims (mma.sync m16n8k16, A and B by ldmatrix);
-//   softmax      row maxima of the kG key groups meet in shared memory; each
-//                warp scales its own scores, P goes to shared memory as bf16;
-//   O += P V     warp w owns output columns w*64..+64 for all M rows, so the
-//                fp32 accumulators (2*M per thread) stay in registers.
-// bf16 cache: two K/V tile buffers filled by cp.async (tile i+1 loads while
-// tile i computes). fp8 cache: raw 656-byte-entry buffers in flight (two at
-// 16/32 rows, one at 64: no room for more next to Q) and one bf16 buffer the
-// raw tile is dequantised into.
-//
-// Device-side inputs cannot be checked before the launch (no host sync), so the
-// kernel guards them: a page id outside [0, num_pages) is never dereferenced
-// (its keys read as zeros) and the request's rows come out NaN (out and lse);
-// a length outside [0, capacity] gives NaN rows too (scheduler, kSlotBadRequest).
+// Roles (384 threads = 3 warpgroups):
+//   WG 0, 1 (math): S = Q K^T, online softmax, O += P V. Each owns half of the
+//     tile's 64 keys for S (m64n32k16, no duplicated Q.K^T work: S is 576/1088
+//     of the FLOPs) and half of the 512 value columns for O (m64n256k16, 128
+//     fp32 accumulators per thread). Both need the whole P (64 x 64), so each
+//     writes its 64 x 32 half to shared memory and they meet at a named
+//     barrier; the row maxima are exchanged the same way, so both warpgroups
+//     hold the same running max and rescale identically.
+//   WG 2 (producer, registers moved to the math WGs by setmaxnreg): streams
+//     K/V tiles into two shared-memory stages (full/empty mbarriers per
+//     stage), in the same bf16 SW128 layout for every cache, so the math code
+//     is one for all of them:
+//       bf16, kTma: whole tiles by TMA from one thread (tiles whose 64 keys
+//         are all valid; partial tiles as below);
+//       bf16: cp.async, 2 threads per key;
+//       fp8: register loads dequantised (e4m3 x scale, exact in bf16), the
+//         next tile's loads kept in flight.
+// Why 64 query rows always (also for h_q 16/32, rows masked): wgmma's M is 64;
+// at 16 rows the tensor work per 64-key tile still fits under the tile's
+// memory time, and with the loads on their own warpgroup it overlaps instead
+// of adding to it. Shared memory: decode_config.hpp.
 #pragma once
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/common/fp8.cuh"
+#include "cuda/common/mbarrier.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/decode/decode_config.hpp"
+#include "cuda/decode/decode_keys.cuh"
 #include "cuda/decode/decode_launch.hpp"
 
 namespace mla::cuda::decode {
 
-template <int kRowTiles, bool kFp8>
-struct MainShape {
-  static_assert(kRowTiles == 1 || kRowTiles == 2 || kRowTiles == 4,
-                "a CTA holds 16, 32 or 64 query rows");
-  static constexpr int M = 16 * kRowTiles;
-  static constexpr int kKeyGroups = kWarps / kRowTiles;        // warps sharing a row tile in S
-  static constexpr int kKeysPerWarp = kTileKeys / kKeyGroups;  // 32, 16 or 8
-  static constexpr int kSNTiles = kKeysPerWarp / 8;            // n8 tiles of S per warp
-  static constexpr int kVColsPerWarp = kDv / kWarps;           // 64
-  static constexpr int kVNTiles = kVColsPerWarp / 8;           // 8
-  static_assert(kKeysPerWarp % 8 == 0, "each warp's S slice is whole n8 tiles");
-  static_assert(kSNTiles == 1 || kSNTiles % 2 == 0, "B fragments load in pairs (x4) or one (x2)");
-  static_assert(kVNTiles % 2 == 0, "V fragments load in pairs (ldmatrix.x4.trans)");
+// Byte offset of 16-byte chunk q (0..71) of row r in a 64-row SW128 tile.
+__device__ __forceinline__ uint32_t tile_off(int r, int q) {
+  return (q >> 3) * kBlockBytes + r * 128 + (((q & 7) ^ (r & 7)) << 4);
+}
 
-  static constexpr int kRowBytes = kChunksPerRow * 16;  // 1152: one swizzled 576-wide bf16 row
-  static constexpr int kKvBuffers = kFp8 ? 1 : 2;
-  // fp8: raw tiles in flight. Two where they fit next to Q (16/32 rows): the
-  // memory-bound shapes need two loads in flight; at 64 rows only one fits.
-  static constexpr int kRawStages = kFp8 ? (kRowTiles <= 2 ? 2 : 1) : 0;
-  static constexpr size_t kQOff = 0;
-  static constexpr size_t kKvOff = kQOff + size_t(M) * kRowBytes;
-  static constexpr size_t kRawOff = kKvOff + size_t(kKvBuffers) * kTileKeys * kRowBytes;
-  static constexpr size_t kPOff = kRawOff + size_t(kRawStages) * kTileKeys * kFp8EntryBytes;
-  static constexpr size_t kRedMaxOff = kPOff + size_t(M) * kTileKeys * 2;
-  static constexpr size_t kRedSumOff = kRedMaxOff + size_t(kKeyGroups) * M * 4;
-  static constexpr size_t kAlphaOff = kRedSumOff + size_t(kKeyGroups) * M * 4;
-  static constexpr size_t kMOff = kAlphaOff + size_t(M) * 4;
-  static constexpr size_t kBadOff = kMOff + size_t(M) * 4;
-  static constexpr size_t kSmemBytes = kBadOff + 16;
-  static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
+// Descriptors of the operands (addresses are shared-window byte addresses).
+//   Q (A of S) / K (B of S): K-major, block kb, k16 step k4 inside it, first row row0.
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kb, int k4) {
+  return wgmma::desc_sw128(tile + kb * kBlockBytes + row0 * 128 + k4 * 32, 16, 1024);
+}
+//   V (B of P.V): MN-major, 256 columns from col0 (a multiple of 64), keys kk*16..+16.
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int col0, int kk) {
+  return wgmma::desc_sw128(tile + (col0 / 64) * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+}
+
+struct PieceInfo {
+  int b, len, n_tiles, key_end;
+  bool bad_request;
+};
+__device__ __forceinline__ PieceInfo piece_info(const DecodeParams& p, const Piece& pc) {
+  PieceInfo r;
+  r.b = pc.b;
+  r.bad_request = pc.slot == kSlotBadRequest;
+  r.len = r.bad_request ? 0 : p.seqlens[pc.b * p.seqlens_stride];
+  r.n_tiles = pc.tile_end - pc.tile_begin;
+  r.key_end = min(r.len, pc.tile_end * kTileKeys);
+  return r;
+}
+
+// ---- bf16 producer: one tile into one stage by cp.async ----
+// Returns the thread's flag bit (KeySrc::stage_flag: Paged, a bad page id;
+// Indexed, the key is valid). 2 threads per key (128 threads, 64 keys), each
+// half of the entry: a cp.async instruction of a warp reads 16 entries x 32
+// contiguous bytes (whole sectors).
+template <class KeySrc>
+__device__ __forceinline__ bool produce_tile(const DecodeParams& p, uint8_t* stage, int b, int tile,
+                                             int key_end, int ptid) {
+  const int r = ptid >> 1, half = ptid & 1;  // key row r of the tile, half of its entry
+  const int key = tile * kTileKeys + r;
+  bool valid = key < key_end;
+  bool bad = false;
+  const uint8_t* src = valid ? KeySrc::entry(p, b, key, &bad) : nullptr;
+  if (src == nullptr) valid = false;
+  if (!valid) src = p.kv;  // any mapped address: src-size 0 reads nothing, writes zeros
+#pragma unroll
+  for (int i = 0; i < kChunksPerRow / 2; ++i) {
+    const int q = half + 2 * i;
+    ptx::cp_async_16(stage + tile_off(r, q), src + q * 16, valid);
+  }
+  return KeySrc::kIndexed ? valid : bad;
+}
+
+// ---- bf16 producer: a whole tile by TMA ----
+// One producer thread loads a tile with 9 bulk tensor copies (64 tokens x 64
+// dims, 8 KB, 128-byte swizzle = the SW128 block layout), completing on the
+// stage's full barrier by transaction bytes; this frees the producer's issue
+// slots and the math warpgroups' shared-memory bandwidth that 36 cp.async per
+// thread per tile take. Only tiles whose 64 keys are all valid go by TMA (the
+// host passes a map only when page_size % 64 == 0, so such a tile is one
+// page); partial tiles take produce_tile's cp.async path with its zero-fill.
+// A bad page id: flag set, no copy, the stage keeps stale bytes (the
+// request's rows are NaN anyway). The fence orders the math warpgroups'
+// earlier generic accesses to the stage before the async-proxy writes.
+__device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CUtensorMap* map,
+                                                 uint8_t* stage, int* flags, uint64_t* full, int b,
+                                                 int tile) {
+  const int key0 = tile * kTileKeys;
+  const int page_idx = key0 / p.page_size;
+  const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
+  const bool bad = page < 0 || page >= p.num_pages;
+  flags[0] = bad ? 1 : 0;
+  flags[1] = flags[2] = flags[3] = 0;
+  if (bad) {
+    ptx::mbar_arrive(full);
+    return;
+  }
+  wgmma::fence_proxy_async();
+  ptx::mbar_arrive_tx(full, uint32_t(kBlocks) * kBlockBytes);
+#pragma unroll
+  for (int kb = 0; kb < kBlocks; ++kb)
+    ptx::tma_load_3d(stage + kb * kBlockBytes, map, kb * 64, key0 - page_idx * p.page_size, page,
+                     full);
+}
+
+// ---- fp8 producer: the next tile's loads in flight ----
+// Loads of fp8 entries into registers are latency-bound, and nothing would be
+// in flight while the producer converts or waits for a free stage. So each
+// thread keeps the raw bytes of its half entry of the NEXT tile in
+// registers: converting chunk i of tile j is followed at once by the load of
+// chunk i of tile j+1 into the same registers, so about one whole tile's
+// codes (128 threads x 264 B = 33 KB per SM) stay in flight, also while the
+// producer waits on the empty barrier. The rope part is bf16 already: it goes
+// by cp.async straight into the stage once the stage is free (holding it in
+// registers as well spills at the 120-register producer budget).
+// Same stage layout, flags and barriers as the bf16 producers.
+struct RawHalf {    // one producer thread's half entry (half h = ptid & 1)
+  uint4 codes[16];  // e4m3 codes [256h, 256h + 256): scale groups 2h, 2h + 1
+  float scale[2];   // scales of groups 2h, 2h + 1
 };
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile whose
-// rows are `row_bytes` long: the chunk index is XORed with row % 8, so the 8
-// row addresses of one ldmatrix hit 8 different bank groups.
-__device__ __forceinline__ int swz(int row, int chunk, int row_bytes) {
-  return row * row_bytes + ((chunk ^ (row & 7)) << 4);
+// Entry of the key this thread handles in `tile`, or nullptr (past key_end,
+// a bad page id or an invalid index: zero-filled); *flag_bit as
+// produce_tile's result.
+template <class KeySrc>
+__device__ __forceinline__ const uint8_t* producer_src(const DecodeParams& p, int b, int tile,
+                                                       int key_end, int ptid, bool* flag_bit) {
+  const int key = tile * kTileKeys + (ptid >> 1);
+  bool bad = false;
+  const uint8_t* src = key < key_end ? KeySrc::entry(p, b, key, &bad) : nullptr;
+  *flag_bit = KeySrc::kIndexed ? src != nullptr : bad;
+  return src;
 }
 
-// Entry address of key `key` of request b, or nullptr when the block table
-// names a page outside [0, num_pages).
-__device__ __forceinline__ const uint8_t* entry_ptr(const DecodeParams& p, int b, int key) {
-  const int page_idx = key / p.page_size;
-  const int off = key - page_idx * p.page_size;
-  const int page = p.block_table[b * p.bt_stride_b + int64_t(page_idx) * p.bt_stride_p];
-  if (page < 0 || page >= p.num_pages) return nullptr;
-  return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
+__device__ __forceinline__ uint4 ldg16_or_zero(const uint8_t* src, int off) {
+  return src ? __ldg(reinterpret_cast<const uint4*>(src + off)) : make_uint4(0, 0, 0, 0);
 }
 
-// Issue the cp.async copies of one tile's entries (`entry_bytes` each): 4
-// threads per token, 16 bytes each, so a warp reads 8 tokens x 64 contiguous
-// bytes per instruction. Keys at or past key_end are zero-filled.
-template <bool kRaw>
-__device__ __forceinline__ void load_tile(const DecodeParams& p, uint8_t* dst, int b, int tile,
-                                          int key_end, int* bad) {
-  constexpr int kChunks = kRaw ? kFp8EntryBytes / 16 : kChunksPerRow;  // 41 or 72
-  const int j = threadIdx.x / 4, sub = threadIdx.x % 4;
-  const int key = tile * kTileKeys + j;
-  bool valid = key < key_end;
-  const uint8_t* src = valid ? entry_ptr(p, b, key) : nullptr;
-  if (valid && src == nullptr) {
-    atomicOr(bad, 1);
-    valid = false;
-  }
-  if (!valid) src = p.kv;  // any mapped address: src-size 0 reads nothing
+__device__ __forceinline__ void load_raw_half(RawHalf& raw, const uint8_t* src, int half) {
 #pragma unroll
-  for (int i = 0; i < (kChunks + 3) / 4; ++i) {
-    const int chunk = sub + 4 * i;
-    if (chunk < kChunks) {
-      uint8_t* d =
-          kRaw ? dst + j * kFp8EntryBytes + chunk * 16 : dst + swz(j, chunk, kChunksPerRow * 16);
-      ptx::cp_async_16(d, src + chunk * 16, valid);
-    }
-  }
+  for (int i = 0; i < 16; ++i) raw.codes[i] = ldg16_or_zero(src, half * 256 + i * 16);
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+    raw.scale[g] =
+        src ? __ldg(reinterpret_cast<const float*>(src + kFp8ScaleOffset + (2 * half + g) * 4))
+            : 0.f;
 }
 
-// Raw fp8_ds_mla tile -> swizzled bf16 tile: c = e4m3 * scale (exact in bf16:
-// 4 significant bits times a power of two), k_rope copied.
-// v2 measured this loop as the fp8 bottleneck (a rolled loop: each of the 18
-// iterations waited for its own shared loads); the trip count is a
-// compile-time constant, so it is unrolled to put several loads in flight.
-__device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* dst) {
-  static_assert(kTileKeys * kChunksPerRow % kThreads == 0, "every thread dequantises equal work");
-#pragma unroll 6
-  for (int k = 0; k < kTileKeys * kChunksPerRow / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    const int j = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
-    const uint8_t* e = raw + j * kFp8EntryBytes;
-    uint4 v;
-    if (chunk < kDv / 8) {
-      const float s = *reinterpret_cast<const float*>(e + 512 + (chunk / 16) * 4);
-      const uint2 codes = *reinterpret_cast<const uint2*>(e + chunk * 8);
-      uint32_t w[4];
-      const uint32_t c32[2] = {codes.x, codes.y};
+// Rope of the current entry (`cur`, nullptr: zeros) by cp.async into key row
+// r of `stage`; then `raw` dequantised into the same row, each register
+// refilled from `next` (the same thread's entry in the next tile; nullptr:
+// zeros) as soon as it has been converted. The caller waits the cp.async.
+__device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_t* stage, int r,
+                                                   int half, RawHalf& raw, const uint8_t* cur,
+                                                   const uint8_t* next) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+  for (int i = 0; i < 4; ++i)  // src-size 0 (cur == nullptr) reads nothing, writes zeros
+    ptx::cp_async_16(stage + tile_off(r, 64 + 4 * half + i),
+                     cur ? cur + kFp8RopeOffset + (4 * half + i) * 16 : p.kv, cur != nullptr);
+  ptx::cp_async_commit();
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int sg = 2 * half + g;
+    const float s = raw.scale[g];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 bf16 chunks; c * scale is exact in bf16
+      const uint4 cv = raw.codes[8 * g + i];
+      raw.codes[8 * g + i] = ldg16_or_zero(next, sg * 128 + i * 16);
+      const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
+      uint32_t w[8];
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
         const float2 lo = e4m3x2_to_float2(uint16_t(c32[h] & 0xffff));
         const float2 hi = e4m3x2_to_float2(uint16_t(c32[h] >> 16));
         w[2 * h] = ptx::pack_bf16x2(lo.x * s, lo.y * s);
         w[2 * h + 1] = ptx::pack_bf16x2(hi.x * s, hi.y * s);
       }
-      v = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-      v = *reinterpret_cast<const uint4*>(e + 528 + (chunk - kDv / 8) * 16);
+      const int q = sg * 16 + 2 * i;
+      *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
     }
-    *reinterpret_cast<uint4*>(dst + swz(j, chunk, kChunksPerRow * 16)) = v;
+    raw.scale[g] =
+        next ? __ldg(reinterpret_cast<const float*>(next + kFp8ScaleOffset + sg * 4)) : 0.f;
   }
 }
 
-template <int kRowTiles, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) decode_main_kernel(const DecodeParams p) {
-  using S = MainShape<kRowTiles, kFp8>;
-  constexpr int M = S::M;
-  constexpr int RB = S::kRowBytes;
-  extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* sQ = smem + S::kQOff;
-  uint8_t* sKv = smem + S::kKvOff;
-  uint8_t* sRaw = smem + S::kRawOff;
-  uint8_t* sP = smem + S::kPOff;
-  float* sRedMax = reinterpret_cast<float*>(smem + S::kRedMaxOff);
-  float* sRedSum = reinterpret_cast<float*>(smem + S::kRedSumOff);
-  float* sAlpha = reinterpret_cast<float*>(smem + S::kAlphaOff);
-  float* sM = reinterpret_cast<float*>(smem + S::kMOff);
-  int* sBad = reinterpret_cast<int*>(smem + S::kBadOff);
+// The producer warpgroup's loop over its worker's tiles (all pieces, in the
+// math warpgroups' order), one tile ahead in registers.
+template <class KeySrc>
+__device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* sKv,
+                                                     int* sFlag, uint64_t* full, uint64_t* empty,
+                                                     int piece_begin, int piece_end, int ptid) {
+  // Cursor over (piece, tile): advance() moves to the next tile, false at the end.
+  int pi = piece_begin, it = -1, tile_begin = 0;
+  PieceInfo in{};
+  in.n_tiles = 0;
+  auto advance = [&]() -> bool {
+    ++it;
+    while (it >= in.n_tiles) {
+      if (pi >= piece_end) return false;
+      const Piece pc = p.pieces[pi++];
+      in = piece_info(p, pc);
+      tile_begin = pc.tile_begin;
+      it = 0;
+    }
+    return true;
+  };
+  const int r = ptid >> 1, half = ptid & 1;
+  RawHalf raw;
+  bool have = advance(), bad = false;  // bad: the flag bit of src's key
+  const uint8_t* src =
+      have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+  load_raw_half(raw, src, half);
+  for (uint32_t cnt = 0; have; ++cnt) {
+    const bool cur_bad = bad;
+    const uint8_t* cur = src;
+    have = advance();
+    const uint8_t* next =
+        have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
+    const int st = cnt % kStages;
+    ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
+    convert_and_refill(p, sKv + st * kTileBytes, r, half, raw, cur, next);
+    src = next;
+    const int flag = KeySrc::stage_flag(cur_bad);
+    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
+    ptx::cp_async_wait<0>();     // the rope chunks landed
+    wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+    ptx::mbar_arrive(&full[st]);
+  }
+}
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int g = lane / 4, t = lane % 4;
-  const int rt = warp % kRowTiles, kg = warp / kRowTiles;  // S-phase role
-  const int n0 = kg * S::kKeysPerWarp;
-  const int vcol0 = warp * S::kVColsPerWarp;  // PV-phase role
-  const int row_block = blockIdx.y;
-  const float kNegInf = -INFINITY;
-
-  const int piece_end = p.worker_begin[blockIdx.x + 1];
-  for (int pi = p.worker_begin[blockIdx.x]; pi < piece_end; ++pi) {
+// The bf16 producer warpgroup's loop over its worker's tiles (all pieces, in
+// the math warpgroups' order): cp.async by all 128 threads, or (kTma) full
+// tiles by TMA from thread 0.
+template <class KeySrc, bool kTma>
+__device__ __forceinline__ void produce_bf16(const DecodeParams& p, const CUtensorMap* kv_map,
+                                             uint8_t* sKv, int* sFlag, uint64_t* full,
+                                             uint64_t* empty, int piece_begin, int piece_end,
+                                             int ptid) {
+  uint32_t cnt = 0;  // tiles produced so far (stage = cnt % 2, pass = cnt / 2)
+  for (int pi = piece_begin; pi < piece_end; ++pi) {
     const Piece pc = p.pieces[pi];
-    const int b = pc.b;
-    const bool bad_request = pc.slot == kSlotBadRequest;
-    const int len = bad_request ? 0 : p.seqlens[b * p.seqlens_stride];
-    const int n_tiles = pc.tile_end - pc.tile_begin;
-    const int key_end = min(len, pc.tile_end * kTileKeys);
-
-    __syncthreads();  // the previous piece's epilogue has read shared memory
-    if (tid == 0) *sBad = bad_request ? 1 : 0;
-    // Q rows of this row block (rows past `rows` are zero).
-    for (int idx = tid; idx < M * kChunksPerRow; idx += kThreads) {
-      const int r = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
-      const int rr = row_block * M + r;
-      const bool valid = rr < p.rows;
-      const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
-      const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride_b +
-                                 s * p.q_stride_s + h * p.q_stride_h + chunk * 8;
-      ptx::cp_async_16(sQ + swz(r, chunk, RB), valid ? src : p.q, valid);
-    }
-    __syncthreads();  // sBad reset before any load may flag it
-    if (n_tiles > 0) load_tile<kFp8>(p, kFp8 ? sRaw : sKv, b, pc.tile_begin, key_end, sBad);
-    ptx::cp_async_commit();
-    if constexpr (S::kRawStages == 2) {
-      if (n_tiles > 1)
-        load_tile<true>(p, sRaw + kTileKeys * kFp8EntryBytes, b, pc.tile_begin + 1, key_end, sBad);
-      ptx::cp_async_commit();
-    }
-
-    // Key limit of this thread's two S rows (causal among the s_q new tokens).
-    int lim[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int rr = row_block * M + rt * 16 + g + 8 * h;
-      if (rr >= p.rows) {
-        lim[h] = INT32_MIN;
-      } else {
-        const int s = rr / p.h_q;
-        lim[h] = min(p.causal ? len - (p.s_q - 1 - s) : len, key_end);
-      }
-    }
-
-    float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
-    float o[kRowTiles][S::kVNTiles][4];
-#pragma unroll
-    for (int a = 0; a < kRowTiles; ++a)
-#pragma unroll
-      for (int n = 0; n < S::kVNTiles; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[a][n][e] = 0.f;
-
-    for (int it = 0; it < n_tiles; ++it) {
+    const PieceInfo in = piece_info(p, pc);
+    for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+      const int st = cnt % kStages;
+      ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
+      uint8_t* stage = sKv + st * kTileBytes;
       const int tile = pc.tile_begin + it;
-      const uint8_t* sK;
-      if constexpr (kFp8) {
-        constexpr int kR = S::kRawStages;
-        ptx::cp_async_wait<kR - 1>();
-        __syncthreads();  // raw tile `it` landed; the previous tile's compute is done
-        uint8_t* raw = sRaw + (it % kR) * kTileKeys * kFp8EntryBytes;
-        dequant_tile(raw, sKv);
-        __syncthreads();
-        if (it + kR < n_tiles) load_tile<true>(p, raw, b, tile + kR, key_end, sBad);
-        ptx::cp_async_commit();
-        sK = sKv;
-      } else {
-        if (it + 1 < n_tiles)
-          load_tile<false>(p, sKv + ((it + 1) & 1) * kTileKeys * RB, b, tile + 1, key_end, sBad);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<1>();
-        __syncthreads();  // tile `it` landed for every thread
-        sK = sKv + (it & 1) * kTileKeys * RB;
-      }
-
-      // ---- S = Q K^T for rows rt*16..+16, keys n0..n0+KW ----
-      float sacc[S::kSNTiles][4];
-#pragma unroll
-      for (int j = 0; j < S::kSNTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sacc[j][e] = 0.f;
-      const int qrow = rt * 16 + lane % 16;
-#pragma unroll 4
-      for (int kk = 0; kk < kDqk / 16; ++kk) {
-        uint32_t a[4];
-        ptx::ldmatrix_x4(a, sQ + swz(qrow, 2 * kk + lane / 16, RB));
-        const int ch = 2 * kk + ((lane / 8) & 1);
-        if constexpr (S::kSNTiles >= 2) {
-#pragma unroll
-          for (int j = 0; j < S::kSNTiles / 2; ++j) {
-            const int key = n0 + j * 16 + (lane / 16) * 8 + lane % 8;
-            uint32_t bf[4];
-            ptx::ldmatrix_x4(bf, sK + swz(key, ch, RB));
-            ptx::mma_bf16_16816(sacc[2 * j], a, bf[0], bf[1]);
-            ptx::mma_bf16_16816(sacc[2 * j + 1], a, bf[2], bf[3]);
-          }
-        } else {
-          const int key = n0 + lane % 8;
-          uint32_t bf[2];
-          ptx::ldmatrix_x2(bf, sK + swz(key, ch, RB));
-          ptx::mma_bf16_16816(sacc[0], a, bf[0], bf[1]);
+      if constexpr (kTma) {
+        if ((tile + 1) * kTileKeys <= in.key_end) {  // uniform over the warpgroup
+          if (ptid == 0) produce_tile_tma(p, kv_map, stage, sFlag + st * 4, &full[st], in.b, tile);
+          // Keeps the idle threads within one tile of thread 0: a parity
+          // wait on `empty` must not see its barrier two phases ahead.
+          ptx::named_barrier_sync(kBarProd, 128);
+          continue;
         }
       }
+      const bool bit = produce_tile<KeySrc>(p, stage, in.b, tile, in.key_end, ptid);
+      if constexpr (kTma) {
+        // One arrive (the barrier's count), after every producer thread's
+        // copies; the thread that arrives also writes the stage's flags (the
+        // OR of every thread's bad-page bit, taken by the barrier itself), so
+        // the math warpgroups' acquire pairs with the writer's own release.
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
+        wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+        const bool any_bad = ptx::named_barrier_sync_or(kBarProd, 128, bit);
+        if (ptid == 0) {
+          sFlag[st * 4] = any_bad ? 1 : 0;
+          sFlag[st * 4 + 1] = sFlag[st * 4 + 2] = sFlag[st * 4 + 3] = 0;
+          ptx::mbar_arrive(&full[st]);
+        }
+        continue;
+      }
+      const int flag = KeySrc::stage_flag(bit);
+      if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
+      ptx::mbar_arrive(&full[st]);
+    }
+  }
+}
 
-      // ---- online softmax (log2 domain) ----
+// ---- pieces of the math warpgroups ----
+// Q rows of row block `row_block` of request b into sQ (rows past `rows` are
+// zero), by all 256 math threads; returns after their named barrier.
+template <class KeySrc>
+__device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, int b,
+                                            int row_block, int tid) {
+  for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) {
+    const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
+    const int rr = row_block * kM + r;
+    const bool valid = rr < p.rows;
+    const int s = valid ? rr / p.h_q : 0, h = valid ? rr % p.h_q : 0;
+    int tb, ts;
+    KeySrc::coords(p, b, s, &tb, &ts);
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + tb * p.q_stride_b +
+                               ts * p.q_stride_s + h * p.q_stride_h + q * 8;
+    ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  ptx::named_barrier_sync(kBarQ, kMathThreads);
+}
+
+// Key limit of this thread's rows r0 and r0 + 8 (causal among the s_q new
+// tokens; INT32_MIN for rows past `rows`): keys >= lim[h] are masked.
+__device__ __forceinline__ void row_key_limits(const DecodeParams& p, const PieceInfo& in,
+                                               int row_block, int r0, int (&lim)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int rr = row_block * kM + r0 + 8 * h;
+    if (rr >= p.rows) {
+      lim[h] = INT32_MIN;
+    } else {
+      const int s = rr / p.h_q;
+      lim[h] = min(p.causal ? in.len - (p.s_q - 1 - s) : in.len, in.key_end);
+    }
+  }
+}
+
+// The end of a piece: l over the quad and both warpgroups (each holds the
+// sum over the keys it exponentiated); O / l and lse into out/lse or the
+// piece's fp32 partial. Warpgroup wg holds value columns wg*256..+256 of
+// rows r0 and r0 + 8; both hold the same m_run and `bad`.
+template <class KeySrc>
+__device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece& pc, int b,
+                                             int row_block, int wg, int r0, int c,
+                                             const float (&o)[32][4], const float (&m_run)[2],
+                                             float (&l_part)[2], bool bad, float* sL) {
+  const float kNegInf = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
+    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
+    if (c == 0) sL[wg * kM + r0 + 8 * h] = l_part[h];
+  }
+  ptx::named_barrier_sync(kBarQ, kMathThreads);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int lr = r0 + 8 * h;
+    const int rr = row_block * kM + lr;
+    if (rr >= p.rows) continue;
+    const float l = sL[lr] + sL[kM + lr];
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
+    if (bad) inv = lse = NAN;
+    const int hh = rr % p.h_q;
+    int tb, s;
+    KeySrc::coords(p, b, rr / p.h_q, &tb, &s);
+    const int col0 = wg * 256 + 2 * c;
+    if (pc.slot >= 0) {
+      float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + col0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<float2*>(dst + 8 * i) =
+            make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+      if (wg == 0 && c == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
+    } else {
+      const int64_t off = tb * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + col0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float x0 = o[i][2 * h] * inv, x1 = o[i][2 * h + 1] * inv;
+        if (p.out_f32)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + 8 * i) =
+              make_float2(x0, x1);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off + 8 * i) =
+              ptx::pack_bf16x2(x0, x1);
+      }
+      if (wg == 0 && c == 0)
+        p.lse[tb * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
+    }
+  }
+}
+
+// KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
+// decode_keys.cuh. kFp8: fp8_ds_mla cache (the prefetching dequantising
+// producer), else bf16. kTma (bf16 paged caches): full tiles by TMA through
+// kv_map (unread otherwise).
+template <class KeySrc, bool kFp8, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
+  static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sQ = smem + kQOff;
+  uint8_t* sKv = smem + kKvOff;
+  uint8_t* sP = smem + kPOff;
+  float* sMax = reinterpret_cast<float*>(smem + kMaxOff);
+  float* sL = reinterpret_cast<float*>(smem + kLOff);
+  int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x;
+  // The swizzle is applied on absolute shared addresses: tiles must be 1024-aligned.
+  if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
+      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int row_block = blockIdx.y;
+  const int piece_begin = p.worker_begin[blockIdx.x];
+  const int piece_end = p.worker_begin[blockIdx.x + 1];
+
+  if (tid >= kMathThreads) {
+    // ================= producer warpgroup =================
+    wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
+    const int ptid = tid - kMathThreads;
+    if constexpr (kFp8) {
+      produce_fp8_prefetch<KeySrc>(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+    } else {
+      produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+    }
+    return;
+  }
+
+  // ================= math warpgroups =================
+  wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
+  const int wg = tid / 128;  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O
+  const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int r0 = 16 * wi + g;  // this thread's rows r0 and r0 + 8 of the 64
+  const uint32_t aQ = ptx::smem_addr(sQ), aKv = ptx::smem_addr(sKv), aP = ptx::smem_addr(sP);
+  const float kNegInf = -INFINITY;
+  uint32_t cnt = 0;  // tiles consumed so far (same sequence as the producer's)
+
+  for (int pi = piece_begin; pi < piece_end; ++pi) {
+    const Piece pc = p.pieces[pi];
+    const PieceInfo in = piece_info(p, pc);
+    // The previous piece's wgmmas all completed (waited before its epilogue barrier).
+    load_q_rows<KeySrc>(p, sQ, in.b, row_block, tid);
+
+    int lim[2];
+    row_key_limits(p, in, row_block, r0, lim);
+
+    bool bad = in.bad_request;
+    float m_run[2] = {kNegInf, kNegInf}, l_part[2] = {0.f, 0.f};
+    float o[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
+
+    for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+      const int st = cnt % kStages;
+      const uint32_t aTile = aKv + st * kTileBytes;
+      ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+      // Indexed: valid-key ballots of the producer warps covering this
+      // warpgroup's keys wg*32..+32 (warp 2wg: +0..15, 2wg+1: +16..31).
+      uint32_t valid_bits[2] = {0u, 0u};
+      if constexpr (KeySrc::kIndexed) {
+        valid_bits[0] = uint32_t(sFlag[st * 4 + 2 * wg]);
+        valid_bits[1] = uint32_t(sFlag[st * 4 + 2 * wg + 1]);
+      } else {
+        bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
+      }
+
+      // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
+      float sacc[4][4];
+      wgmma::fence();
+#pragma unroll
+      for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+        for (int k4 = 0; k4 < 4; ++k4)
+          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4), desc_kmajor(aTile, wg * 32, kb, k4),
+                              kb + k4 > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_regs(sacc);
+
+      // ---- online softmax (log2 domain), row max shared by both warpgroups ----
+      const int tile = pc.tile_begin + it;
       float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
-      for (int j = 0; j < S::kSNTiles; ++j)
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2;
-          const int key = tile * kTileKeys + n0 + j * 8 + 2 * t + (e & 1);
-          const float s = key < lim[h] ? sacc[j][e] * p.scale_log2 : kNegInf;
-          sacc[j][e] = s;
+          const int key = tile * kTileKeys + wg * 32 + 8 * i + 2 * c + (e & 1);
+          bool keep = key < lim[h];
+          if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the 32: lane 2 * (that % 16)
+            keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
+          const float s = keep ? sacc[i][e] * p.scale_log2 : kNegInf;
+          sacc[i][e] = s;
           mx[h] = fmaxf(mx[h], s);
         }
+      float* maxbuf = sMax + (cnt & 1) * 2 * kM;  // parity-double-buffered: no WAR across tiles
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (t == 0) sRedMax[kg * M + rt * 16 + g + 8 * h] = mx[h];
+        if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
       }
-      __syncthreads();
-      float alpha[2], m_use[2], rsum[2] = {0.f, 0.f};
+      // Both warpgroups' P.V of the previous tile completed (each waited
+      // above), so after this barrier sP may be overwritten.
+      ptx::named_barrier_sync(kBarMax, kMathThreads);
+      float alpha[2], m_use[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int lr = rt * 16 + g + 8 * h;
-        float tmax = kNegInf;
-#pragma unroll
-        for (int k = 0; k < S::kKeyGroups; ++k) tmax = fmaxf(tmax, sRedMax[k * M + lr]);
-        const float m_new = fmaxf(m_run[h], tmax);
+        const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
+        const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
         m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
         alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
         m_run[h] = m_new;
+        l_part[h] *= alpha[h];
       }
 #pragma unroll
-      for (int j = 0; j < S::kSNTiles; ++j) {
+      for (int i = 0; i < 4; ++i) {
         float pv[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          pv[e] = ptx::fast_exp2(sacc[j][e] - m_use[e / 2]);
-          rsum[e / 2] += pv[e];
+          pv[e] = ptx::fast_exp2(sacc[i][e] - m_use[e / 2]);
+          l_part[e / 2] += pv[e];
         }
-        const int col = n0 + j * 8 + 2 * t;
+        // P[row][wg*32 + 8i + 2c]: chunk wg*4 + i of the 128-byte row, K-major SW128.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int lr = rt * 16 + g + 8 * h;
-          *reinterpret_cast<uint32_t*>(sP + swz(lr, col / 8, kTileKeys * 2) + (col % 8) * 2) =
+          const int r = r0 + 8 * h;
+          *reinterpret_cast<uint32_t*>(sP + r * 128 + (((wg * 4 + i) ^ (r & 7)) << 4) + 4 * c) =
               ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        rsum[h] += __shfl_xor_sync(0xffffffffu, rsum[h], 1);
-        rsum[h] += __shfl_xor_sync(0xffffffffu, rsum[h], 2);
-        l_run[h] = l_run[h] * alpha[h] + rsum[h];
-        if (kg == 0 && t == 0) sAlpha[rt * 16 + g + 8 * h] = alpha[h];
-      }
-      __syncthreads();  // P and alpha visible
+      wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
+      ptx::named_barrier_sync(kBarP, kMathThreads);
 
-      // ---- O = O * alpha + P V for columns vcol0..+64, all M rows ----
+      // ---- O[:, wg*256..+256] = O * alpha + P V ----
 #pragma unroll
-      for (int a = 0; a < kRowTiles; ++a) {
-        const float al0 = sAlpha[a * 16 + g], al1 = sAlpha[a * 16 + g + 8];
-#pragma unroll
-        for (int n = 0; n < S::kVNTiles; ++n) {
-          o[a][n][0] *= al0;
-          o[a][n][1] *= al0;
-          o[a][n][2] *= al1;
-          o[a][n][3] *= al1;
-        }
+      for (int i = 0; i < 32; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
       }
+      wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-        uint32_t pa[kRowTiles][4];
-#pragma unroll
-        for (int a = 0; a < kRowTiles; ++a) {
-          const int row = a * 16 + lane % 16;
-          ptx::ldmatrix_x4(pa[a], sP + swz(row, 2 * kk + lane / 16, kTileKeys * 2));
-        }
-        const int key = kk * 16 + lane % 8 + ((lane / 8) & 1) * 8;
-#pragma unroll
-        for (int jp = 0; jp < S::kVNTiles / 2; ++jp) {
-          uint32_t vb[4];
-          ptx::ldmatrix_x4_trans(vb, sK + swz(key, (vcol0 + jp * 16) / 8 + lane / 16, RB));
-#pragma unroll
-          for (int a = 0; a < kRowTiles; ++a) {
-            ptx::mma_bf16_16816(o[a][2 * jp], pa[a], vb[0], vb[1]);
-            ptx::mma_bf16_16816(o[a][2 * jp + 1], pa[a], vb[2], vb[3]);
-          }
-        }
-      }
-      __syncthreads();  // the K/V buffer, P and the reductions may be overwritten
+      for (int kk = 0; kk < kTileKeys / 16; ++kk)
+        wgmma::m64n256k16_ss_tb(o, desc_kmajor(aP, 0, 0, kk), desc_v(aTile, wg * 256, kk), true);
+      wgmma::commit();
+      // Wait here rather than at the next tile: the stage is handed back to
+      // the producer as early as possible, which matters more on the
+      // memory-bound shapes (two stages only) than overlapping P.V with the
+      // next S in the tensor pipe.
+      wgmma::wait<0>();
+      wgmma::fence_regs(o);
+      ptx::mbar_arrive(&empty[st]);
     }
-    ptx::cp_async_wait<0>();
 
-    // ---- epilogue: O / l, lse; direct to out/lse or to the partial slot ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (t == 0) {
-        sRedSum[kg * M + rt * 16 + g + 8 * h] = l_run[h];
-        if (kg == 0) sM[rt * 16 + g + 8 * h] = m_run[h];
-      }
-    __syncthreads();
-    const bool bad = *sBad != 0;
-#pragma unroll
-    for (int a = 0; a < kRowTiles; ++a)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int lr = a * 16 + g + 8 * h;
-        const int rr = row_block * M + lr;
-        if (rr >= p.rows) continue;
-        float l = 0.f;
-#pragma unroll
-        for (int k = 0; k < S::kKeyGroups; ++k) l += sRedSum[k * M + lr];
-        const float m = sM[lr];
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        float lse = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : kNegInf;
-        if (bad) inv = lse = NAN;
-        const int s = rr / p.h_q, hh = rr % p.h_q;
-        if (pc.slot >= 0) {
-          float* dst = p.partial_out + (int64_t(pc.slot) * p.rows + rr) * kDv + vcol0 + 2 * t;
-#pragma unroll
-          for (int n = 0; n < S::kVNTiles; ++n)
-            *reinterpret_cast<float2*>(dst + n * 8) =
-                make_float2(o[a][n][2 * h] * inv, o[a][n][2 * h + 1] * inv);
-          if (warp == 0 && t == 0) p.partial_lse[int64_t(pc.slot) * p.rows + rr] = lse;
-        } else {
-          const int64_t off =
-              b * p.out_stride_b + s * p.out_stride_s + hh * p.out_stride_h + vcol0 + 2 * t;
-#pragma unroll
-          for (int n = 0; n < S::kVNTiles; ++n) {
-            const float x0 = o[a][n][2 * h] * inv, x1 = o[a][n][2 * h + 1] * inv;
-            if (p.out_f32)
-              *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + n * 8) =
-                  make_float2(x0, x1);
-            else
-              *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.out) + off + n * 8) =
-                  ptx::pack_bf16x2(x0, x1);
-          }
-          if (warp == 0 && t == 0)
-            p.lse[b * p.lse_stride_b + hh * p.lse_stride_h + s * p.lse_stride_s] = lse;
-        }
-      }
+    finish_piece<KeySrc>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
   }
 }
 
-template <int kRowTiles, bool kFp8>
-cudaError_t launch_main_t(const DecodeParams& p, int row_blocks, cudaStream_t stream) {
-  using S = MainShape<kRowTiles, kFp8>;
-  auto* kernel = decode_main_kernel<kRowTiles, kFp8>;
-  // Raising the dynamic shared-memory limit is a per-function attribute; it is
-  // cheap and legal during stream capture, so it is set on every launch rather
-  // than cached per device.
+// Launch of one instantiation (grid (p.num_workers, row_blocks)).
+template <class KeySrc, bool kFp8, bool kTma>
+cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
+                                 const CUtensorMap& kv_map) {
+  auto* kernel = decode_kernel<KeySrc, kFp8, kTma>;
+  // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kSmemBytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_workers, row_blocks), kThreads, S::kSmemBytes, stream>>>(p);
+  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
   return cudaGetLastError();
 }
-
-cudaError_t launch_main_fp8(const DecodeParams& p, int row_tiles, int row_blocks,
-                            cudaStream_t stream);
 
 }  // namespace mla::cuda::decode

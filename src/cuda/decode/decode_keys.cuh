@@ -1,8 +1,8 @@
-// Key sources of the wgmma decode kernel: the only part of the kernel that
+// Key sources of the main decode kernel: the only part of the kernel that
 // differs between dense decode and sparse (DSA) decode.
 //   PagedKeys   key p of request b is token p of its paged history:
 //               block_table[b][p / page] * page + p % page. A page id outside
-//               the cache makes the request "bad" (NaN rows), as in v1.
+//               the cache makes the request "bad" (NaN rows).
 //   IndexedKeys key j of request b (= one query token) is the cache slot
 //               indices[token][j]; a slot outside [0, num_slots) (-1 padding)
 //               is not an error: the row is zero-filled, never read, and its
@@ -15,7 +15,7 @@
 #pragma once
 #include <cstdint>
 
-#include "cuda/decode/decode_traits.hpp"
+#include "cuda/decode/decode_params.hpp"
 
 namespace mla::cuda::decode {
 

@@ -1,27 +1,40 @@
-// Kernel launchers of the CUDA decode (defined in the .cu files), called by
-// decode_cuda.cpp once the arguments are validated and the workspace carved.
+// Launcher of the main decode kernel (decode_kernel.cuh), one explicit
+// instantiation per (key source, cache type) in its own .cu file:
+//   decode_bf16.cu         PagedKeys, bf16 (cp.async and TMA tiles)
+//   decode_fp8.cu          PagedKeys, fp8_ds_mla
+//   sparse/sparse_decode_bf16.cu, sparse_decode_fp8.cu   IndexedKeys
+// Grid (p.num_workers, row_blocks), row_blocks = ceil(rows / kM); it runs
+// after split::launch_schedule and before split::launch_combine.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "cuda/decode/decode_traits.hpp"
+#include "cuda/decode/decode_params.hpp"
 
 namespace mla::cuda::decode {
 
-// Rows of a CTA are 16 * row_tiles; row_tiles is 1, 2 or 4.
-int row_tiles_for(int rows);
-size_t main_kernel_smem_bytes(int row_tiles, bool fp8);
+struct PagedKeys;    // decode_keys.cuh
+struct IndexedKeys;  // decode_keys.cuh
 
-cudaError_t launch_decode_schedule(const DecodeParams& p, cudaStream_t stream);
-// grid (p.num_workers, row_blocks)
-cudaError_t launch_decode_main(const DecodeParams& p, int row_tiles, bool fp8, int row_blocks,
-                               cudaStream_t stream);
-cudaError_t launch_decode_combine(const DecodeParams& p, cudaStream_t stream);
+// kv_map: the bf16 cache's tensor map when kTma (tma_map.hpp), unread otherwise.
+template <class KeySrc, bool kFp8, bool kTma>
+cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
+                                 const CUtensorMap& kv_map);
 
-// Workspace regions for B requests of `rows` query rows on P workers
-// (token_lengths: the Indexed key source's token_len array too), and the
-// params' pointers into a workspace of that layout (decode_cuda.cpp).
-WorkspaceLayout decode_workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_invariant,
-                                        bool token_lengths);
-void bind_workspace(DecodeParams* p, const WorkspaceLayout& L, void* workspace);
+extern template cudaError_t launch_decode_kernel<PagedKeys, false, false>(const DecodeParams&, int,
+                                                                          cudaStream_t,
+                                                                          const CUtensorMap&);
+extern template cudaError_t launch_decode_kernel<PagedKeys, false, true>(const DecodeParams&, int,
+                                                                         cudaStream_t,
+                                                                         const CUtensorMap&);
+extern template cudaError_t launch_decode_kernel<PagedKeys, true, false>(const DecodeParams&, int,
+                                                                         cudaStream_t,
+                                                                         const CUtensorMap&);
+extern template cudaError_t launch_decode_kernel<IndexedKeys, false, false>(const DecodeParams&,
+                                                                            int, cudaStream_t,
+                                                                            const CUtensorMap&);
+extern template cudaError_t launch_decode_kernel<IndexedKeys, true, false>(const DecodeParams&, int,
+                                                                           cudaStream_t,
+                                                                           const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -1,9 +1,6 @@
-// Device helpers shared by the DSA kernels (indexer, top-k, sparse attention):
-// fp8/bf16 conversions, warp primitives, and the cp.async / ldmatrix / mma.sync
-// wrappers taken from cuda/common/ptx.cuh. Kept in one place so every kernel
-// converts and loads the same way. pow2_ceil stays here rather than being
-// cuda/common/fp8.cuh's: that one goes through frexpf/ldexpf, this one through
-// the exponent bits (same values, different machine code in these kernels).
+// Device helpers of the top-k and sparse-attention kernels (the indexer's are
+// in cuda/indexer/indexer_device.cuh): fp8 conversion, the top-k key map, and
+// the cp.async / ldmatrix / mma.sync wrappers taken from cuda/common/ptx.cuh.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -19,11 +16,6 @@ namespace mla::cuda::dsa {
 
 // ---- conversions ----------------------------------------------------------------
 
-// e4m3 by round-to-nearest-even with saturation to +-448; -0 stays 0x80 (the
-// hardware conversion keeps the sign), exactly as mla::float_to_e4m3 on the host.
-__device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
 // Four e4m3 bytes (little-endian in a word) to four floats (exact), two at a
 // time through cuda/common/fp8.cuh.
 __device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* f) {
@@ -33,17 +25,6 @@ __device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* f) {
   f[1] = a.y;
   f[2] = b.x;
   f[3] = b.y;
-}
-
-// The smallest power of two >= x for finite x > 0, from the exponent bits (no
-// log2 rounding): the scale rule of DESIGN.md section 2.
-__device__ __forceinline__ float pow2_ceil(float x) {
-  uint32_t u = __float_as_uint(x);
-  const uint32_t mant = u & 0x7fffffu;
-  uint32_t e = u & 0x7f800000u;
-  if (e == 0) return ldexpf(1.f, -126 + (mant ? 32 - __clz(mant) - 23 : 0));  // subnormal input
-  if (mant != 0) e += 0x800000u;
-  return __uint_as_float(e);
 }
 
 // Order-preserving map float -> uint32 for top-k: a larger logit has a larger
@@ -62,13 +43,6 @@ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) {
 }
 __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) {
   return a > b ? a : b;
-}
-
-// ---- warp primitives ------------------------------------------------------------
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // ---- cp.async, ldmatrix, mma.sync: the common wrappers -----------------------------

@@ -7,7 +7,8 @@
 
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/kv_cache/append_launch.hpp"
+#include "cuda/kv_cache/kv_cache_params.hpp"
+#include "mla/kv_cache.hpp"
 
 namespace mla::cuda::kv_cache {
 namespace {
@@ -60,8 +61,9 @@ __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const Appe
       w[i] = uint32_t(lo) | (uint32_t(hi) << 16);
     }
     *reinterpret_cast<uint4*>(entry + lane * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-    if (lane % 8 == 0) *reinterpret_cast<float*>(entry + 512 + (lane / 8) * 4) = s;
-    *reinterpret_cast<uint32_t*>(entry + 528 + lane * 4) = rope_bits;
+    if (lane % 8 == 0)
+      *reinterpret_cast<float*>(entry + Fp8DsMlaLayout::kScaleOffset + (lane / 8) * 4) = s;
+    *reinterpret_cast<uint32_t*>(entry + Fp8DsMlaLayout::kRopeOffset + lane * 4) = rope_bits;
   } else {
     uint32_t w[8];
 #pragma unroll

@@ -7,13 +7,13 @@
 #include <climits>
 #include <map>
 
+#include "common/rope_freq.hpp"
 #include "common/validate.hpp"
 #include "cuda/layer/layer_kernels.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
 #include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
-#include "reference/rope_ref.hpp"
 
 namespace mla::cuda {
 namespace {
@@ -241,7 +241,7 @@ Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext&
                              a.block_table.strides[0], d.B, d.s_q, a.kv.page_size(), positions,
                              reinterpret_cast<int64_t*>(at(L.slots)), s));
   layer::RopeTable rope{};
-  const std::vector<double> inv_freq = reference::yarn_inv_freq(c.rope);
+  const std::vector<double> inv_freq = detail::yarn_inv_freq(c.rope);
   for (int j = 0; j < kDr / 2; ++j) rope.inv_freq[j] = inv_freq[j];
   rope.attn_factor = float(rope_attention_factor(c.rope));
 

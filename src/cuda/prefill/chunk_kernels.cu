@@ -4,13 +4,17 @@
 #include <cmath>
 
 #include "cuda/prefill/chunk_kernels.hpp"
+#include "mla/dims.hpp"
+#include "mla/kv_cache.hpp"
 
 namespace mla::cuda::prefill {
 namespace {
 
-constexpr int kLatent = 576, kDc = 512, kDv = 128;
+constexpr int kLatent = kDqk;                  // an entry's latent: c_kv ; k_rope (576)
+constexpr int kDvHead = 128;                   // per-head value dims of the non-absorbed form
 constexpr int kBf16Chunks = kLatent * 2 / 16;  // 72 16-byte chunks per bf16 entry
-constexpr int kFp8RopeOffset = 528, kFp8ScaleOffset = 512;
+constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;
+constexpr int kFp8ScaleOffset = Fp8DsMlaLayout::kScaleOffset;
 
 // One warp per token.
 __global__ void gather_latent_kernel(const GatherLatentParams p) {
@@ -27,7 +31,7 @@ __global__ void gather_latent_kernel(const GatherLatentParams p) {
     for (int c = lane; c < kBf16Chunks; c += 32) dst[c] = src[c];
     return;
   }
-  const unsigned char* e = p.cache + page * p.page_stride_bytes + off * 656;
+  const unsigned char* e = p.cache + page * p.page_stride_bytes + off * Fp8DsMlaLayout::kEntryBytes;
   const float* scales = reinterpret_cast<const float*>(e + kFp8ScaleOffset);
   __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.out) + i * kLatent;
   // 512 e4m3 values: 16 per lane. e4m3 times a power of two is exact in bf16.
@@ -68,12 +72,12 @@ __global__ void merge_kernel(const MergeParams p) {
     wa = expf(la - lse);
     wb = expf(lb - lse);
   }
-  const float4 a = reinterpret_cast<const float4*>(p.acc_out + row * kDv)[lane];
-  const float4 b = reinterpret_cast<const float4*>(p.part_out + row * kDv)[lane];
+  const float4 a = reinterpret_cast<const float4*>(p.acc_out + row * kDvHead)[lane];
+  const float4 b = reinterpret_cast<const float4*>(p.part_out + row * kDvHead)[lane];
   const float4 r = make_float4(a.x * wa + b.x * wb, a.y * wa + b.y * wb, a.z * wa + b.z * wb,
                                a.w * wa + b.w * wb);
   if (p.final_out == nullptr) {
-    reinterpret_cast<float4*>(p.acc_out + row * kDv)[lane] = r;
+    reinterpret_cast<float4*>(p.acc_out + row * kDvHead)[lane] = r;
     if (lane == 0) p.acc_lse[lse_idx] = lse;
   } else {
     __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.final_out) + tok * p.final_row_stride +

@@ -8,12 +8,14 @@
 #include "cuda/prefill/chunk_kernels.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
+#include "mla/dims.hpp"
 
 namespace mla::cuda {
 namespace {
 
 using detail::error;
-constexpr int64_t kDnope = 128, kDv = 128, kDqk = 192, kLatent = 576;
+constexpr int64_t kDnope = 128, kDvHead = 128, kDqkHead = 192;  // the non-absorbed form
+constexpr int64_t kLatent = kDqk;  // an entry's latent: c_kv ; k_rope (576)
 
 // Scratch carved out of the caller's workspace, 256-byte aligned pieces.
 struct Scratch {
@@ -37,9 +39,9 @@ Scratch layout(int64_t chunk, int64_t heads, int64_t tokens, void* base) {
   Scratch s{};
   s.latent = take(size_t(chunk) * kLatent * 2);
   s.k_nope = take(size_t(chunk) * heads * kDnope * 2);
-  s.v = take(size_t(chunk) * heads * kDv * 2);
-  s.acc_out = static_cast<float*>(take(size_t(tokens) * heads * kDv * 4));
-  s.part_out = static_cast<float*>(take(size_t(tokens) * heads * kDv * 4));
+  s.v = take(size_t(chunk) * heads * kDvHead * 2);
+  s.acc_out = static_cast<float*>(take(size_t(tokens) * heads * kDvHead * 4));
+  s.part_out = static_cast<float*>(take(size_t(tokens) * heads * kDvHead * 4));
   s.acc_lse = static_cast<float*>(take(size_t(tokens) * heads * 4));
   s.part_lse = static_cast<float*>(take(size_t(tokens) * heads * 4));
   s.bytes = off;
@@ -48,16 +50,16 @@ Scratch layout(int64_t chunk, int64_t heads, int64_t tokens, void* base) {
 
 Status validate(const ChunkedPrefillArgs& a) {
   MLA_TRY(validate_kv_cache(a.cache, "cache"));
-  MLA_TRY(detail::expect_shape(a.q, "q", {detail::kAny, detail::kAny, kDqk}, "[T, h, 192]"));
+  MLA_TRY(detail::expect_shape(a.q, "q", {detail::kAny, detail::kAny, kDqkHead}, "[T, h, 192]"));
   MLA_TRY(detail::expect_dtype(a.q, "q", {DType::bf16}));
   MLA_TRY(detail::expect_inner_contiguous(a.q, "q", 1));
   const int64_t T = a.q.size(0), h = a.q.size(1);
   for (auto [t, name] : {std::pair{&a.w_uk, "w_uk"}, std::pair{&a.w_uv, "w_uv"}}) {
-    MLA_TRY(detail::expect_shape(*t, name, {h, kDnope, 512}, "[h, 128, 512]"));
+    MLA_TRY(detail::expect_shape(*t, name, {h, kDnope, kDc}, "[h, 128, 512]"));
     MLA_TRY(detail::expect_dtype(*t, name, {DType::bf16}));
     MLA_TRY(detail::expect_inner_contiguous(*t, name, 3));
   }
-  MLA_TRY(detail::expect_shape(a.out, "out", {T, h, kDv}, "[T, h, 128]"));
+  MLA_TRY(detail::expect_shape(a.out, "out", {T, h, kDvHead}, "[T, h, 128]"));
   MLA_TRY(detail::expect_dtype(a.out, "out", {DType::bf16}));
   MLA_TRY(detail::expect_inner_contiguous(a.out, "out", 1));
   if (a.lse.defined()) {
@@ -107,7 +109,8 @@ Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& a, size_t* bytes
   return Status::Ok();
 }
 
-Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecContext& ctx) {
+Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecContext& ctx,
+                       std::optional<prefill::Kernel> kernel) {
   MLA_TRY(validate(a));
   const int64_t T = a.q.size(0), h = a.q.size(1), L = a.seqlen;
   if (T == 0 || h == 0) return Status::Ok();
@@ -142,24 +145,23 @@ Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecCont
       g.out_row_stride = h * kDnope;
       g.n = n;
       g.rows_out = h * kDnope;
-      g.d_c = 512;
+      g.d_c = kDc;
       MLA_TRY(prefill::decompress_gemm(g, stream));
     }
     const bool only = n_chunks == 1, first = c == 0, last = c == n_chunks - 1;
     prefill::FlashFwdParams p;
-    p.kernel = prefill::default_flash_kernel();
     p.q = a.q.data;
     p.q_row_stride = a.q.stride(0);
     p.q_head_stride = a.q.stride(1);
     p.k_nope = s.k_nope;
     p.k_nope_row_stride = h * kDnope;
     p.k_nope_head_stride = kDnope;
-    p.k_rope = static_cast<const unsigned char*>(s.latent) + 512 * 2;
+    p.k_rope = static_cast<const unsigned char*>(s.latent) + kDc * 2;
     p.k_rope_row_stride = kLatent;
     p.k_rope_head_stride = 0;  // one rope vector per token, shared by the heads
     p.v = s.v;
-    p.v_row_stride = h * kDv;
-    p.v_head_stride = kDv;
+    p.v_row_stride = h * kDvHead;
+    p.v_head_stride = kDvHead;
     if (only) {
       p.out = a.out.data;
       p.out_row_stride = a.out.stride(0);
@@ -169,8 +171,8 @@ Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecCont
       p.lse_head_stride = a.lse.defined() ? a.lse.stride(0) : 0;
     } else {
       p.out = first ? s.acc_out : s.part_out;
-      p.out_row_stride = h * kDv;
-      p.out_head_stride = kDv;
+      p.out_row_stride = h * kDvHead;
+      p.out_head_stride = kDvHead;
       p.out_f32 = true;
       p.lse = first ? s.acc_lse : s.part_lse;
       p.lse_head_stride = T;
@@ -182,7 +184,7 @@ Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecCont
     p.softmax_scale = a.softmax_scale;
     p.causal = true;
     p.causal_shift = int32_t(L - s1);
-    MLA_TRY(prefill::launch_flash_fwd(p, stream));
+    MLA_TRY(prefill::launch_flash_fwd(p, stream, kernel));
     if (only || first) continue;
     prefill::MergeParams m;
     m.acc_out = s.acc_out;

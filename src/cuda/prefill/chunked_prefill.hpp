@@ -12,7 +12,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
+#include "cuda/prefill/flash_fwd_params.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
@@ -33,6 +35,9 @@ struct ChunkedPrefillArgs {
 };
 
 Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& args, size_t* bytes);
-Status chunked_prefill(const ChunkedPrefillArgs& args, Workspace ws, const ExecContext& ctx);
+// `kernel` (internal: the tests set it) forces the attention kernel of every
+// chunk; unset, prefill::choose_kernel picks it.
+Status chunked_prefill(const ChunkedPrefillArgs& args, Workspace ws, const ExecContext& ctx,
+                       std::optional<prefill::Kernel> kernel = std::nullopt);
 
 }  // namespace mla::cuda

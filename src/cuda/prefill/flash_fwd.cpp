@@ -1,27 +1,12 @@
 #include "cuda/prefill/flash_fwd.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/validate.hpp"
 #include "cuda/common/tma_map.hpp"
 #include "cuda/prefill/flash_fwd_launch.hpp"
 
 namespace mla::cuda::prefill {
-
-FlashKernel default_flash_kernel() {
-  static const FlashKernel k = [] {
-    const char* e = std::getenv("MLA_PREFILL_KERNEL");
-    if (e != nullptr && std::strcmp(e, "wgmma_ws") == 0) return FlashKernel::wgmma_ws;
-    if (e != nullptr && std::strcmp(e, "wgmma_ws_pingpong") == 0)
-      return FlashKernel::wgmma_ws_pingpong;
-    if (e != nullptr && std::strcmp(e, "mma_sync") == 0) return FlashKernel::mma_sync;
-    if (e != nullptr && std::strcmp(e, "wgmma") == 0) return FlashKernel::wgmma;
-    return FlashKernel::automatic;
-  }();
-  return k;
-}
 
 bool encode_flash_ws_maps(const FlashFwdParams& p, FlashWsMaps* m) {
   const int64_t tq = p.total_q > 0 ? p.total_q : (p.cu_seqlens_q ? 0 : p.max_seqlen_q);
@@ -49,7 +34,11 @@ bool encode_flash_ws_maps(const FlashFwdParams& p, FlashWsMaps* m) {
          encode_bf16_3d_map(&m->v, p.v, v_dims, v_str, box);
 }
 
-Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
+Kernel choose_kernel(const FlashFwdParams& p, FlashWsMaps* maps) {
+  return encode_flash_ws_maps(p, maps) ? Kernel::tma_warp_specialized : Kernel::cp_async_wgmma;
+}
+
+Status launch_flash_fwd(const FlashFwdParams& p, void* stream, std::optional<Kernel> kernel) {
   if (p.batch < 0 || p.heads < 0 || p.max_seqlen_q < 0)
     return detail::error(Errc::invalid_value,
                          "prefill attention: batch {}, heads {}, max_seqlen_q {} must be >= 0",
@@ -59,24 +48,24 @@ Status launch_flash_fwd(const FlashFwdParams& p, void* stream) {
     return detail::error(Errc::unsupported,
                          "prefill attention: heads {} or batch {} past the grid limit 65535",
                          p.heads, p.batch);
-  // The maps are encoded once: they decide `automatic`, and the ws kernels read them.
+  // The maps are encoded once: they decide the choice, and the TMA kernel reads them.
   FlashWsMaps maps;
-  FlashFwdParams q = p;
-  if (p.kernel == FlashKernel::automatic)
-    q.kernel = encode_flash_ws_maps(p, &maps) ? FlashKernel::wgmma_ws : FlashKernel::wgmma;
-  else if ((p.kernel == FlashKernel::wgmma_ws || p.kernel == FlashKernel::wgmma_ws_pingpong) &&
-           !encode_flash_ws_maps(p, &maps))
+  const Kernel chosen = choose_kernel(p, &maps);
+  const Kernel k = kernel.value_or(chosen);
+  if (k == Kernel::tma_warp_specialized && chosen != k)
     return detail::error(
         Errc::unsupported,
-        "prefill attention (wgmma_ws): no TMA tensor maps for these tensors (total_q {}, "
+        "prefill attention ({}): no TMA tensor maps for these tensors (total_q {}, "
         "total_k {} with varlen must be given; bases 16-byte aligned, strides multiples of 8 "
         "elements)",
-        p.total_q, p.total_k);
-  const cudaError_t e = flash_fwd_launch_raw(q, &maps, static_cast<cudaStream_t>(stream));
+        kernel_name(k), p.total_q, p.total_k);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaError_t e = k == Kernel::tma_warp_specialized ? launch_flash_fwd_tma(p, maps, s)
+                                                          : launch_flash_fwd_cp_async(p, s);
   if (e != cudaSuccess)
     return detail::error(Errc::cuda_error,
-                         "prefill attention launch (B {}, h {}, max_seqlen_q {}): {}", p.batch,
-                         p.heads, p.max_seqlen_q, cudaGetErrorString(e));
+                         "prefill attention launch ({}, B {}, h {}, max_seqlen_q {}): {}",
+                         kernel_name(k), p.batch, p.heads, p.max_seqlen_q, cudaGetErrorString(e));
   return Status::Ok();
 }
 

@@ -1,18 +1,23 @@
-// Launcher of the prefill flash-attention kernel (flash_fwd_kernel.cuh).
+// Launcher of the prefill attention kernels (flash_fwd_params.hpp).
 #pragma once
+#include <optional>
+
 #include "cuda/prefill/flash_fwd_params.hpp"
+#include "cuda/prefill/flash_fwd_ws_maps.hpp"
 #include "mla/status.hpp"
 
 namespace mla::cuda::prefill {
 
-// Arguments are assumed validated (src/api does that for the public entry
-// points); this only checks what the launch itself needs.
-Status launch_flash_fwd(const FlashFwdParams& p, void* stream);
+// The kernel for p: tma_warp_specialized when the TMA maps of p's tensors can
+// be built (they are, into *maps), else cp_async_wgmma (e.g. a varlen batch
+// without keys, or strides that are not multiples of 16 bytes).
+Kernel choose_kernel(const FlashFwdParams& p, FlashWsMaps* maps);
 
-// The kernel of the library's own prefill paths (mha_prefill, chunked
-// prefill): FlashKernel::automatic unless the environment variable
-// MLA_PREFILL_KERNEL names one (wgmma, wgmma_ws, wgmma_ws_pingpong, mma_sync),
-// so that the GPU tests and benches can force a variant. Read once per process.
-FlashKernel default_flash_kernel();
+// Arguments are assumed validated (src/api does that for the public entry
+// points); this only checks what the launch itself needs. `kernel` (internal:
+// the tests and the benchmark set it) overrides choose_kernel; a kernel that
+// cannot take p's tensors is refused with Errc::unsupported.
+Status launch_flash_fwd(const FlashFwdParams& p, void* stream,
+                        std::optional<Kernel> kernel = std::nullopt);
 
 }  // namespace mla::cuda::prefill

@@ -6,26 +6,22 @@
 
 namespace mla::cuda::prefill {
 
-// Which kernel runs: wgmma (Hopper warpgroup MMA, the default), the mma.sync
-// one (FA2 scheme), kept as a cross-check and for comparison, or wgmma_ws
-// (warp-specialised: a TMA producer warp feeding two consumer warpgroups over
-// 128-key tiles, S of the next tile overlapping P.V of the previous one; see
-// flash_fwd_ws_kernel.cuh), and wgmma_ws_pingpong (the same with the two
-// consumer warpgroups taking turns on the tensor cores), selectable until
-// measured faster.
-// automatic: wgmma_ws (warp-specialised, TMA-fed; 2.1x wgmma on the H200,
-// docs/perf-log.md) when its tensor maps can be built for the tensors, else
-// wgmma (same contract, no TMA requirements: e.g. a varlen batch with no keys).
-enum class FlashKernel : int32_t {
-  wgmma = 0,
-  mma_sync = 1,
-  wgmma_ws = 2,
-  wgmma_ws_pingpong = 3,
-  automatic = 4
-};
+// The prefill attention kernels (one CTA = 128 queries of one sequence and head):
+//   tma_warp_specialized  one producer thread issues TMA loads into a ring of
+//                         128-key tiles, two consumer warpgroups run wgmma and
+//                         the softmax, S of tile j overlapping P.V of j - 1
+//                         (flash_fwd_ws_kernel.cuh). Needs TMA maps of q, k_nope,
+//                         k_rope and v (encode_flash_ws_maps).
+//   cp_async_wgmma        every thread copies 64-key tiles by cp.async, two
+//                         warpgroups of wgmma (flash_fwd_wgmma_kernel.cuh); no
+//                         layout demand beyond 16-byte rows.
+enum class Kernel : int32_t { tma_warp_specialized, cp_async_wgmma };
+inline constexpr Kernel kAllKernels[] = {Kernel::tma_warp_specialized, Kernel::cp_async_wgmma};
+inline const char* kernel_name(Kernel k) {
+  return k == Kernel::tma_warp_specialized ? "tma_warp_specialized" : "cp_async_wgmma";
+}
 
 struct FlashFwdParams {
-  FlashKernel kernel = FlashKernel::automatic;
   // q [T, h, 192] bf16; the 192 dims of a (token, head) are contiguous.
   const void* q = nullptr;
   int64_t q_row_stride = 0, q_head_stride = 0;  // elements
@@ -53,8 +49,8 @@ struct FlashFwdParams {
   int32_t heads = 0;
   int32_t max_seqlen_q = 0;  // sizes the grid; sequences shorter exit early
   // Rows of the q and k/v tensors (cu_seqlens_q[B], cu_seqlens_k[B]): the
-  // bounds of wgmma_ws's tensor maps. 0 with null cu_seqlens means
-  // max_seqlen_q / seqlen_k; with cu_seqlens they must be given for wgmma_ws.
+  // bounds of the TMA maps. 0 with null cu_seqlens means max_seqlen_q /
+  // seqlen_k; with cu_seqlens they must be given for tma_warp_specialized.
   int64_t total_q = 0, total_k = 0;
   float softmax_scale = 0.f;
   // Causal, bottom-right aligned: query i of a sequence with Tq queries and Tk

@@ -1,5 +1,5 @@
-// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same
-// contract as flash_fwd_kernel.cuh (FlashFwdParams), one CTA = 128 queries of
+// Prefill attention on Hopper's warpgroup MMA (wgmma, sm_90a) fed by cp.async:
+// Kernel::cp_async_wgmma (flash_fwd_params.hpp), one CTA = 128 queries of
 // one (sequence, head) as two warpgroups of 64 rows. S = Q K^T reads Q and K
 // from shared memory (K-major, 128-byte swizzle); O += P V takes P from
 // registers and V from shared memory (MN-major, transposed by the MMA). Keys
@@ -12,7 +12,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/flash_fwd_params.hpp"
 #include "cuda/prefill/flash_softmax.cuh"
-#include "cuda/prefill/mma_sm80.cuh"
+#include "cuda/prefill/prefill_ptx.cuh"
 
 namespace mla::cuda::prefill {
 

@@ -1,5 +1,5 @@
 // Warp-specialised prefill attention on Hopper (FlashAttention-3 scheme, sm_90a):
-// the contract of flash_fwd_kernel.cuh (FlashFwdParams), one CTA = 128 queries
+// Kernel::tma_warp_specialized (flash_fwd_params.hpp), one CTA = 128 queries
 // of one (sequence, head), three warpgroups:
 //   producer (warpgroup 0, one thread): TMA loads of Q once, then K and V tiles
 //     of 128 keys into a two-stage ring, each stage guarded by a full barrier
@@ -12,10 +12,6 @@
 //     flight: the tensor cores see one product queued behind the other.
 // The producer gives registers back (setmaxnreg) so that each consumer thread
 // holds S (64 fp32), O (64 fp32) and P (32 bf16x2) without spilling.
-// kPingPong adds FA3's inter-warpgroup schedule: the consumers take turns to
-// issue their products (two named barriers pass the turn), so that one
-// warpgroup's softmax runs while the other's products occupy the tensor cores
-// instead of both competing for them at the same moments.
 //
 // K = [k_nope (per head) ; k_rope (shared by the heads in MLA)]: one K stage is
 // three 64-column SW128 blocks, two from the k_nope map and one from the k_rope
@@ -92,7 +88,7 @@ __device__ __forceinline__ WsBlock ws_block(int lin, int m_blocks, int heads, in
   return w;
 }
 
-template <bool kOutF32, bool kPingPong>
+template <bool kOutF32>
 __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     flash_fwd_ws_kernel(const __grid_constant__ FlashFwdParams p,
                         const __grid_constant__ FlashWsMaps maps, int head_group) {
@@ -215,28 +211,11 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pf[i][e])::"memory");
     };
 
-    // Ping-pong turns: barrier 1 + c is "consumer c may issue"; it completes
-    // when c's 128 threads sync and the other consumer's 128 have arrived.
-    // Consumer 0 goes first (consumer 1 arrives once up front); consumer 1
-    // skips its last hand-over, so that arrivals and syncs match exactly.
-    constexpr int kTurnThreads = 2 * 128;
-    auto take_turn = [&] {
-      if constexpr (kPingPong) named_barrier_sync(1 + cw, kTurnThreads);
-    };
-    auto pass_turn = [&](bool last) {
-      if constexpr (kPingPong)
-        if (!(last && cw == 1)) named_barrier_arrive(2 - cw, kTurnThreads);
-    };
-    if constexpr (kPingPong)
-      if (cw == 1) named_barrier_arrive(1, kTurnThreads);
-
     mbar_wait(q_full, 0);
     // Step 0: S alone.
     mbar_wait(&k_full[0], 0);
-    take_turn();
     wgmma::fence();
     issue_s(0);
-    pass_turn(false);
     wgmma::wait<0>();
     wgmma::fence_regs(s);
     mbar_arrive(&k_empty[0]);
@@ -250,11 +229,9 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
       const uint32_t ph = (it / T::kStages) & 1, pph = ((it - 1) / T::kStages) & 1;
       mbar_wait(&k_full[st], ph);
       mbar_wait(&v_full[pst], pph);
-      take_turn();
       wgmma::fence();
       issue_s(st);    // S(it) queued first ...
       issue_pv(pst);  // ... then P.V(it - 1)
-      pass_turn(false);
       wgmma::wait<1>();
       wgmma::fence_regs(s);
       mbar_arrive(&k_empty[st]);
@@ -271,10 +248,8 @@ __global__ void __launch_bounds__(FlashWsTraits::kThreads, 1)
     }
     const int lst = (n_tiles - 1) % T::kStages;
     mbar_wait(&v_full[lst], ((n_tiles - 1) / T::kStages) & 1);
-    take_turn();
     wgmma::fence();
     issue_pv(lst);
-    pass_turn(true);
     wgmma::wait<0>();
     wgmma::fence_regs(o);
     mbar_arrive(&v_empty[lst]);

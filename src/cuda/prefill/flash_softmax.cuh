@@ -1,5 +1,5 @@
-// Pieces shared by the two prefill attention kernels (mma.sync and wgmma):
-// both hold scores and outputs in the m16n8 accumulator layout (a thread owns
+// Pieces shared by the two prefill attention kernels: both hold scores and
+// outputs in the m16n8 accumulator layout of wgmma (a thread owns
 // rows g and g + 8 of its warp's 16, columns 8i + 2c and 8i + 2c + 1), so the
 // causal mask, the online softmax and the epilogue are written once.
 #pragma once
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "cuda/prefill/flash_fwd_params.hpp"
-#include "cuda/prefill/mma_sm80.cuh"
+#include "cuda/prefill/prefill_ptx.cuh"
 
 namespace mla::cuda::prefill {
 

@@ -97,7 +97,6 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   for (int64_t b = 0; b < B; ++b) max_q = std::max(max_q, cu_q[b + 1] - cu_q[b]);
 
   prefill::FlashFwdParams p;
-  p.kernel = prefill::default_flash_kernel();
   p.q = a.q.data;
   p.q_row_stride = a.q.strides[0];
   p.q_head_stride = a.q.strides[1];

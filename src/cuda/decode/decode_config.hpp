@@ -1,0 +1,61 @@
+// Constants of the main decode kernel (decode_kernel.cuh): block shape,
+// register split, shared-memory map, named barriers. Host code reads
+// kSmemBytes and kM from here too.
+#pragma once
+#include <cstddef>
+
+#include "cuda/decode/decode_params.hpp"
+#include "mla/kv_cache.hpp"
+
+namespace mla::cuda::decode {
+
+inline constexpr int kM = 64;                             // query rows per CTA (wgmma M)
+inline constexpr int kMathThreads = 256;                  // 2 math warpgroups
+inline constexpr int kThreads = 384;                      // + 1 producer warpgroup
+inline constexpr int kStages = 2;                         // K/V tiles in shared memory
+inline constexpr int kBlockBytes = 64 * 128;              // one SW128 block: 64 rows x 64 bf16
+inline constexpr int kBlocks = kDqk / 64;                 // 9 blocks across the 576 dims
+inline constexpr int kTileBytes = kBlocks * kBlockBytes;  // 73728: 64 rows x 576 bf16
+static_assert(kTileKeys == 64 && kM == 64, "tiles are one SW128 block tall");
+// fp8_ds_mla entry: e4m3 codes, then the fp32 scales, then the bf16 rope.
+inline constexpr int kFp8ScaleOffset = Fp8DsMlaLayout::kScaleOffset;  // 512
+inline constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;    // 528
+
+// Register split. The CTA is launched with kLaunchRegs per thread (65536 /
+// 384, rounded down to 8); setmaxnreg.inc blocks until the pool has the
+// registers, which only setmaxnreg.dec of the producer returns, so
+// 2 x (math - launch) <= launch - producer, or the math warpgroups wait
+// forever (a 232/48 split hangs).
+// The math threads hold 128 O accumulators + 16 S + addressing; the fp8
+// producer holds a whole next tile's half entry (82 registers) across the
+// conversion: 120, all the math split leaves (2 x (192 - 168) = 168 - 120).
+// The bf16 producers need few registers. Chosen by ptxas -v: the splits
+// without spills.
+inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
+template <bool kFp8>
+struct Regs {
+  static constexpr int kMath = kFp8 ? 192 : 232;
+  static constexpr int kProducer = kFp8 ? 120 : 40;
+  static_assert(2 * (kMath - kLaunchRegs) <= kLaunchRegs - kProducer,
+                "the producer must free what the math warpgroups take");
+};
+
+// Shared-memory map (bytes). Every tile starts 1024-aligned (the swizzle).
+// Q 72 KB + 2 stages x 72 KB + P 8 KB = 224 KB of the 227 KB: no room for a
+// third stage or a raw fp8 staging tile, hence the register dequantisation.
+inline constexpr size_t kQOff = 0;
+inline constexpr size_t kKvOff = kQOff + kTileBytes;
+inline constexpr size_t kPOff = kKvOff + size_t(kStages) * kTileBytes;
+inline constexpr size_t kMaxOff = kPOff + kBlockBytes;         // f32 [2 parity][2 wg][64]
+inline constexpr size_t kLOff = kMaxOff + 2 * 2 * kM * 4;      // f32 [2 wg][64]
+inline constexpr size_t kFlagOff = kLOff + 2 * kM * 4;         // i32 [kStages][4 producer warps]
+inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStages], empty[kStages]
+inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 8;
+static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
+
+// Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
+// math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarProd = 6;
+
+}  // namespace mla::cuda::decode

@@ -1,0 +1,27 @@
+// The split-KV schedule and combine of the decode kernels (dense and sparse
+// decode run the same three launches: schedule -> main kernel -> combine, on
+// one DecodeParams). Nothing here synchronises or allocates: the schedule is
+// computed on the device from the lengths in device memory, so a call can be
+// captured in a CUDA graph and replayed with new lengths.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/decode/decode_params.hpp"
+
+namespace mla::cuda::split {
+
+// Workspace regions for B requests of `rows` query rows on P workers
+// (token_lengths: the Indexed key source's token_len array too), and the
+// params' pointers into a workspace of that layout.
+WorkspaceLayout workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_invariant,
+                                 bool token_lengths);
+void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* workspace);
+
+// One CTA: cache lengths -> pieces, partial slots and worker ranges.
+cudaError_t launch_schedule(const decode::DecodeParams& p, cudaStream_t stream);
+// One CTA per (request, query row) of the split requests' partials.
+cudaError_t launch_combine(const decode::DecodeParams& p, cudaStream_t stream);
+
+}  // namespace mla::cuda::split

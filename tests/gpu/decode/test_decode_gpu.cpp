@@ -1,0 +1,604 @@
+// GPU dense decode (src/cuda/decode) against the fp64 CPU reference. Every
+// test runs once per decode::Kernel value: automatic through the public API
+// (mla::mla_decode, which runs the reference for CPU tensors), the others
+// forced through the CUDA backend; a case a forced kernel cannot run must be
+// refused with an error naming the kernel. Fresh random inputs per case,
+// outputs and workspace poisoned with NaN bytes before every run.
+//
+// Error bounds and why:
+//  * out: per query row, max |gpu - ref| <= 1e-2 * max |ref| of the row. The
+//    kernel rounds P to bf16 for the P.V product (relative 2^-9 per weight)
+//    and rounds the output to bf16 (relative 2^-9 of each element); fp32
+//    accumulation over <= 64K keys adds far less. The P rounding is an
+//    absolute error of ~2^-9 * mean|v| while max|out| shrinks as a row averages
+//    more keys, so rows over hundreds of keys show the most: the largest seen
+//    on the H200 is 5.8e-3 (fp8, h64 s_q3, L 777). 1e-2 still
+//    catches a wrong key, a lost tile or a mis-scaled row, which move a row by
+//    O(max|ref|).
+//  * lse: |gpu - ref| <= 1e-3. Scores are fp32 sums of exact bf16 products
+//    (relative ~1e-6 of |q.k| <= ~40) and exp2/log2 approximations (~1e-7).
+//  * rows that see no key: out exactly 0 and lse exactly -inf.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/random.hpp"
+#include "cuda/decode/decode_cuda.hpp"
+#include "gpu/gpu_buffer.hpp"
+#include "mla/decode.hpp"
+#include "mla/dims.hpp"
+
+namespace mla::testing {
+namespace {
+
+using cuda::decode::Kernel;
+
+struct Case {
+  Kernel kernel = Kernel::automatic;
+  std::vector<int32_t> lengths;
+  int h_q = 16, s_q = 1;
+  int64_t page_size = 64;
+  KvFormat format = KvFormat::bf16;
+  int64_t page_pad = 0;
+  bool invariant = false;
+  bool causal = true;
+  bool out_f32 = false;
+  uint64_t seed = 1;
+  std::string name() const {
+    std::string s = "h" + std::to_string(h_q) + " s_q" + std::to_string(s_q) + " page" +
+                    std::to_string(page_size) + " " + kv_format_name(format) + " " +
+                    cuda::decode::kernel_name(kernel) + " pad" + std::to_string(page_pad) +
+                    (invariant ? " invariant" : "") + (causal ? "" : " noncausal") + " L[";
+    for (size_t i = 0; i < lengths.size(); ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
+    return s + "]";
+  }
+};
+
+// Whether c.kernel can run c (the test caches' layouts all encode as TMA maps).
+bool kernel_takes(const Case& c) {
+  const bool fp8 = c.format == KvFormat::fp8_ds_mla;
+  return cuda::decode::kernel_takes(
+      c.kernel, {.fp8 = fp8, .page_size = c.page_size, .tma_map = !fp8 && c.page_size % 64 == 0});
+}
+
+// c on kernel k, its cache format and page size changed to ones k runs.
+Case on_kernel(Case c, Kernel k) {
+  c.kernel = k;
+  if (k == Kernel::wgmma_fp8) c.format = KvFormat::fp8_ds_mla;
+  if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
+  if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
+  return c;
+}
+
+class DecodeGpu : public ::testing::TestWithParam<Kernel> {};
+INSTANTIATE_TEST_SUITE_P(Kernels, DecodeGpu, ::testing::ValuesIn(cuda::decode::kKernels),
+                         [](const ::testing::TestParamInfo<Kernel>& info) {
+                           return std::string(cuda::decode::kernel_name(info.param));
+                         });
+
+// Inputs on the host and the device, and the reference result.
+struct Problem {
+  Case c;
+  PagedCache cache;
+  HostTensor q;
+  std::vector<double> ref_out, ref_lse;
+  DeviceBuffer d_q, d_kv, d_bt, d_len, d_out, d_lse, d_ws;
+  DecodeArgs dev_args;
+  float scale = float(deepseek_v32_softmax_scale());
+  int64_t B() const { return int64_t(c.lengths.size()); }
+  int64_t out_elems() const { return B() * c.s_q * c.h_q * kDv; }
+  int64_t lse_elems() const { return B() * c.h_q * c.s_q; }
+};
+
+void reference(Problem& P) {
+  const int64_t B = P.B();
+  HostTensor out(DType::f64, {B, P.c.s_q, P.c.h_q, kDv}), lse(DType::f64, {B, P.c.h_q, P.c.s_q});
+  out.poison();
+  lse.poison();
+  DecodeArgs a;
+  a.q = P.q.view();
+  a.kv = P.cache.view();
+  a.block_table = P.cache.block_table_view();
+  a.cache_seqlens = P.cache.seqlens_view();
+  a.softmax_scale = P.scale;
+  a.causal = P.c.causal;
+  a.out = out.view();
+  a.lse = lse.view();
+  const Status st = mla_decode(a);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  P.ref_out.resize(out.numel());
+  P.ref_lse.resize(lse.numel());
+  for (int64_t i = 0; i < out.numel(); ++i) P.ref_out[i] = out.get(i);
+  for (int64_t i = 0; i < lse.numel(); ++i) P.ref_lse[i] = lse.get(i);
+}
+
+void setup(Problem& P, const Case& c, bool with_reference = true) {
+  P.c = c;
+  Rng rng(c.seed);
+  PagedCacheSpec spec;
+  spec.format = c.format;
+  spec.page_size = c.page_size;
+  spec.page_pad = c.page_pad;
+  P.cache = make_paged_cache(rng, c.lengths, spec);
+  P.q = random_tensor(rng, DType::bf16, {P.B(), c.s_q, c.h_q, kDqk});
+  if (with_reference) {
+    reference(P);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  const size_t kv_bytes = P.cache.storage.size() * 8;
+  P.d_q = DeviceBuffer(P.q.storage.data(), P.q.numel() * 2);
+  P.d_kv = DeviceBuffer(P.cache.storage.data(), kv_bytes);
+  P.d_bt = DeviceBuffer(P.cache.block_table.data(), P.cache.block_table.size() * 4);
+  P.d_len = DeviceBuffer(P.cache.seqlens.data(), P.cache.seqlens.size() * 4);
+  P.d_out = DeviceBuffer(P.out_elems() * (c.out_f32 ? 4 : 2));
+  P.d_lse = DeviceBuffer(P.lse_elems() * 4);
+  DecodeArgs& a = P.dev_args;
+  a.q = on_device(P.q.view(), P.d_q);
+  a.kv = P.cache.view(Device::cuda(0));
+  a.kv.data.data = P.d_kv.get();
+  a.block_table = on_device(P.cache.block_table_view(), P.d_bt);
+  a.cache_seqlens = on_device(P.cache.seqlens_view(), P.d_len);
+  a.softmax_scale = P.scale;
+  a.causal = c.causal;
+  a.out = TensorView::make(P.d_out.get(), c.out_f32 ? DType::f32 : DType::bf16,
+                           {P.B(), c.s_q, c.h_q, kDv}, Device::cuda(0));
+  a.lse = TensorView::make(P.d_lse.get(), DType::f32, {P.B(), c.h_q, c.s_q}, Device::cuda(0));
+  DecodeOptions opts;
+  opts.batch_invariant = c.invariant;
+  size_t ws = 0;
+  const Status st = decode_workspace_size(a, opts, &ws);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  P.d_ws = DeviceBuffer(ws);
+  ASSERT_TRUE(P.d_ws.get() != nullptr || ws == 0);
+}
+
+Status run(Problem& P, cudaStream_t stream = nullptr, bool poison = true) {
+  if (poison) {
+    P.d_out.poison();
+    P.d_lse.poison();
+    P.d_ws.poison();
+  }
+  DecodeOptions opts;
+  opts.batch_invariant = P.c.invariant;
+  ExecContext ctx;
+  ctx.stream = stream;
+  const Workspace ws{P.d_ws.get(), P.d_ws.bytes()};
+  if (P.c.kernel == Kernel::automatic) return mla_decode(P.dev_args, opts, ws, ctx);
+  return cuda::mla_decode(P.dev_args, opts, ws, ctx, P.c.kernel);
+}
+
+struct Result {
+  std::vector<float> out, lse;
+};
+Result fetch(const Problem& P) {
+  Result r;
+  cudaDeviceSynchronize();
+  r.lse = P.d_lse.download<float>(P.lse_elems());
+  if (P.c.out_f32) {
+    r.out = P.d_out.download<float>(P.out_elems());
+  } else {
+    auto raw = P.d_out.download<uint16_t>(P.out_elems());
+    r.out.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) r.out[i] = bf16_to_float(bf16{raw[i]});
+  }
+  return r;
+}
+
+struct Errors {
+  double out_rel = 0, lse_abs = 0;
+};
+
+// Compares against the reference; `nan_requests` must come out NaN instead.
+void check(const Problem& P, const Result& r, const std::vector<bool>& nan_requests = {},
+           Errors* errors = nullptr) {
+  Errors local;
+  Errors& e = errors ? *errors : local;
+  const int s_q = P.c.s_q, h_q = P.c.h_q;
+  for (int64_t b = 0; b < P.B(); ++b)
+    for (int i = 0; i < s_q; ++i)
+      for (int h = 0; h < h_q; ++h) {
+        const int64_t row = ((b * s_q + i) * h_q + h) * kDv;
+        const int64_t li = (b * h_q + h) * s_q + i;
+        const float lse = r.lse[li];
+        const std::string where = "b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
+                                  std::to_string(h) + " (" + P.c.name() + ")";
+        if (!nan_requests.empty() && nan_requests[b]) {
+          EXPECT_TRUE(std::isnan(lse)) << "lse should be NaN at " << where;
+          EXPECT_TRUE(std::isnan(r.out[row])) << "out should be NaN at " << where;
+          continue;
+        }
+        const double ref_lse = P.ref_lse[li];
+        if (std::isinf(ref_lse)) {
+          ASSERT_TRUE(std::isinf(lse) && lse < 0)
+              << "lse " << lse << " should be -inf at " << where;
+          for (int d = 0; d < kDv; ++d)
+            ASSERT_EQ(r.out[row + d], 0.f) << "out should be 0 (no key) at " << where;
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(lse)) << "lse " << lse << " at " << where;
+        e.lse_abs = std::max(e.lse_abs, std::fabs(lse - ref_lse));
+        ASSERT_LE(std::fabs(lse - ref_lse), 1e-3) << "lse at " << where;
+        double mref = 0, merr = 0;
+        for (int d = 0; d < kDv; ++d) {
+          ASSERT_TRUE(std::isfinite(r.out[row + d])) << "out[" << d << "] at " << where;
+          mref = std::max(mref, std::fabs(P.ref_out[row + d]));
+          merr = std::max(merr, std::fabs(r.out[row + d] - P.ref_out[row + d]));
+        }
+        const double rel = merr / std::max(mref, 1e-30);
+        e.out_rel = std::max(e.out_rel, rel);
+        ASSERT_LE(rel, 1e-2) << "out at " << where << " max err " << merr << " max ref " << mref;
+      }
+}
+
+// A case the forced kernel cannot run: refused with an error naming it.
+void expect_refused(const Case& c) {
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  if (::testing::Test::HasFatalFailure()) return;
+  const Status st = run(P);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string() << " (" << c.name() << ")";
+  EXPECT_NE(st.message().find(cuda::decode::kernel_name(c.kernel)), std::string::npos)
+      << st.to_string();
+}
+
+void run_and_check(const Case& c) {
+  if (!kernel_takes(c)) return expect_refused(c);
+  Problem P;
+  setup(P, c);
+  if (::testing::Test::HasFatalFailure()) return;
+  const Status st = run(P);
+  ASSERT_TRUE(st.ok()) << st.to_string() << " (" << c.name() << ")";
+  Errors e;
+  check(P, fetch(P), {}, &e);
+  std::printf("  %-70s out rel %.2e  lse abs %.2e\n", c.name().c_str(), e.out_rel, e.lse_abs);
+}
+
+// Lengths with every edge: 0, 1, < page, page +- 1, not a multiple of the
+// 64-key tile, several tiles.
+const std::vector<int32_t> kEdgeLengths = {0, 1, 5, 63, 64, 65, 200, 777};
+
+TEST_P(DecodeGpu, GridOfEdges) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {32, 2}, {64, 3}, {128, 4}, {16, 4}, {128, 1}};
+  uint64_t seed = 100;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (int64_t page : {1, 16, 32, 64, 128})
+      for (int k = 0; k < 6; ++k) {
+        // Every (heads, s_q) with page 64 (the fast path); two per other page.
+        if (page != 64 && k % 3 != int(page) % 3) continue;
+        Case c;
+        c.kernel = GetParam();
+        c.lengths = kEdgeLengths;
+        c.h_q = heads_sq[k].first;
+        c.s_q = heads_sq[k].second;
+        c.page_size = page;
+        c.format = f;
+        c.page_pad = (seed % 2) ? (f == KvFormat::bf16 ? 8 : 16) : 0;  // padded page strides
+        c.seed = seed++;
+        run_and_check(c);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// More new tokens than the decode suite's 1-4 (speculative drafts, small
+// chunks of prefill through the absorbed form, the layer's CUDA path): query
+// rows span many 64-row blocks and the causal limit differs per block; lengths
+// below s_q leave the first tokens without keys.
+TEST_P(DecodeGpu, ManyNewTokensUpToTheLimit) {
+  const std::pair<int, int> heads_sq[] = {
+      {16, 5}, {16, 17}, {64, 9}, {128, 40}, {32, kCudaDecodeMaxSq}};
+  uint64_t seed = 300;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (auto [h, sq] : heads_sq) {
+      Case c;
+      c.kernel = GetParam();
+      c.lengths = {0, 3, 40, 65, 777};
+      c.h_q = h;
+      c.s_q = sq;
+      c.page_size = seed % 2 ? 64 : 16;
+      c.format = f;
+      c.seed = seed++;
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST_P(DecodeGpu, LongRequestsSplitAcrossWorkers) {
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (bool inv : {false, true}) {
+      Case c;
+      c.kernel = GetParam();
+      c.lengths = {20000, 33, 4097, 1};
+      c.h_q = 32;
+      c.s_q = 2;
+      c.format = f;
+      c.invariant = inv;
+      c.seed = 7 + inv;
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+  Case one;  // one long request: all workers share it, many partials
+  one.lengths = {65536};
+  one.h_q = 16;
+  one.seed = 9;
+  run_and_check(on_kernel(one, GetParam()));
+}
+
+TEST_P(DecodeGpu, BatchInvariantModeAndNonCausalAndF32Out) {
+  Case c;
+  c.lengths = kEdgeLengths;
+  c.h_q = 64;
+  c.s_q = 2;
+  c.invariant = true;
+  c.seed = 11;
+  c = on_kernel(c, GetParam());
+  run_and_check(c);
+  c.invariant = false;
+  c.causal = false;
+  c.seed = 12;
+  run_and_check(c);
+  c.causal = true;
+  c.out_f32 = true;
+  c.seed = 13;
+  run_and_check(c);
+}
+
+// batch_invariant: request 0's bits are the same alone and inside a batch.
+TEST_P(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
+    Case big;
+    big.lengths = {9000, 30000, 12, 5000, 17000, 64};
+    big.h_q = 64;
+    big.format = f;
+    big.invariant = true;
+    big.seed = 21;
+    big.kernel = GetParam();
+    if (!kernel_takes(big)) continue;  // run_and_check covers the refusal
+    Problem P;
+    setup(P, big, /*with_reference=*/false);
+    ASSERT_TRUE(run(P).ok());
+    const Result rb = fetch(P);
+    // The same request 0 alone: same q rows and cache bytes (copied over).
+    Case one = big;
+    one.lengths = {9000};
+    Problem Q;
+    setup(Q, one, /*with_reference=*/false);
+    // Request 0 of the batch: its q and its pages, through Q's own block table.
+    std::vector<uint8_t> kv(Q.cache.storage.size() * 8);
+    std::memcpy(kv.data(), Q.cache.storage.data(), kv.size());
+    for (int64_t t = 0; t < 9000; ++t)
+      std::memcpy(const_cast<uint8_t*>(Q.cache.entry(0, t)), P.cache.entry(0, t),
+                  kv_entry_bytes(f));
+    Q.d_kv.upload(Q.cache.storage.data(), Q.cache.storage.size() * 8);
+    Q.d_q.upload(P.q.storage.data(), int64_t(big.h_q) * kDqk * 2);
+    ASSERT_TRUE(run(Q).ok());
+    const Result r1 = fetch(Q);
+    ASSERT_EQ(std::memcmp(r1.out.data(), rb.out.data(), r1.out.size() * 4), 0)
+        << "out of request 0 differs between batch and alone (" << kv_format_name(f) << ")";
+    ASSERT_EQ(std::memcmp(r1.lse.data(), rb.lse.data(), r1.lse.size() * 4), 0);
+  }
+}
+
+// 100 calls reusing the buffers without clearing them: identical bits.
+TEST_P(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
+  Case c;
+  c.lengths = {3000, 70, 9000, 0, 1, 4100};
+  c.h_q = 128;
+  c.seed = 31;
+  c = on_kernel(c, GetParam());
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  ASSERT_TRUE(run(P).ok());
+  const Result first = fetch(P);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(run(P, nullptr, /*poison=*/false).ok());
+  const Result last = fetch(P);
+  ASSERT_EQ(std::memcmp(first.out.data(), last.out.data(), first.out.size() * 4), 0);
+  ASSERT_EQ(std::memcmp(first.lse.data(), last.lse.data(), first.lse.size() * 4), 0);
+}
+
+// The whole step captured once in a CUDA graph, replayed with new lengths.
+TEST_P(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
+  Case c;
+  c.lengths = {5000, 800, 20000, 64};  // capacity: the block table covers these
+  c.h_q = 64;
+  c.s_q = 2;
+  c.seed = 41;
+  c = on_kernel(c, GetParam());
+  Problem P;
+  setup(P, c);
+  ASSERT_FALSE(HasFatalFailure());
+  cudaStream_t stream;
+  MLA_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  P.d_out.poison();
+  P.d_lse.poison();
+  cudaDeviceSynchronize();
+  MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status st = run(P, stream, /*poison=*/false);
+  MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  check(P, fetch(P));
+  // New lengths (within the same block table): shorter, longer-split, zero.
+  const std::vector<std::vector<int32_t>> next = {{4999, 1, 19000, 0}, {2, 799, 64, 63}};
+  for (const auto& lens : next) {
+    P.cache.seqlens = lens;
+    reference(P);
+    ASSERT_FALSE(HasFatalFailure());
+    P.d_len.upload(lens.data(), lens.size() * 4);
+    P.d_out.poison();
+    P.d_lse.poison();
+    MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    check(P, fetch(P));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Device-side values the host cannot check: a page id outside [0, num_pages),
+// a length past the block table's capacity, a negative length. The kernel
+// never reads through them and the request's rows come out NaN; the other
+// requests are unaffected.
+TEST_P(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
+  Case c;
+  c.lengths = {300, 300, 300, 300};
+  c.h_q = 16;
+  c.seed = 51;
+  c = on_kernel(c, GetParam());
+  Problem P;
+  setup(P, c);
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<int32_t> bt = P.cache.block_table;
+  bt[1 * P.cache.max_pages + 2] = int32_t(P.cache.num_pages) + 5;  // request 1: page past the pool
+  bt[3 * P.cache.max_pages + 0] = -7;                              // request 3: negative page id
+  P.d_bt.upload(bt.data(), bt.size() * 4);
+  std::vector<int32_t> lens = c.lengths;
+  lens[2] = int32_t(P.cache.max_pages * c.page_size + 1);  // request 2: past capacity
+  P.d_len.upload(lens.data(), lens.size() * 4);
+  ASSERT_TRUE(run(P).ok());
+  check(P, fetch(P), {false, true, true, true});
+  lens[2] = -5;  // negative length
+  P.d_len.upload(lens.data(), lens.size() * 4);
+  ASSERT_TRUE(run(P).ok());
+  check(P, fetch(P), {false, true, true, true});
+}
+
+TEST(DecodeGpuArgs, InvalidArgumentsAreErrorsNamingTheArgument) {
+  Case c;
+  c.lengths = {100, 200};
+  c.h_q = 16;
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  auto expect_error = [&](DecodeArgs a, Errc code, const char* needle, size_t ws_bytes = 0) {
+    const Status st =
+        mla_decode(a, {}, Workspace{P.d_ws.get(), ws_bytes ? ws_bytes : P.d_ws.bytes()});
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
+  };
+  DecodeArgs a = P.dev_args;
+  a.out.device = Device::cpu();
+  expect_error(a, Errc::invalid_device, "out");
+  a = P.dev_args;
+  a.q.data = static_cast<char*>(a.q.data) + 2;  // 2-byte offset: not 16-byte aligned
+  expect_error(a, Errc::misaligned, "q");
+  a = P.dev_args;
+  a.out.dtype = DType::f16;
+  expect_error(a, Errc::invalid_dtype, "out");
+  a = P.dev_args;
+  a.lse.dtype = DType::bf16;
+  expect_error(a, Errc::invalid_dtype, "lse");
+  a = P.dev_args;
+  expect_error(a, Errc::insufficient_workspace, "workspace", 16);
+  // Head counts and s_q outside the kernels' range (the shape is what is read).
+  size_t ws = 0;
+  DecodeArgs a8 = P.dev_args;
+  a8.q.shape[2] = 8;
+  Status st = decode_workspace_size(a8, {}, &ws);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
+  EXPECT_NE(st.message().find("h_q = 8"), std::string::npos) << st.to_string();
+  DecodeArgs a5 = P.dev_args;
+  a5.q.shape[1] = kCudaDecodeMaxSq + 1;
+  st = decode_workspace_size(a5, {}, &ws);
+  EXPECT_EQ(st.code(), Errc::unsupported) << st.to_string();
+  EXPECT_NE(st.message().find("s_q = " + std::to_string(kCudaDecodeMaxSq + 1)), std::string::npos)
+      << st.to_string();
+}
+
+// The automatic choice, and a forced kernel that cannot run the call: an
+// unsupported error naming the kernel, before any launch.
+TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
+  using cuda::decode::choose_kernel;
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 64, .tma_map = true}), Kernel::wgmma_tma);
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 128, .tma_map = false}),
+            Kernel::wgmma_cp_async);
+  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false}),
+            Kernel::wgmma_cp_async);
+  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false}), Kernel::wgmma_fp8);
+  const struct {
+    Kernel kernel;
+    KvFormat format;
+    int64_t page_size;
+  } impossible[] = {{Kernel::wgmma_tma, KvFormat::bf16, 16},
+                    {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_fp8, KvFormat::bf16, 64}};
+  for (const auto& x : impossible) {
+    Case c;
+    c.lengths = {100, 200};
+    c.kernel = x.kernel;
+    c.format = x.format;
+    c.page_size = x.page_size;
+    ASSERT_FALSE(kernel_takes(c)) << c.name();
+    expect_refused(c);
+  }
+}
+
+}  // namespace
+}  // namespace mla::testing
+
+namespace mla::testing {
+namespace {
+// Small cases for compute-sanitizer (memcheck, racecheck): direct and split
+// pieces, both formats, one and two row blocks, masked tails, empty requests,
+// in a few tiles. Page 16: the cp.async and fp8 producers (SanitizerSmallTma
+// covers wgmma_tma).
+TEST_P(DecodeGpu, SanitizerSmall) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {16, 2}, {64, 2}};
+  uint64_t seed = 900;
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+    for (auto [h, s] : heads_sq) {
+      Case c;
+      c.kernel = GetParam();
+      c.lengths = {0, 1, 70, 300};
+      c.h_q = h;
+      c.s_q = s;
+      c.page_size = 16;
+      c.format = f;
+      c.seed = seed++;
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// Page 64 for the sanitizers: the TMA tiles (automatic and wgmma_tma on a
+// bf16 cache). Tile counts 0, 1, 2, 3 and 5: full tiles by TMA, partial last
+// tiles by cp.async, odd and even counts; h128 has two row blocks.
+TEST_P(DecodeGpu, SanitizerSmallTma) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {128, 1}, {64, 2}};
+  uint64_t seed = 950;
+  for (auto [h, s] : heads_sq) {
+    Case c;
+    c.lengths = {0, 1, 70, 129, 300};
+    c.h_q = h;
+    c.s_q = s;
+    c.page_size = 64;
+    c.seed = seed++;
+    run_and_check(on_kernel(c, GetParam()));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// h128 requests long enough to be split over the workers: pieces start on
+// odd and even tiles and hold odd and even tile counts (the two stages' parity),
+// with both row blocks, s_q 1 and 2.
+TEST_P(DecodeGpu, SplitPiecesAtH128) {
+  for (int s_q : {1, 2}) {
+    Case c;
+    c.lengths = {4097, 3000, 65, 1, 2049};
+    c.h_q = 128;
+    c.s_q = s_q;
+    c.seed = 960 + s_q;
+    run_and_check(on_kernel(c, GetParam()));
+    if (HasFatalFailure()) return;
+  }
+}
+}  // namespace
+}  // namespace mla::testing

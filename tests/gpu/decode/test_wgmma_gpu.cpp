@@ -1,0 +1,65 @@
+// The wgmma decode kernel's layout and descriptors on their own (before the
+// pipeline around them): S = A . B[32:64]^T (K-major operands, 9 swizzled
+// blocks) and O = A[:, :64] . B[:, 256:512] (B as V, MN-major, transposed)
+// against an fp64 host product of the same bf16 values.
+// Bound: products of bf16 values are exact in fp32, the fp32 sum of <= 576 of
+// them has relative error <= ~576 * 2^-24 of the sum of |terms|: 1e-4 of that
+// sum is far above rounding and far below any misplaced element (O(1)).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/random.hpp"
+#include "gpu/decode/wgmma_probe.hpp"
+#include "gpu/gpu_buffer.hpp"
+#include "mla/numeric.hpp"
+
+namespace mla::testing {
+namespace {
+
+TEST(WgmmaGpu, DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
+  constexpr int R = 64, D = 576;
+  Rng rng(4242);
+  std::vector<uint16_t> a(R * D), b(R * D);
+  std::vector<double> fa(R * D), fb(R * D);
+  for (int i = 0; i < R * D; ++i) {
+    const bf16 x = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
+    const bf16 y = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
+    a[i] = x.bits;
+    b[i] = y.bits;
+    fa[i] = bf16_to_float(x);
+    fb[i] = bf16_to_float(y);
+  }
+  DeviceBuffer da(a.data(), a.size() * 2), db(b.data(), b.size() * 2);
+  DeviceBuffer ds(R * 32 * 4), dout(R * 256 * 4);
+  ds.poison();
+  dout.poison();
+  ASSERT_EQ(run_wgmma_probe(static_cast<const uint16_t*>(da.get()),
+                            static_cast<const uint16_t*>(db.get()), static_cast<float*>(ds.get()),
+                            static_cast<float*>(dout.get())),
+            cudaSuccess);
+  const auto s = ds.download<float>(R * 32);
+  const auto o = dout.download<float>(R * 256);
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < 32; ++n) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < D; ++k) {
+        ref += fa[r * D + k] * fb[(32 + n) * D + k];
+        mag += std::fabs(fa[r * D + k] * fb[(32 + n) * D + k]);
+      }
+      ASSERT_NEAR(s[r * 32 + n], ref, 1e-4 * mag) << "S row " << r << " key " << n;
+    }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < 256; ++n) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < 64; ++k) {
+        ref += fa[r * D + k] * fb[k * D + 256 + n];
+        mag += std::fabs(fa[r * D + k] * fb[k * D + 256 + n]);
+      }
+      ASSERT_NEAR(o[r * 256 + n], ref, 1e-4 * mag) << "O row " << r << " col " << n;
+    }
+}
+
+}  // namespace
+}  // namespace mla::testing

@@ -1,0 +1,70 @@
+// Device side of test_wgmma_gpu.cpp: one warpgroup runs the decode kernel's
+// two wgmma products on known matrices, with the kernel's own shared-memory
+// layout (tile_off) and descriptors (desc_kmajor, desc_v), so a wrong
+// swizzle, descriptor field or transpose bit shows here in isolation.
+#include "cuda/decode/decode_kernel.cuh"
+#include "gpu/decode/wgmma_probe.hpp"
+
+namespace mla::testing {
+namespace {
+
+using namespace mla::cuda;
+using namespace mla::cuda::decode;
+
+// A, B: [64][576] bf16 row-major in global memory. Computes
+//   s[64][32]  = A . B[32..63]^T   (S of the math warpgroup 1: K-major A and B)
+//   o[64][256] = A[:, 0:64] . B[:, 256:512]   (P.V of warpgroup 1: V MN-major)
+__global__ void __launch_bounds__(128, 1)
+    probe_kernel(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + kTileBytes;
+  const int tid = threadIdx.x;
+  for (int idx = tid; idx < 64 * kChunksPerRow; idx += 128) {
+    const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
+    *reinterpret_cast<uint4*>(sA + tile_off(r, q)) =
+        *reinterpret_cast<const uint4*>(a + r * kDqk + q * 8);
+    *reinterpret_cast<uint4*>(sB + tile_off(r, q)) =
+        *reinterpret_cast<const uint4*>(b + r * kDqk + q * 8);
+  }
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  const uint32_t aA = ptx::smem_addr(sA), aB = ptx::smem_addr(sB);
+  float sacc[4][4];
+  float o[32][4];
+  wgmma::fence();
+  for (int kb = 0; kb < kBlocks; ++kb)
+    for (int k4 = 0; k4 < 4; ++k4)
+      wgmma::m64n32k16_ss(sacc, desc_kmajor(aA, 0, kb, k4), desc_kmajor(aB, 32, kb, k4),
+                          kb + k4 > 0);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    wgmma::m64n256k16_ss_tb(o, desc_kmajor(aA, 0, 0, kk), desc_v(aB, 256, kk), kk > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_regs(sacc);
+  wgmma::fence_regs(o);
+  const int wi = tid / 32, g = (tid % 32) / 4, c = tid % 4;
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * wi + g + 8 * h;
+    for (int i = 0; i < 4; ++i)
+      for (int e = 0; e < 2; ++e) s_out[r * 32 + 8 * i + 2 * c + e] = sacc[i][2 * h + e];
+    for (int i = 0; i < 32; ++i)
+      for (int e = 0; e < 2; ++e) o_out[r * 256 + 8 * i + 2 * c + e] = o[i][2 * h + e];
+  }
+}
+
+}  // namespace
+
+cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
+  const int smem = 2 * kTileBytes;
+  cudaError_t e =
+      cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  probe_kernel<<<1, 128, smem>>>(a, b, s_out, o_out);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
+}
+
+}  // namespace mla::testing

@@ -1,0 +1,377 @@
+// GPU tests of the lightning indexer (src/cuda/indexer) against the CPU
+// reference: key append and query quantisation (bytes identical), logits of
+// the decode form (paged cache, s_q 1-13, invalid pages, runs of pages that
+// wrap the kernel's ring) and of the prefill form (flat keys, per-query
+// ranges). Every indexer::Kernel value runs on its form of the keys and is
+// refused with a clear error on the other. Fresh random inputs, outputs
+// poisoned before every run.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/random.hpp"
+#include "cuda/indexer/indexer_cuda.hpp"
+#include "gpu/gpu_buffer.hpp"
+#include "mla/indexer.hpp"
+
+namespace mla {
+namespace {
+
+using cuda::indexer::Kernel;
+using cuda::indexer::kernel_name;
+using cuda::indexer::LogitsOptions;
+using testing::DeviceBuffer;
+using testing::HostTensor;
+using testing::random_tensor;
+using testing::Rng;
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  const size_t n = size_t(a.numel()) * dtype_size(a.dtype);
+  return std::memcmp(a.storage.data(), b.storage.data(), n) == 0;
+}
+
+// A random indexer cache: `pages` pages of 8448 B with poisoned (0xff) bytes,
+// and random keys appended through the CPU reference.
+HostTensor random_indexer_cache(Rng& rng, int64_t pages) {
+  HostTensor cache(DType::u8, {pages, IndexerCacheLayout::kPageBytes});
+  cache.poison();
+  const int64_t T = pages * 64;
+  HostTensor keys = random_tensor(rng, DType::f32, {T, 128}, -3, 3);
+  HostTensor slots(DType::i64, {T});
+  for (int64_t t = 0; t < T; ++t) slots.set(t, double(t));
+  AppendIndexerKeysArgs a{keys.view(), slots.view(), IndexerCacheView{cache.view()}};
+  Status st = append_indexer_keys(a);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return cache;
+}
+
+TEST(IndexerGpu, AppendMatchesReferenceBytes) {
+  Rng rng(101);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t pages = 7, T = 300;
+    HostTensor keys = random_tensor(rng, dt, {T, 128}, -5, 5);
+    for (int64_t i = 0; i < 128; ++i)
+      keys.set(5 * 128 + i, 0.0);  // an all-zero key: the 1e-4 floor
+    for (int64_t i = 0; i < 128; ++i)
+      keys.set(6 * 128 + i, keys.get(6 * 128 + i) * 1e6);  // clamps nothing, big scale
+    HostTensor slots(DType::i64, {T});
+    std::vector<int64_t> perm(pages * 64);
+    std::iota(perm.begin(), perm.end(), 0);
+    rng.shuffle(perm);
+    for (int64_t t = 0; t < T; ++t) slots.set(t, t % 9 == 4 ? -1.0 : double(perm[t]));
+    HostTensor ref(DType::u8, {pages, IndexerCacheLayout::kPageBytes});
+    ref.poison();
+    HostTensor got = ref;
+    ASSERT_MLA_OK(append_indexer_keys({keys.view(), slots.view(), IndexerCacheView{ref.view()}}));
+    DeviceBuffer dk(keys), ds(slots), dc(got);
+    ASSERT_MLA_OK(cuda::append_indexer_keys(
+        {dk.view(keys), ds.view(slots), IndexerCacheView{dc.view(got)}}, {}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dc.to_host(got);
+    EXPECT_TRUE(same_bytes(ref, got)) << "dtype " << dtype_name(dt);
+  }
+}
+
+TEST(IndexerGpu, QueryQuantisationMatchesReference) {
+  Rng rng(102);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    HostTensor q = random_tensor(rng, dt, {3, 2, 64, 128}, -4, 4);
+    HostTensor w = random_tensor(rng, DType::f32, {3, 2, 64}, -1, 1);
+    HostTensor q8r(DType::e4m3, {3, 2, 64, 128}), wfr(DType::f32, {3, 2, 64});
+    q8r.poison(), wfr.poison();
+    HostTensor q8g = q8r, wfg = wfr;
+    ASSERT_MLA_OK(quantize_indexer_query({q.view(), w.view(), q8r.view(), wfr.view()}));
+    DeviceBuffer dq(q), dw(w), dq8(q8g), dwf(wfg);
+    ASSERT_MLA_OK(
+        cuda::quantize_indexer_query({dq.view(q), dw.view(w), dq8.view(q8g), dwf.view(wfg)}, {}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dq8.to_host(q8g), dwf.to_host(wfg);
+    EXPECT_TRUE(same_bytes(q8r, q8g));
+    EXPECT_TRUE(same_bytes(wfr, wfg));
+  }
+}
+
+// Logits agree with the fp64 reference to fp32 accumulation error: each of the
+// 64 heads' dots is exact in the tensor core up to its fp32 accumulation
+// (about 2^-22 relative per add), so we bound |got - ref| by 1e-5 times the
+// sum of |w| * |dot| terms, estimated from the row scale below.
+void expect_logits_close(const HostTensor& ref, const HostTensor& got, const char* what) {
+  ASSERT_EQ(ref.numel(), got.numel());
+  double scale = 1e-30;
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    if (std::isfinite(ref.get(i))) scale = std::max(scale, std::fabs(ref.get(i)));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.get(i), g = got.get(i);
+    const bool ok =
+        std::isinf(r) ? (r == g) : (std::isfinite(g) && std::fabs(g - r) <= 2e-5 * scale);
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// The decode kernel runs on FP8 wgmma, whose accumulator keeps about 14
+// mantissa bits inside each k32 step (DeepSeek-V3 report, section 3.3.2: the
+// reason DeepGEMM promotes to fp32 every 128 of K; our K is 128, so this is the
+// whole dot). Its error therefore scales with the sum of |terms|, not with the
+// result: we bound |got - ref| by 2^-10 times the logit computed on |q|, |w|,
+// |k| (every product positive: the magnitudes the accumulator saw), ten times
+// the worst error seen on random data (~1e-4 of that sum).
+void expect_logits_close_abs(const HostTensor& ref, const HostTensor& absref, const HostTensor& got,
+                             const char* what) {
+  ASSERT_EQ(ref.numel(), got.numel());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.get(i), g = got.get(i);
+    const bool ok = std::isinf(r)
+                        ? (r == g)
+                        : (std::isfinite(g) && std::fabs(g - r) <= 0x1p-10 * absref.get(i) + 1e-30);
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// |x| of every e4m3 code and fp32 scale / weight (the sign bit cleared).
+HostTensor abs_copy(const HostTensor& t) {
+  HostTensor a = t;
+  if (t.dtype == DType::e4m3) {
+    auto* b = static_cast<uint8_t*>(a.data());
+    for (int64_t i = 0; i < a.numel(); ++i) b[i] &= 0x7f;
+  } else {
+    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, std::fabs(a.get(i)));
+  }
+  return a;
+}
+HostTensor abs_indexer_cache(const HostTensor& cache) {
+  HostTensor a = cache;
+  auto* b = static_cast<uint8_t*>(a.data());
+  for (int64_t pg = 0; pg < cache.shape[0]; ++pg) {
+    uint8_t* page = b + pg * IndexerCacheLayout::kPageBytes;
+    for (int i = 0; i < 64 * 128; ++i) page[i] &= 0x7f;
+    for (int i = 0; i < 64; ++i)
+      page[64 * 128 + 4 * i + 3] &= 0x7f;  // fp32 sign bit (little-endian)
+  }
+  return a;
+}
+
+// The fp64 reference logits of a decode problem, and the same computed on
+// |q|, |w|, |k| (the magnitudes the accumulator sees: the error bound's scale).
+void decode_references(const HostTensor& q8, const HostTensor& w, const HostTensor& cache,
+                       const HostTensor& bt, const HostTensor& lens, int max_len, HostTensor* ref,
+                       HostTensor* absref) {
+  *ref = HostTensor(DType::f32, {q8.shape[0], q8.shape[1], max_len});
+  ref->poison();
+  *absref = *ref;
+  ASSERT_MLA_OK(indexer_logits_decode(
+      {q8.view(), w.view(), IndexerCacheView{cache.view()}, bt.view(), lens.view(), ref->view()}));
+  const HostTensor aq = abs_copy(q8), aw = abs_copy(w), ac = abs_indexer_cache(cache);
+  ASSERT_MLA_OK(indexer_logits_decode(
+      {aq.view(), aw.view(), IndexerCacheView{ac.view()}, bt.view(), lens.view(), absref->view()}));
+}
+
+// The paged kernel against one fp64 reference per s_q, in runs of each of
+// `ppcs` pages per CTA (LogitsOptions::pages_per_cta; 0 = sized from the
+// problem): the sized runs are 4 pages here, fewer than the ring holds, so
+// only the small runs make a CTA refill its stages and wait on later phases of
+// its barriers (25: a request of 1500 keys in one CTA). The flat kernel is
+// refused. A second call is bit-identical.
+void run_indexer_decode_cases(Rng& rng, std::initializer_list<int> s_qs,
+                              std::initializer_list<int> ppcs) {
+  for (int s_q : s_qs) {
+    const std::vector<int> lens = {0, 1, 63, 64, 65, 700, s_q == 4 ? 2 : 1500};
+    const int B = int(lens.size());
+    const int max_len = 1600, pages_per = (max_len + 63) / 64;
+    const int64_t pool = int64_t(B) * pages_per + 2;
+    HostTensor cache = random_indexer_cache(rng, pool);
+    HostTensor bt(DType::i32, {B, pages_per});
+    std::vector<int64_t> ids(pool);
+    std::iota(ids.begin(), ids.end(), 0);
+    rng.shuffle(ids);
+    for (int64_t i = 0; i < B * pages_per; ++i) bt.set(i, double(ids[i]));
+    HostTensor lens_t(DType::i32, {B});
+    for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
+    HostTensor q8 = random_tensor(rng, DType::e4m3, {B, s_q, 64, 128}, -448, 448);
+    HostTensor w = random_tensor(rng, DType::f32, {B, s_q, 64}, -1, 1);
+    HostTensor ref, absref;
+    decode_references(q8, w, cache, bt, lens_t, max_len, &ref, &absref);
+    DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt), dl(lens_t);
+    for (Kernel kernel : cuda::indexer::kAllKernels)
+      for (int ppc : ppcs) {
+        const std::string what = std::string("decode ") + kernel_name(kernel) + " s_q " +
+                                 std::to_string(s_q) + " pages/CTA " + std::to_string(ppc);
+        LogitsOptions opt;
+        opt.kernel = kernel;
+        opt.pages_per_cta = ppc;
+        HostTensor got = ref, again = ref;
+        DeviceBuffer dout(got), dout2(again);
+        dout.poison(), dout2.poison();
+        const IndexerLogitsDecodeArgs args{
+            dq.view(q8),  dw.view(w),      IndexerCacheView{dc.view(cache)},
+            dbt.view(bt), dl.view(lens_t), dout.view(got)};
+        if (kernel != Kernel::paged_tma_wgmma) {
+          const Status st = cuda::indexer_logits_decode(args, {}, opt);
+          EXPECT_EQ(st.code(), Errc::unsupported) << what << ": " << st.to_string();
+          EXPECT_NE(st.message().find(kernel_name(kernel)), std::string::npos) << st.message();
+          continue;
+        }
+        ASSERT_MLA_OK(cuda::indexer_logits_decode(args, {}, opt));
+        IndexerLogitsDecodeArgs args2 = args;
+        args2.logits = dout2.view(again);
+        ASSERT_MLA_OK(cuda::indexer_logits_decode(args2, {}, opt));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        dout.to_host(got);
+        dout2.to_host(again);
+        expect_logits_close_abs(ref, absref, got, what.c_str());
+        EXPECT_EQ(std::memcmp(got.data(), again.data(), size_t(got.numel()) * 4), 0)
+            << what << ": a second call differs";
+      }
+  }
+}
+
+// s_q 1-4 (decode), then 7 and 13: chunks of 4 launched one after another,
+// whose causal limits count the request's later tokens (a prefill chunk).
+TEST(IndexerGpu, LogitsDecodeMatchesReference) {
+  Rng rng(103);
+  run_indexer_decode_cases(rng, {1, 2, 3, 4, 7, 13}, {0, 2, 25});
+}
+
+// A few cases (few launches: the one compute-sanitizer runs).
+TEST(IndexerGpu, LogitsDecodeSmall) {
+  Rng rng(104);
+  run_indexer_decode_cases(rng, {1, 7}, {0, 25});
+}
+
+// Block-table entries outside the cache (-1, past the pool) are never read:
+// the kernel gives logit 0 for their keys (zero codes and scale) and the
+// reference's values elsewhere (the reference sees valid ids in their place).
+// In runs of 2 pages too (a stage is refilled with such a page).
+TEST(IndexerGpu, LogitsDecodeSkipsInvalidPages) {
+  Rng rng(105);
+  const int B = 2, pages_per = 5, max_len = pages_per * 64;
+  const std::vector<int> lens = {300, 200};
+  const int64_t pool = B * pages_per;
+  HostTensor cache = random_indexer_cache(rng, pool);
+  HostTensor bt(DType::i32, {B, pages_per}), bt_bad(DType::i32, {B, pages_per});
+  for (int64_t i = 0; i < B * pages_per; ++i) bt.set(i, double(i)), bt_bad.set(i, double(i));
+  bt_bad.set(1, -1.0);                        // request 0, keys 64-127
+  bt_bad.set(3, double(pool + 1000));         // request 0, keys 192-255
+  const std::set<int64_t> bad_cols = {1, 3};  // pages of request 0
+  HostTensor lens_t(DType::i32, {B});
+  for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
+  HostTensor q8 = random_tensor(rng, DType::e4m3, {B, 1, 64, 128}, -448, 448);
+  HostTensor w = random_tensor(rng, DType::f32, {B, 1, 64}, -1, 1);
+  HostTensor ref, absref;
+  decode_references(q8, w, cache, bt, lens_t, max_len, &ref, &absref);
+  DeviceBuffer dq(q8), dw(w), dc(cache), dbt(bt_bad), dl(lens_t);
+  for (int ppc : {0, 2}) {
+    const std::string what = "invalid pages, pages/CTA " + std::to_string(ppc);
+    LogitsOptions opt;
+    opt.pages_per_cta = ppc;
+    HostTensor got = ref;
+    DeviceBuffer dout(got);
+    dout.poison();
+    ASSERT_MLA_OK(
+        cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{dc.view(cache)},
+                                     dbt.view(bt_bad), dl.view(lens_t), dout.view(got)},
+                                    {}, opt));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(got);
+    for (int64_t col = 0; col < max_len; ++col)
+      if (bad_cols.count(col / 64)) {
+        EXPECT_EQ(got.get(col), 0.0) << what << ": column " << col;
+        got.set(col, ref.get(col));  // compared above; the rest against the reference
+      }
+    expect_logits_close_abs(ref, absref, got, what.c_str());
+  }
+}
+
+// A cache without pages (accepted by the API): every block-table entry is
+// outside it, so each key inside a request's length gets logit 0 (zero codes
+// and scale, as for any page outside the cache) and the rest -inf.
+TEST(IndexerGpu, LogitsDecodeEmptyCache) {
+  Rng rng(106);
+  const int B = 2, s_q = 2, pages_per = 3, max_len = pages_per * 64;
+  const std::vector<int> lens = {130, 0};
+  HostTensor cache(DType::u8, {0, IndexerCacheLayout::kPageBytes});
+  HostTensor bt(DType::i32, {B, pages_per});
+  for (int64_t i = 0; i < bt.numel(); ++i) bt.set(i, double(i));
+  HostTensor lens_t(DType::i32, {B});
+  for (int b = 0; b < B; ++b) lens_t.set(b, lens[b]);
+  HostTensor q8 = random_tensor(rng, DType::e4m3, {B, s_q, 64, 128}, -448, 448);
+  HostTensor w = random_tensor(rng, DType::f32, {B, s_q, 64}, -1, 1);
+  HostTensor got(DType::f32, {B, s_q, max_len});
+  DeviceBuffer dq(q8), dw(w), dbt(bt), dl(lens_t), dout(got);
+  dout.poison();
+  TensorView cv =
+      TensorView::make(nullptr, DType::u8, {0, IndexerCacheLayout::kPageBytes}, dq.view(q8).device);
+  ASSERT_MLA_OK(cuda::indexer_logits_decode({dq.view(q8), dw.view(w), IndexerCacheView{cv},
+                                             dbt.view(bt), dl.view(lens_t), dout.view(got)},
+                                            {}));
+  MLA_CUDA_CHECK(cudaDeviceSynchronize());
+  dout.to_host(got);
+  int64_t bad = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < s_q; ++i)
+      for (int col = 0; col < max_len; ++col) {
+        const int64_t seen = lens[b] - (s_q - 1 - i);  // query i sees keys [0, seen)
+        const double want = col < seen ? 0.0 : -INFINITY;
+        const double g = got.get((int64_t(b) * s_q + i) * max_len + col);
+        if (g != want && bad++ < 5)
+          ADD_FAILURE() << "b " << b << " i " << i << " col " << col << " got " << g;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(IndexerGpu, LogitsPrefillMatchesReference) {
+  Rng rng(104);
+  const int T = 37, N = 333;
+  HostTensor q8 = random_tensor(rng, DType::e4m3, {T, 64, 128}, -448, 448);
+  HostTensor w = random_tensor(rng, DType::f32, {T, 64}, -1, 1);
+  HostTensor k8 = random_tensor(rng, DType::e4m3, {N, 128}, -448, 448);
+  HostTensor ks = random_tensor(rng, DType::f32, {N}, 0.5, 2);
+  for (int64_t i = 0; i < N; ++i) ks.set(i, std::ldexp(1.0, int(rng.randint(-12, -4))));
+  HostTensor kst(DType::i32, {T}), ken(DType::i32, {T});
+  for (int t = 0; t < T; ++t) {
+    int a = int(rng.randint(0, N)), b = int(rng.randint(0, N));
+    if (t % 7 == 3) b = a;  // empty range
+    kst.set(t, std::min(a, b)), ken.set(t, std::max(a, b));
+  }
+  HostTensor ref(DType::f32, {T, N});
+  ref.poison();
+  HostTensor got = ref;
+  ASSERT_MLA_OK(indexer_logits_prefill(
+      {q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
+  DeviceBuffer dq(q8), dw(w), dk(k8), dks(ks), dst(kst), den(ken), dout(got);
+  for (Kernel kernel : cuda::indexer::kAllKernels) {
+    const std::string what = std::string("prefill ") + kernel_name(kernel);
+    LogitsOptions opt;
+    opt.kernel = kernel;
+    dout.poison();
+    const Status st =
+        cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks),
+                                      dst.view(kst), den.view(ken), dout.view(got)},
+                                     {}, opt);
+    if (kernel != Kernel::flat_mma_sync) {
+      EXPECT_EQ(st.code(), Errc::unsupported) << what << ": " << st.to_string();
+      EXPECT_NE(st.message().find(kernel_name(kernel)), std::string::npos) << st.message();
+      continue;
+    }
+    ASSERT_MLA_OK(st);
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(got);
+    expect_logits_close(ref, got, what.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace mla
