@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -395,7 +396,10 @@ PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
-// bind(dlopen_handle, errors_by_code, base_error)
+void register_cuda_impls();
+
+// bind(dlopen_handle, errors_by_code, base_error): the C ABI functions, the exception
+// classes, and the CUDA kernels of torch.ops.mla.decode / sparse_decode.
 PyObject* bind(PyObject*, PyObject* args) {
   unsigned long long handle = 0;
   PyObject* by_code = nullptr;
@@ -424,6 +428,12 @@ PyObject* bind(PyObject*, PyObject* args) {
   Py_INCREF(base);
   Py_XDECREF(g_base_error);
   g_base_error = base;
+  try {
+    register_cuda_impls();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_ImportError, e.what());
+    return nullptr;
+  }
   Py_RETURN_NONE;
 }
 
@@ -478,9 +488,17 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_op(const at::Tensor& q, const a
   }
 }
 
-TORCH_LIBRARY_IMPL(mla, CUDA, m) {
-  m.impl("decode", &decode_op);
-  m.impl("sparse_decode", &sparse_decode_op);
+// The CUDA kernels are registered by bind(), which mla/_call.py calls only after
+// checking that this module was built for the running torch (a static
+// TORCH_LIBRARY_IMPL would register them at load, before that check).
+std::unique_ptr<torch::Library> g_cuda_impls;
+
+void register_cuda_impls() {
+  if (g_cuda_impls) return;
+  g_cuda_impls = std::make_unique<torch::Library>(torch::Library::IMPL, "mla",
+                                                  c10::DispatchKey::CUDA, __FILE__, __LINE__);
+  g_cuda_impls->impl("decode", &decode_op);
+  g_cuda_impls->impl("sparse_decode", &sparse_decode_op);
 }
 
 PyMethodDef g_methods[] = {
