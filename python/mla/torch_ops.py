@@ -64,12 +64,21 @@ def _decode_like(q):
 # ---- dense decode ------------------------------------------------------------------
 
 
+def _stream(q):
+    """The op implementations pass the stream explicitly: mla then allocates the
+    workspace per call and keeps none. torch.compile's CUDA-graph trees run ops in the
+    graph's pool outside capture too (warm-up), where a kept workspace would be a live
+    allocation the graph does not own."""
+    return _call.stream_handle(q, None)
+
+
 def _decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, kv_format=-1,
             batch_invariant=False):
     from .ops import mla_decode
 
     return mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal,
-                      kv_format=_fmt(kv_format), batch_invariant=batch_invariant)
+                      kv_format=_fmt(kv_format), batch_invariant=batch_invariant,
+                      stream=_stream(q))
 
 
 decode = _op("decode(Tensor q, Tensor kv, Tensor block_table, Tensor cache_seqlens, "
@@ -83,7 +92,8 @@ def _decode_out(q, kv, block_table, cache_seqlens, softmax_scale, causal, kv_for
     from .ops import mla_decode
 
     mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal,
-               kv_format=_fmt(kv_format), batch_invariant=batch_invariant, out=out, lse=lse)
+               kv_format=_fmt(kv_format), batch_invariant=batch_invariant, out=out, lse=lse,
+               stream=_stream(q))
 
 
 decode_out = _op("decode_out(Tensor q, Tensor kv, Tensor block_table, Tensor cache_seqlens, "
@@ -98,7 +108,7 @@ def _sparse_decode(q, kv, indices, topk_length, softmax_scale, kv_format=-1):
     from .dsa import sparse_decode as run
 
     return run(q, kv, indices, softmax_scale, topk_length=topk_length,
-               kv_format=_fmt(kv_format))
+               kv_format=_fmt(kv_format), stream=_stream(q))
 
 
 sparse_decode = _op("sparse_decode(Tensor q, Tensor kv, Tensor indices, Tensor? topk_length, "
@@ -109,7 +119,7 @@ sparse_decode = _op("sparse_decode(Tensor q, Tensor kv, Tensor indices, Tensor? 
 def _sparse_prefill(q, kv, indices, softmax_scale):
     from .dsa import sparse_prefill as run
 
-    return run(q, kv, indices, softmax_scale)
+    return run(q, kv, indices, softmax_scale, stream=_stream(q))
 
 
 def _sparse_prefill_fake(q, kv, indices, softmax_scale):

@@ -181,11 +181,14 @@ struct Ref {
   PyObject* release() { return std::exchange(p, nullptr); }
 };
 
-// The workspace of one call: the kept one of (device, stream) outside graph capture
-// (grown when too small), else a new one from the graph's pool.
-at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need) {
+// The workspace of one call: with `keep`, the kept one of (device, stream) outside
+// graph capture (grown when too small); else a new one, freed after the call (under
+// capture: from the graph's pool). The torch.ops kernels never keep one: torch.compile's
+// CUDA-graph trees run them in the graph's pool outside capture too (warm-up), where a
+// kept tensor would be a live allocation the graph does not own.
+at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need, bool keep) {
   auto alloc = [&] { return at::empty({int64_t(need)}, q.options().dtype(at::kByte)); };
-  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+  if (!keep || c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
     return alloc();
   at::Tensor& kept = g_workspaces[{int(q.device().index()), stream}];
   if (!kept.defined() || size_t(kept.numel()) < need) kept = alloc();
@@ -198,7 +201,7 @@ at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need) 
 std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                const at::Tensor& tbt, const at::Tensor& tsl,
                                                double scale, bool causal, int64_t fmt,
-                                               bool invariant, bool pos_inf) {
+                                               bool invariant, bool pos_inf, bool keep) {
   if (g_decode == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
   view(tq, "q", &q);
@@ -243,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
   at::Tensor ws;
-  if (need > 0) ws = workspace_for(tq, stream, need);
+  if (need > 0) ws = workspace_for(tq, stream, need, keep);
   const int32_t st = g_decode(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
                               invariant, ws.defined() ? ws.data_ptr() : nullptr, need, stream);
   if (st != MLA_OK) fail(st, "%s", g_last_error());
@@ -267,7 +270,7 @@ PyObject* decode_impl(PyObject* const* args) {
   if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
   auto [out, lse] = decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
                                 THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
-                                causal != 0, fmt, invariant != 0, pos_inf != 0);
+                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -281,7 +284,7 @@ PyObject* decode_impl(PyObject* const* args) {
 std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                at::Tensor indices, const at::Tensor* topk_length,
                                                double scale, int64_t fmt, bool pos_inf,
-                                               int64_t invalid_from) {
+                                               int64_t invalid_from, bool keep) {
   if (g_sparse == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   const c10::cuda::CUDAGuard guard(tq.device());
   if (invalid_from > 0) indices = at::masked_fill(indices, at::ge(indices, invalid_from), -1);
@@ -328,7 +331,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
   at::Tensor ws;
-  if (need > 0) ws = workspace_for(tq, stream, need);
+  if (need > 0) ws = workspace_for(tq, stream, need, keep);
   const int32_t st = g_sparse(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t,
                               ws.defined() ? ws.data_ptr() : nullptr, need, stream);
   if (st != MLA_OK) fail(st, "%s", g_last_error());
@@ -352,7 +355,8 @@ PyObject* sparse_impl(PyObject* const* args) {
   const at::Tensor* tl = args[4] == Py_None ? nullptr : &THPVariable_Unpack(args[4]);
   auto [out, lse] =
       sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
-                  THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from);
+                  THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from,
+                  /*keep=*/true);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -468,7 +472,7 @@ std::tuple<at::Tensor, at::Tensor> decode_op(const at::Tensor& q, const at::Tens
                                              bool causal, int64_t kv_format, bool batch_invariant) {
   try {
     return decode_core(q, kv, block_table, cache_seqlens, softmax_scale, causal, kv_format,
-                       batch_invariant, false);
+                       batch_invariant, false, /*keep=*/false);
   } catch (const MlaFailure& f) {
     const char* name = f.code == MLA_ERR_INTERNAL ? "internal" : "mla";
     TORCH_CHECK(false, name, " error ", f.code, ": ", f.message);
@@ -482,7 +486,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_op(const at::Tensor& q, const a
                                                     double softmax_scale, int64_t kv_format) {
   try {
     return sparse_core(q, kv, indices, topk_length ? &*topk_length : nullptr, softmax_scale,
-                       kv_format, false, 0);
+                       kv_format, false, 0, /*keep=*/false);
   } catch (const MlaFailure& f) {
     TORCH_CHECK(false, "mla error ", f.code, ": ", f.message);
   }
