@@ -18,18 +18,26 @@ inline constexpr int kTopkMax = 8192;
 //  - Candidates of row r are the positions p < lengths[r] whose score is not
 //    -inf. NaN counts as -inf (never selected): a masked or broken score must
 //    not pull a token into attention.
-//  - Order: descending score, ties broken by the lower position first. So the
-//    output is deterministic and the first j entries are the top-j.
+//  - Selection: descending score, ties broken by the lower position first, so
+//    the set is deterministic. Output order: best first (the first j entries
+//    are the top-j) or, when the caller does not need the order, the same set
+//    in ascending position (cheaper: no sort on the GPU).
 //  - Rows with fewer than k candidates are padded with -1 at the end.
 //  - With block_table given, each position p of row r is replaced by its global
 //    cache slot block_table[b][p / page_size] * page_size + p % page_size, where
 //    b = r / rows_per_request (rows of one request are contiguous: the s_q new
 //    tokens of request b are rows b*s_q .. b*s_q + s_q - 1).
+enum class TopkOrder {
+  best_first,   // descending score, ties lower position first
+  by_position,  // ascending position
+};
+
 struct TopkArgs {
   TensorView logits;   // [R, N] f32
   TensorView lengths;  // [R] i32, 0 <= lengths[r] <= N; undefined: every row has N
   int32_t k = 2048;
   TensorView indices;  // out [R, k] i32: positions, or global slots
+  TopkOrder order = TopkOrder::best_first;
   // Optional translation to cache slots.
   TensorView block_table;  // [B, max_pages] i32, B * rows_per_request == R
   int32_t page_size = 64;

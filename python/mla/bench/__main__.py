@@ -11,9 +11,11 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare", help="our kernels beside PyTorch, FlashInfer and FlashMLA")
     c.add_argument("--quick", action="store_true",
                    help="a few shapes per suite, fewer runs (under 90 s on an H200)")
+    c.add_argument("--only", action="append", default=None, metavar="TEXT",
+                   help="keep only the cases whose label contains TEXT (repeatable: any of them)")
     c.add_argument("--suite", action="append", default=None,
                    help="suite(s) from PERF.md: decode-128, decode-tp, decode-varlen, "
-                        "decode-long, sparse-decode, topk, indexer-decode, prefill "
+                        "decode-long, sparse-decode, topk, indexer-decode, prefill, sparse-prefill "
                         "(default: all)")
     c.add_argument("--peers", default="auto",
                    help="comma list of mla,torch,flashinfer,flashmla; 'auto' = every importable "

@@ -21,6 +21,7 @@ KINDS = {
     "topk": (peers_dsa.TopkInputs, peers_dsa.TOPK),
     "indexer-decode": (peers_dsa.IndexerDecodeInputs, peers_dsa.INDEXER_DECODE),
     "prefill": (peers_prefill.PrefillInputs, peers_prefill.PREFILL),
+    "sparse-prefill": (peers_dsa.SparsePrefillInputs, peers_dsa.SPARSE_PREFILL),
 }
 DESCRIPTIONS = {**{("decode", k): v for k, v in peers.DESCRIPTIONS.items()},
                 **peers_dsa.DESCRIPTIONS, **peers_prefill.DESCRIPTIONS}
@@ -111,6 +112,8 @@ def run_compare(args) -> int:
             print(f"unknown suite(s) {sorted(unknown)}; known: {sorted(cases)}", file=sys.stderr)
             return 2
         cases = {k: v for k, v in cases.items() if k in args.suite}
+    if getattr(args, "only", None):
+        cases = {k: [c for c in v if any(t in c.label for t in args.only)] for k, v in cases.items()}
     todo = [(c, k) for cs in cases.values() for c in cs for k in kernels]
     results = []
     run = output = o = None
