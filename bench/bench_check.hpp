@@ -5,17 +5,30 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "mla/status.hpp"
+#include "mla/support.hpp"
+
+// What a failed CUDA call means: with no GPU or no driver the runtime says "CUDA
+// driver version is insufficient"; mla's probe says which it is.
+inline std::string bench_cuda_error_text(cudaError_t e) {
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    const mla::Support s = mla::is_supported(mla::OpFamily::decode, 0);
+    if (!s.supported) return s.reason;
+  }
+  return cudaGetErrorString(e);
+}
 
 // A CUDA runtime call that must succeed (exit code 2).
-#define BENCH_CUDA(x)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                           \
-    }                                                                                         \
+#define BENCH_CUDA(x)                                                \
+  do {                                                               \
+    cudaError_t e_ = (x);                                            \
+    if (e_ != cudaSuccess) {                                         \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, \
+                   bench_cuda_error_text(e_).c_str());               \
+      std::exit(2);                                                  \
+    }                                                                \
   } while (0)
 
 // An mla call that must return Status::Ok (exit code 3).

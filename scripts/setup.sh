@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if command -v apt-get >/dev/null; then
-  pkgs="cmake ninja-build ccache g++ libgtest-dev libfmt-dev nlohmann-json3-dev libcli11-dev python3-pip python3-venv"
+  pkgs="cmake ninja-build ccache g++ libgtest-dev libfmt-dev nlohmann-json3-dev libcli11-dev python3-pip python3-venv python3-dev"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ] && [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then

@@ -24,6 +24,7 @@ struct DsaBenchOptions {
   // Which cases: indexer, topk, sparse-decode, sparse-prefill, dsa-vs-dense,
   // dsa-step, topk-sweep, stages (the planner's calibration grid), all.
   std::string only = "all";
+  std::vector<std::string> shape;  // topk-one's R N [k] (read from argv by the program)
   BenchCeilings peaks;
 };
 

@@ -34,6 +34,7 @@
 #include "mla/decode.hpp"
 #include "mla/indexer.hpp"
 #include "mla/kv_cache.hpp"
+#include "mla/support.hpp"
 #include "mla/transfer.hpp"
 
 namespace {
@@ -48,7 +49,12 @@ void check(const Status& s, const char* what) {
   if (!s.ok()) die(fmt::format("{}: {}", what, s.to_string()));
 }
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) die(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+  if (e == cudaSuccess) return;
+  // No GPU or no driver reads "CUDA driver version is insufficient": say which.
+  const Support s = is_supported(OpFamily::kv_cache, 0);
+  if ((e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) && !s.supported)
+    die(fmt::format("{}: {}", what, s.reason));
+  die(fmt::format("{}: {}", what, cudaGetErrorString(e)));
 }
 void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(fmt::format("{}: {}", what, ncclGetErrorString(r)));

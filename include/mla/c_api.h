@@ -96,6 +96,27 @@ MLA_C_EXPORT const char* mla_status_name(int32_t status);
 /* Bytes of one cache entry for a MLA_KV_* format (1152, 656), -1 if unknown. */
 MLA_C_EXPORT int32_t mla_kv_entry_bytes(int32_t kv_format);
 
+/* ---- capability probe (mla/support.hpp) ------------------------------------ */
+/* Operation families (values of mla::OpFamily). */
+enum {
+  MLA_FAMILY_DECODE = 0,
+  MLA_FAMILY_SPARSE_DECODE = 1,
+  MLA_FAMILY_SPARSE_PREFILL = 2,
+  MLA_FAMILY_INDEXER = 3,
+  MLA_FAMILY_TOPK = 4,
+  MLA_FAMILY_PREFILL = 5,
+  MLA_FAMILY_KV_CACHE = 6,
+  MLA_NUM_FAMILIES = 7
+};
+/* *supported = 1 when `family` can run on cuda:device_id (device_id >= 0) with this
+ * build and this machine, or on the CPU reference (device_id < 0: always 1); else 0,
+ * with the reason written snprintf-style into (reason, reason_size), its full length
+ * in *reason_length ("" when supported; reason may be NULL when reason_size is 0). */
+MLA_C_EXPORT int32_t mla_is_supported(int32_t family, int32_t device_id, int32_t* supported,
+                                      char* reason, size_t reason_size, size_t* reason_length);
+/* "decode", "sparse_decode", ...; NULL for an unknown family. */
+MLA_C_EXPORT const char* mla_family_name(int32_t family);
+
 /* ---- paged latent cache (mla/kv_cache.hpp) ---------------------------------- */
 /* cache: [num_pages, page_size, 1, 576] bf16 or [num_pages, page_size, 1, 656] u8. */
 MLA_C_EXPORT int32_t mla_validate_kv_cache(const mla_tensor* cache, int32_t kv_format);

@@ -1,7 +1,8 @@
 """mla: DeepSeek MLA / DSA attention (CPU reference and Hopper kernels) from Python.
 
-A pure-Python package over libmla.so's C ABI (ctypes): no framework is needed
-at import and nothing is compiled per Python version. Arrays come in from
+A Python package over libmla.so's C ABI: the call machinery is mla._call and its
+compiled half mla._ext (CPython's limited API, one build for Python 3.10+); no
+framework is needed at import. Arrays come in from
 NumPy (ml_dtypes for bf16/fp8), torch, CuPy or JAX; CPU arrays run the exact
 CPU reference, CUDA arrays the kernels on the caller's current stream.
 
@@ -9,6 +10,8 @@ CPU reference, CUDA arrays the kernels on the caller's current stream.
     out, lse = mla.mla_decode(q, kv_cache, block_table, cache_seqlens, softmax_scale)
 
 Drop-in for FlashMLA's call shapes: ``from mla import flash_mla_compat as flash_mla``.
+torch.compile / CUDA graphs: torch.ops.mla.* (mla.torch_ops), used by the functions
+above by themselves while torch.compile traces.
 """
 
 from . import errors
@@ -32,10 +35,19 @@ from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_spars
 from .transfer import (CopyRun, LaunchInfo, TransferBuffers, TransferPlan, TransferRequest,
                        TransferSide, exchange_bytes_file, exchange_bytes_tcp, execute_copy_plan,
                        launch_info_from_env, layer_bases, plan_transfer, transfer_cache_name)
+from .support import SupportReport, is_supported
+from ._call import release_workspaces
 from .planner import (default_workload, known_gpus, known_models, make_plan, plan_json,
                       plan_text, seed_check, seed_check_json, seed_check_text)
 
 __version__ = "0.1.0"
+
+import sys as _sys
+
+if "torch" in _sys.modules:  # torch.ops.mla.* registered now, ready for torch.compile
+    from . import _call as _c
+
+    _c.torch_module()
 
 
 def library_path() -> str:

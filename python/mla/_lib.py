@@ -215,6 +215,9 @@ _i32, _f32, _vp, _sz = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c
 # name -> argtypes; every operation returns int32 status. Functions missing from
 # the loaded library (an older build) raise UnsupportedError when called.
 SIGNATURES: dict[str, list] = {
+    "mla_is_supported": [_i32, _i32, ctypes.POINTER(_i32), ctypes.c_char_p, _sz,
+                         ctypes.POINTER(_sz)],
+    "mla_family_name": [_i32],
     "mla_validate_kv_cache": [_T, _i32],
     "mla_append_kv": [_T, _T, _T, _T, _i32, _vp],
     "mla_read_kv": [_T, _i32, _T, _T, _T, _vp],
@@ -286,7 +289,8 @@ SIGNATURES: dict[str, list] = {
 RESTYPES = {"mla_dsa_default_policy": None, "mla_layer_default_config": None,
             "mla_layer_small_test_config": None,
             "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
-            "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p}
+            "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p,
+            "mla_family_name": ctypes.c_char_p}
 
 
 def _source_root() -> Path:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-from . import _arrays, errors
+from . import _call, errors
 from ._lib import MlaBlockSparseParams, lib
-from .ops import _Call, _kv_format, _shape
+from ._call import Call, kv_format_of, shape_of
 
 _FIELDS = [name for name, _ in MlaBlockSparseParams._fields_]
 
@@ -104,15 +104,15 @@ def block_sparse_select(q, kv, block_table, cache_seqlens, params=None, *, kv_fo
     num_selected [B, s_q] int32 valid entries of each list). CPU only for now.
     """
     p = _params(params)
-    fmt = _kv_format(kv, kv_format)
-    shape = _shape(q, "q", 4)
+    fmt = kv_format_of(kv, kv_format)
+    shape = shape_of(q, 4)
     if shape is not None:
         B, s_q = shape[0], shape[1]
         if indices is None:
-            indices = _arrays.empty(q, (B, s_q, block_sparse_capacity(p)), "i32")
+            indices = _call.empty(q, (B, s_q, block_sparse_capacity(p)), "i32")
         if num_selected is None:
-            num_selected = _arrays.empty(q, (B, s_q), "i32")
-    c = _Call(q, stream)
+            num_selected = _call.empty(q, (B, s_q), "i32")
+    c = Call(q, stream)
     pc = p._to_c()
     c.run("mla_block_sparse_select", c.t(q, "q"), c.cache(kv, "kv", fmt), fmt,
           c.t(block_table, "block_table"), c.t(cache_seqlens, "cache_seqlens"),

@@ -6,10 +6,9 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from . import _arrays, errors
+from . import _call, errors
 from ._lib import MlaDsaPolicy, lib
-from .dsa import _sparse_decode_outputs
-from .ops import _Call, _kv_format
+from ._call import Call, decode_outputs, kv_format_of
 
 _PATHS = {"automatic": 0, "dense": 1, "sparse": 2}
 _PATH_NAMES = {v: k for k, v in _PATHS.items()}
@@ -52,7 +51,7 @@ def dsa_default_policy() -> DsaPolicy:
 def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None, kv: str = "bf16") -> str:
     """'dense' or 'sparse': the path dsa_decode takes for this max_seqlen and cache format."""
     out = ctypes.c_int32(0)
-    lib().call("mla_dsa_decode_path", int(max_seqlen), _kv_format(None, kv),
+    lib().call("mla_dsa_decode_path", int(max_seqlen), kv_format_of(None, kv),
                ctypes.byref((policy or DsaPolicy())._c()), ctypes.byref(out))
     return _PATH_NAMES[out.value]
 
@@ -83,9 +82,9 @@ def dsa_decode_workspace_size(q, kv, block_table, cache_seqlens, max_seqlen, ind
                               index_block_table=None, policy: DsaPolicy | None = None,
                               kv_format=None, out=None, lse=None, out_dtype=None) -> int:
     """Scratch bytes dsa_decode needs (on q's device; nonzero on the CPU sparse path)."""
-    fmt = _kv_format(kv, kv_format)
-    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
-    c = _Call(q)
+    fmt = kv_format_of(kv, kv_format)
+    out, lse = decode_outputs(q, out, lse, out_dtype)
+    c = Call(q)
     n = ctypes.c_size_t(0)
     pol = (policy or DsaPolicy())._c()
     c.run("mla_dsa_decode_workspace_size",
@@ -106,19 +105,19 @@ def dsa_decode(q, kv, block_table, cache_seqlens, max_seqlen, index_q8, index_w_
     pages of 64 tokens (None: block_table, whose pages must then be 64 tokens).
     Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]). `workspace` (bytes on q's
     device) is allocated with q's framework when not given."""
-    fmt = _kv_format(kv, kv_format)
-    out, lse = _sparse_decode_outputs(q, out, lse, out_dtype)
+    fmt = kv_format_of(kv, kv_format)
+    out, lse = decode_outputs(q, out, lse, out_dtype)
     pol = (policy or DsaPolicy())._c()
-    c = _Call(q, stream)
+    c = Call(q, stream)
     args = _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
                  index_cache, index_block_table, softmax_scale, out, lse)
     if workspace is None:
         n = ctypes.c_size_t(0)
         c.run("mla_dsa_decode_workspace_size", *args, ctypes.byref(pol), ctypes.byref(n))
         if n.value:
-            workspace = _arrays.empty(q, (n.value,), "u8")
+            workspace = _call.empty(q, (n.value,), "u8")
     ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
     ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
-    ws_bytes = _arrays.nbytes(workspace) if workspace is not None else 0
+    ws_bytes = _call.nbytes(workspace) if workspace is not None else 0
     c.run("mla_dsa_decode", *args, ctypes.byref(pol), ws_ptr, ws_bytes, c.stream_arg)
     return out, lse

@@ -1,60 +1,114 @@
 """FlashMLA's call shapes over mla: switch an engine by changing an import.
 
     from mla import flash_mla_compat as flash_mla
-    sched, _ = flash_mla.get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)
-    out, lse = flash_mla.flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 512,
-                                                sched, None, causal=True)
 
-Same argument order and meaning as FlashMLA's ``flash_mla_interface``; the
-differences (all documented in docs/python.md) are:
-  * get_mla_metadata returns an :class:`FlashMLASchedMeta` that records the call
-    shape and holds our decode workspace; it takes both FlashMLA generations'
-    arguments (old: cache_seqlens, num_q_tokens_per_head_k, num_heads_k, ...;
-    new: none), and flash_mla_with_kvcache accepts the old ``num_splits`` tensor
-    or None in its place and ignores it (our split decisions are made inside the
-    kernel call).
+Both FlashMLA generations' call sequences work unchanged (docs/python.md):
+  * older (SGLang): ``tile_md, num_splits = get_mla_metadata(cache_seqlens,
+    num_q_tokens_per_head_k, num_heads_k)`` returns two int32 tensors on
+    cache_seqlens' device ([num_sm_parts, 8] and [B + 1], FlashMLA's shapes), which
+    may be ``copy_``-ed into CUDA-graph buffers and passed back as
+    ``tile_scheduler_metadata`` / ``num_splits``. Our kernels schedule inside the
+    call, so their contents are not read.
+  * newer (vLLM, FlashMLA's current API): ``get_mla_metadata()``, or with any of
+    its newer arguments (num_heads_q, is_fp8_kvcache, topk), returns a
+    :class:`FlashMLASchedMeta` (which keeps the decode workspace between calls; vLLM
+    sets tile_scheduler_metadata / num_splits on it) and None.
+  * vLLM's fp8 dense entry points ``get_mla_metadata_dense_fp8`` and
+    ``flash_mla_with_kvcache_fp8`` (per-tensor e4m3 cache entries of 576 bytes with
+    descale_q / descale_k): accepted call shapes; the kernel does not exist yet, so
+    the call raises UnsupportedError naming it.
   * lse: ours is -inf for a query that sees no key; FlashMLA reports +inf. This
-    layer converts, so callers see FlashMLA's convention.
-  * Sparse decode (``indices``) and flash_mla_sparse_fwd call mla.sparse_decode /
-    mla.sparse_prefill; indices >= the number of keys (FlashMLA's other spelling of
-    "none") become -1 first. attn_sink, extra_k_cache, extra_indices_in_kvcache,
-    extra_topk_length, and flash_mla_sparse_fwd's topk_length and indexer_topk are
-    not supported (UnsupportedError).
+    layer converts (one in-place op), so callers see FlashMLA's convention.
+  * Sparse decode (``indices``, ``topk_length``) and flash_mla_sparse_fwd call
+    mla.sparse_decode / mla.sparse_prefill; indices >= the number of keys (FlashMLA's
+    other spelling of "none") become -1 first. attn_sink, extra_k_cache,
+    extra_indices_in_kvcache, extra_topk_length and indexer_topk are not supported
+    (UnsupportedError).
+  * A metadata object whose tile_scheduler_metadata has one row (vLLM's
+    batch-invariant single partition) runs our batch-invariant schedule.
   * Also accepted: NumPy arrays (CPU reference), not only torch CUDA tensors.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Optional
 
-from . import _arrays, errors
-from ._dlpack import dtype_name, framework_of
+from . import _call, errors
+from ._call import float_out, framework_of
 from .dsa import sparse_decode, sparse_prefill
-from .ops import decode_workspace_size, mla_decode
+
+TILE_SCHEDULER_METADATA_SIZE = 8  # FlashMLA's int32 words per SM partition
+_BLOCK_M = 64  # FlashMLA's query rows per block (sets its number of SM partitions)
 
 
-@dataclasses.dataclass
 class FlashMLASchedMeta:
-    """Scheduling state of one call shape: the shape itself (checked on reuse, as
-    FlashMLA checks it) and the decode workspace, allocated on first use."""
+    """Scheduling state of FlashMLA's newer API: here, the decode workspace kept
+    between calls (grown when a larger batch needs more). Engines may set
+    tile_scheduler_metadata / num_splits on it (vLLM does); one row of
+    tile_scheduler_metadata selects the batch-invariant schedule."""
 
-    config: Optional[tuple] = None
-    have_initialized: bool = False
-    workspace: object = None
+    def __init__(self):
+        self.workspace = None
+        self.tile_scheduler_metadata = None
+        self.num_splits = None
+        self.have_initialized = False
 
 
-def get_mla_metadata(*args, **kwargs):
-    """Returns (FlashMLASchedMeta(), None). The arguments of either FlashMLA
-    generation are accepted and not needed: the schedule is made per call."""
-    return FlashMLASchedMeta(), None
+_SM_COUNT: dict = {}
+
+
+def _num_sm_parts(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: int) -> int:
+    """FlashMLA's partition count: SMs / heads_k / ceil(q tokens per head_k / 64);
+    1 on the CPU. Independent of the batch, so one graph buffer fits every batch."""
+    dev, idx = _call.device_of(cache_seqlens)
+    if dev != "cuda":
+        return 1
+    sms = _SM_COUNT.get(idx)
+    if sms is None:
+        import torch
+
+        sms = _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    per_head = max(1, -(-int(num_q_tokens_per_head_k) // _BLOCK_M))
+    return max(1, sms // max(1, int(num_heads_k)) // per_head)
+
+
+def _zeros(like, shape):
+    if framework_of(like) == "torch":
+        return _call.torch_module().zeros(shape, dtype=_call.torch_dtype("i32"),
+                                           device=like.device)
+    out = _call.empty(like, shape, "i32")
+    out[...] = 0
+    return out
+
+
+_NOT_GIVEN = object()
+
+
+def get_mla_metadata(cache_seqlens=None, num_q_tokens_per_head_k=None, num_heads_k=None,
+                     num_heads_q=None, is_fp8_kvcache=_NOT_GIVEN, topk=None):
+    """The older API's three arguments (cache_seqlens, num_q_tokens_per_head_k,
+    num_heads_k) give (tile_scheduler_metadata int32 [num_sm_parts, 8], num_splits
+    int32 [B + 1]) on cache_seqlens' device, zero-filled (FlashMLA's shapes; not read
+    by our kernels). No arguments, or any of the newer API's (num_heads_q,
+    is_fp8_kvcache, topk), give (FlashMLASchedMeta(), None)."""
+    if cache_seqlens is None or num_heads_q is not None or topk is not None or \
+            is_fp8_kvcache is not _NOT_GIVEN:
+        return FlashMLASchedMeta(), None
+    B = int(cache_seqlens.shape[0])
+    parts = _num_sm_parts(cache_seqlens, num_q_tokens_per_head_k or 1, num_heads_k or 1)
+    return (_zeros(cache_seqlens, (parts, TILE_SCHEDULER_METADATA_SIZE)),
+            _zeros(cache_seqlens, (B + 1,)))
+
+
+def get_mla_metadata_dense_fp8(cache_seqlens, num_q_tokens_per_head_k, num_heads_k):
+    """vLLM's fp8 dense metadata call: the same tensors as get_mla_metadata."""
+    return get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k)
 
 
 def _neg_to_pos_inf(lse):
-    """lse -inf (no key) -> +inf, FlashMLA's convention; in place, no host sync."""
+    """lse -inf (no key) -> +inf, FlashMLA's convention; in place, one op, no sync."""
     if framework_of(lse) == "torch":
-        return lse.masked_fill_(lse == float("-inf"), float("inf"))
+        return lse.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
     lse[lse == -math.inf] = math.inf
     return lse
 
@@ -62,9 +116,7 @@ def _neg_to_pos_inf(lse):
 def _xp(x):
     fw = framework_of(x)
     if fw == "torch":
-        import torch
-
-        return torch
+        return _call.torch_module()
     if fw == "cupy":
         import cupy
 
@@ -74,14 +126,28 @@ def _xp(x):
     return numpy
 
 
-def _invalid_to_minus_one(indices, limit: int):
-    """FlashMLA treats -1 and anything >= the number of keys as 'no token'; mla's
-    native API wants -1 only (and rejects the rest as out of range)."""
+def _invalid_to_minus_one(indices, limit: int, topk_length=None):
+    """FlashMLA treats -1, anything >= the number of keys, and (with topk_length)
+    entries at or past topk_length[row] as 'no token'; mla's native API wants -1
+    only (it rejects the rest as out of range, other negatives included)."""
     xp = _xp(indices)
-    ok = (indices >= 0) & (indices < limit)
-    if xp.__name__ == "torch":
-        return xp.where(ok, indices, -1).to(xp.int32).contiguous()
-    return xp.ascontiguousarray(xp.where(ok, indices, -1).astype(xp.int32))
+    torch_like = xp.__name__ == "torch"
+    past = indices >= limit
+    if topk_length is not None:
+        k = indices.shape[-1]
+        pos = xp.arange(k, device=indices.device) if torch_like else xp.arange(k)
+        lim = topk_length.reshape(tuple(topk_length.shape) +
+                                  (1,) * (len(indices.shape) - len(topk_length.shape)))
+        past = past | (pos >= lim)
+    if torch_like:
+        return indices.masked_fill(past, -1).to(xp.int32).contiguous()
+    return xp.ascontiguousarray(xp.where(past, -1, indices).astype(xp.int32))
+
+
+def _unsupported(**given):
+    for name, v in given.items():
+        if v is not None:
+            raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
@@ -91,63 +157,86 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            extra_topk_length=None):
     """FlashMLA's decode: q [B, s_q, h_q, 576], k_cache [num_blocks, page, 1, 576 bf16 |
     656 fp8 bytes] -> (out [B, s_q, h_q, 512] in q's dtype, lse [B, h_q, s_q] f32,
-    natural log, +inf where a query sees no key)."""
+    natural log, +inf where a query sees no key). tile_scheduler_metadata: what
+    get_mla_metadata returned (either generation), num_splits: its second tensor or
+    None."""
     if head_dim_v != 512:
         raise errors.InvalidValueError(f"head_dim_v = {head_dim_v}: MLA's value width is 512")
-    for name, v in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
-                    ("extra_indices_in_kvcache", extra_indices_in_kvcache),
-                    ("extra_topk_length", extra_topk_length)):
-        if v is not None:
-            raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
-    meta = tile_scheduler_metadata
-    if not isinstance(meta, FlashMLASchedMeta):
-        raise errors.InvalidValueError(
-            "tile_scheduler_metadata: pass what mla.flash_mla_compat.get_mla_metadata returned, "
-            f"not a {type(meta).__name__}")
+    if attn_sink is not None or extra_k_cache is not None or \
+            extra_indices_in_kvcache is not None or extra_topk_length is not None:
+        _unsupported(attn_sink=attn_sink, extra_k_cache=extra_k_cache,
+                     extra_indices_in_kvcache=extra_indices_in_kvcache,
+                     extra_topk_length=extra_topk_length)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    topk = int(indices.shape[-1]) if indices is not None else None
-    config = (tuple(q.shape[:3]), tuple(k_cache.shape[1:3]), bool(causal), bool(is_fp8_kvcache),
-              topk)
-    if meta.have_initialized and meta.config != config:
-        raise errors.InvalidValueError(
-            f"tile_scheduler_metadata was made for (q shape, page/heads, causal, fp8, topk) = "
-            f"{meta.config}, this call is {config}: use one metadata object per call shape")
-    meta.config, meta.have_initialized = config, True
-    kv_format = "fp8_ds_mla" if is_fp8_kvcache else "bf16"
-    out_dtype = dtype_name(q) if dtype_name(q) in ("bf16", "f32") else "f32"
-
-    if topk_length is not None and indices is None:
-        raise errors.InvalidValueError("topk_length is only meaningful with indices")
+    kv_format = 1 if is_fp8_kvcache else 0  # MLA_KV_FP8_DS_MLA / MLA_KV_BF16
     if indices is not None:
         if causal:
             raise errors.InvalidValueError("causal must be False when indices are given")
         total = int(k_cache.shape[0]) * int(k_cache.shape[1])
+        fast = None if _call.torch_compiling() else _call.torch_ext_for(q)
+        if fast is not None:  # torch CUDA: the C++ hot path, when built
+            res = fast.sparse_decode(q, k_cache, kv_format, indices, topk_length, softmax_scale,
+                                     True, total)
+            if res is not NotImplemented:
+                return res
         out, lse = sparse_decode(q, k_cache, _invalid_to_minus_one(indices, total), softmax_scale,
                                  topk_length=topk_length, kv_format=kv_format,
-                                 out_dtype=out_dtype)
+                                 out_dtype=float_out(q))
         return out, _neg_to_pos_inf(lse)
+    if topk_length is not None:
+        raise errors.InvalidValueError("topk_length is only meaningful with indices")
 
-    if meta.workspace is None or _arrays.nbytes(meta.workspace) < 1:
-        n = decode_workspace_size(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
-                                  kv_format=kv_format, out_dtype=out_dtype)
-        meta.workspace = _arrays.empty(q, (max(n, 1),), "u8")
-    out, lse = mla_decode(q, k_cache, block_table, cache_seqlens, softmax_scale, causal,
-                          kv_format=kv_format, out_dtype=out_dtype, workspace=meta.workspace)
+    meta = tile_scheduler_metadata
+    keep = isinstance(meta, FlashMLASchedMeta)
+    tile = meta.tile_scheduler_metadata if keep else meta
+    invariant = tile is not None and len(tile.shape) == 2 and int(tile.shape[0]) == 1
+    if _call.torch_compiling():
+        from . import torch_ops
+
+        out, lse = torch_ops.decode(q, k_cache, block_table, cache_seqlens, softmax_scale,
+                                    bool(causal), kv_format, invariant)
+        return out, _neg_to_pos_inf(lse)
+    fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
+    if fast is not None:
+        res = fast.decode(q, k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
+                          causal, invariant, True)
+        if res is not NotImplemented:  # (an argument of another framework)
+            return res
+    out, lse = _call.decode_outputs(q, None, None, None)
+    st = _call.stream_handle(q, None)
+    ws = _call.run_with_workspace("mla_decode", q, st, meta.workspace if keep else None, q,
+                                  k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
+                                  bool(causal), out, lse, invariant, grow=True,
+                                  current_stream=not keep)
+    if keep:
+        meta.workspace, meta.have_initialized = ws, True
     return out, _neg_to_pos_inf(lse)
+
+
+def flash_mla_with_kvcache_fp8(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                               tile_scheduler_metadata, num_splits, softmax_scale=None,
+                               causal=False, descale_q=None, descale_k=None):
+    """vLLM's fp8 dense decode (fp8 q and a per-tensor-scaled e4m3 cache of 576-byte
+    entries, descale_q / descale_k [1] f32). Not available yet: raises
+    UnsupportedError (use is_fp8_kvcache=True with the fp8_ds_mla cache instead)."""
+    raise errors.UnsupportedError(
+        "flash_mla_with_kvcache_fp8: mla has no dense decode over per-tensor-scaled e4m3 "
+        "576-byte cache entries (descale_q/descale_k) yet; its fp8 cache is fp8_ds_mla "
+        "(656-byte entries with per-128 scales): flash_mla_with_kvcache(..., "
+        "is_fp8_kvcache=True)")
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
                          indexer_topk=0):
     """FlashMLA's sparse prefill: q [s_q, h_q, 576], kv [s_kv, 1, 576] bf16, indices
-    [s_q, 1, topk] int32 (-1 or >= s_kv: none) -> (out [s_q, h_q, 512] bf16,
+    [s_q, 1, topk] int32 (-1 or >= s_kv: none; with topk_length [s_q], entries at or
+    past topk_length[i] too) -> (out [s_q, h_q, 512] bf16,
     max_logits [s_q, h_q] f32, lse [s_q, h_q] f32 natural log; a query with no
     valid index gets out 0, max_logits -inf and lse +inf, as FlashMLA)."""
     if d_v != 512:
         raise errors.InvalidValueError(f"d_v = {d_v}: MLA's value width is 512")
-    for name, v in (("attn_sink", attn_sink), ("topk_length", topk_length)):
-        if v is not None:
-            raise errors.UnsupportedError(f"{name}: not supported by mla's FlashMLA layer")
+    _unsupported(attn_sink=attn_sink)
     if indexer_topk:
         raise errors.UnsupportedError("indexer_topk: not supported by mla's FlashMLA layer")
     if len(kv.shape) != 3 or len(indices.shape) != 3:
@@ -156,7 +245,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
             "[s_q, 1, topk]")
     s_q, topk = int(indices.shape[0]), int(indices.shape[-1])
     s_kv = int(kv.shape[0])
-    idx = _invalid_to_minus_one(indices.reshape(s_q, topk), s_kv)
+    idx = _invalid_to_minus_one(indices.reshape(s_q, topk), s_kv, topk_length)
     out, lse = sparse_prefill(q, kv.reshape(s_kv, kv.shape[-1]), idx, sm_scale)
     max_logits = _max_logits(q, kv, idx, sm_scale)
     return out, max_logits, _neg_to_pos_inf(lse)

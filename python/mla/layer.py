@@ -9,10 +9,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-from . import _arrays, errors
-from ._dlpack import dtype_name
+from . import _call, errors
+from ._call import Call, dtype_name
 from ._lib import MlaLayerConfig, MlaTensor, lib
-from .ops import _Call, _kv_format
 from .rope import RopeConfig
 
 ATTENTION = {"absorbed": 0, "non_absorbed": 1, "sparse": 2}
@@ -80,7 +79,7 @@ def layer_weight_shapes(config: LayerConfig | None = None) -> dict[str, tuple]:
     return out
 
 
-def _weight_array(c: _Call, config: LayerConfig, weights: dict):
+def _weight_array(c: Call, config: LayerConfig, weights: dict):
     """The C array of WEIGHT_COUNT tensor pointers (NULL for a weight not given)."""
     names = list(layer_weight_shapes(config))
     unknown = set(weights) - set(names)
@@ -104,9 +103,9 @@ def init_layer_weights(config: LayerConfig | None = None, seed: int = 0, dtype: 
 
     config = config or LayerConfig()
     shapes = layer_weight_shapes(config)
-    weights = {n: np.empty(s, _arrays.numpy_dtype(dtype)) for n, s in shapes.items()
+    weights = {n: np.empty(s, _call.numpy_dtype(dtype)) for n, s in shapes.items()
                if indexer or not n.startswith("idx_")}
-    c = _Call(next(iter(weights.values())))
+    c = Call(next(iter(weights.values())))
     cfg = config._c()
     arr = _weight_array(c, config, weights)
     c.run("mla_layer_init_weights", ctypes.byref(cfg), ctypes.c_uint64(seed), arr)
@@ -127,11 +126,11 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
     if attention not in ATTENTION:
         raise errors.InvalidValueError(
             f"attention = {attention!r} is not one of {sorted(ATTENTION)}")
-    fmt = _kv_format(kv_cache, kv_format)
+    fmt = _call.kv_format_of(kv_cache, kv_format)
     if out is None:
         shape = tuple(getattr(hidden, "shape", ()))
-        out = _arrays.empty(hidden, shape, dtype_name(hidden))
-    c = _Call(hidden, stream)
+        out = _call.empty(hidden, shape, dtype_name(hidden))
+    c = Call(hidden, stream)
     cfg = config._c()
     arr = _weight_array(c, config, weights)
     common = (ctypes.byref(cfg), arr, c.t(hidden, "hidden"), c.cache(kv_cache, "kv", fmt), fmt,
@@ -141,9 +140,9 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
         n = ctypes.c_size_t(0)
         c.run("mla_layer_workspace_size", *common, ctypes.byref(n))
         if n.value:
-            workspace = _arrays.empty(hidden, (n.value,), "u8")
+            workspace = _call.empty(hidden, (n.value,), "u8")
     ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
     ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
-    ws_bytes = _arrays.nbytes(workspace) if workspace is not None else 0
+    ws_bytes = _call.nbytes(workspace) if workspace is not None else 0
     c.run("mla_layer_forward", *common, ws_ptr, ws_bytes, c.stream_arg)
     return out

@@ -5,10 +5,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-from . import _arrays, errors
-from ._dlpack import dtype_name
+from . import _call, errors
 from ._lib import MlaRopeConfig, lib
-from .ops import _Call
+from ._call import Call, dtype_name
 
 LAYOUTS = {"interleaved": 0, "half_split": 1}
 
@@ -46,8 +45,8 @@ def rope_inv_freq(config: RopeConfig | None = None, *, dtype: str = "f64"):
     import numpy as np
 
     config = config or RopeConfig()
-    out = np.empty(max(config.dim, 0) // 2, _arrays.numpy_dtype(dtype))
-    c = _Call(out)
+    out = np.empty(max(config.dim, 0) // 2, _call.numpy_dtype(dtype))
+    c = Call(out)
     cfg = config._c()
     c.run("mla_rope_inv_freq", ctypes.byref(cfg), c.t(out, "inv_freq", True))
     return out
@@ -72,8 +71,8 @@ def apply_rope(x, positions, config: RopeConfig | None = None, layout: str = "in
             f"layout = {layout!r} is neither 'interleaved' nor 'half_split'")
     config = config or RopeConfig()
     if out is None:
-        out = _arrays.empty(x, tuple(getattr(x, "shape", ())), dtype_name(x))
-    c = _Call(x, stream)
+        out = _call.empty(x, tuple(getattr(x, "shape", ())), dtype_name(x))
+    c = Call(x, stream)
     cfg = config._c()
     c.run("mla_apply_rope", c.t(x, "x"), c.t(positions, "positions"), c.t(out, "out", True),
           ctypes.byref(cfg), LAYOUTS[layout], c.stream_arg)

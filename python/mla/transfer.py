@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from . import errors
-from ._dlpack import as_tensor
+from ._call import ctypes_tensor
 from ._lib import (DEVICE_CPU, MASTER_ADDR_MAX, DTYPE_NAMES, DTYPE_SIZES, GETENV_FN, KV_FORMATS, MlaCopyRun,
                    MlaLaunchInfo, MlaTransferBuffers, MlaTransferPlanInfo, MlaTransferRequest,
                    MlaTransferSide, lib)
@@ -209,7 +209,7 @@ def _buffers(b, side: str, runs: list, keep: list) -> MlaTransferBuffers:
         ptrs, sizes = [], []
         for l, x in enumerate(getattr(b, kind)):
             name = f"{side}.{kind}[{l}]"
-            t = as_tensor(x, name, keep, writable=(side == "dst"))._obj
+            t = ctypes_tensor(x, name, side == "dst", None, keep)
             if t.device_type != DEVICE_CPU:
                 raise errors.DeviceError(
                     f"{name}: a device array; execute_copy_plan copies host memory (device "

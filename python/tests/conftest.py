@@ -115,7 +115,10 @@ def make_paged_problem(rng, B, s_q, h, page, lengths, fmt="bf16", q_dtype=np.flo
 def pytest_terminal_summary(terminalreporter):
     """A banner when the GPU tests were skipped, so nobody reads 'passed' as 'ran'."""
     skipped = terminalreporter.stats.get("skipped", [])
-    gpu = [r for r in skipped if "test_gpu.py" in str(getattr(r, "nodeid", ""))]
-    if gpu:
-        reason = gpu[0].longrepr[2] if isinstance(gpu[0].longrepr, tuple) else ""
-        terminalreporter.write_sep("!", f"{len(gpu)} GPU TESTS SKIPPED: {reason}", yellow=True)
+    for what, marker in (("GPU", "_gpu.py"), ("TORCH", "test_torch_ops.py")):
+        hit = [r for r in skipped if marker in str(getattr(r, "nodeid", "")) or
+               (isinstance(r.longrepr, tuple) and marker in str(r.longrepr[0]))]
+        if hit:
+            reason = hit[0].longrepr[2] if isinstance(hit[0].longrepr, tuple) else ""
+            terminalreporter.write_sep("!", f"{len(hit)} {what} TESTS SKIPPED: {reason}",
+                                       yellow=True)

@@ -1,12 +1,11 @@
-"""Arrays in: NumPy directly, and the DLPack capsule path (legacy and versioned)."""
-
-import ctypes
+"""Arrays in (mla._ext): NumPy directly, and the DLPack capsule path (legacy and
+versioned); Python ints into C ints without wrapping."""
 
 import numpy as np
 import pytest
 
 import mla
-from mla import _dlpack
+from mla import _call
 from mla._lib import DTYPE_CODES
 
 from conftest import BF16, E4M3
@@ -14,8 +13,8 @@ from conftest import BF16, E4M3
 
 def view_of(x, writable=False):
     keep = []
-    ref = _dlpack.as_tensor(x, "x", keep, writable=writable)
-    return ref._obj, keep
+    t = _call.ctypes_tensor(x, "x", writable, None, keep)
+    return t, keep
 
 
 class CapsuleOnly:
@@ -109,3 +108,37 @@ def test_not_an_array():
 def test_too_many_dims():
     with pytest.raises(mla.ShapeError, match="x: ndim = 7"):
         view_of(np.zeros((1,) * 7, np.float32))
+
+
+def test_framework_dtype_and_device_are_read_once_per_array():
+    # The tuple the C call sees: pointer, dtype, device, shape, strides in elements.
+    a = np.zeros((3, 4), np.int32)[:, 1:]
+    data, dtype, dev, dev_id, shape, strides, hold = _call.ext().tensor(a, "a", False)
+    assert (data, dtype, dev, dev_id) == (a.ctypes.data, DTYPE_CODES["i32"], 1, 0)
+    assert shape == (3, 3) and strides == (4, 1) and hold is None
+
+
+def test_big_endian_arrays_are_refused():
+    with pytest.raises(mla.DTypeError, match="x: dtype >f4 is big-endian"):
+        view_of(np.zeros(3, ">f4"))
+
+
+@pytest.mark.parametrize("bad", [2**31, -2**31 - 1, 2**64])
+def test_python_ints_that_do_not_fit_are_errors_not_wrapped(bad):
+    logits, indices = np.zeros((1, 64), np.float32), np.zeros((1, 64), np.int32)
+    with pytest.raises(mla.OutOfRangeError, match="k = .* does not fit in"):
+        mla.topk_indices(logits, bad, indices=indices)
+    with pytest.raises(mla.OutOfRangeError, match="num_pages = .* does not fit in"):
+        mla.topk_indices(logits, 64, num_pages=bad * 2**33)
+
+
+def test_a_float_where_an_int_belongs_is_refused():
+    with pytest.raises(mla.InvalidValueError, match="k = 64.0 is not an integer"):
+        mla.topk_indices(np.zeros((1, 64), np.float32), 64.0)
+
+
+def test_a_non_number_scale_is_refused():
+    q = np.zeros((1, 1, 16, 576), np.float32)
+    with pytest.raises(mla.InvalidValueError, match="softmax_scale = 'x' is not a number"):
+        mla.mla_decode(q, mla.empty_kv_cache(1, 4), np.zeros((1, 1), np.int32),
+                       np.ones(1, np.int32), "x")

@@ -11,11 +11,15 @@ from conftest import BF16, cache_keys, decode_reference, make_paged_problem
 SCALE = 0.1
 
 
+def _native(q, cache, bt, sl, **kw):
+    out, lse = mla.mla_decode(q, cache, bt, sl, SCALE, True, **kw)
+    return out, np.where(np.isneginf(lse), np.inf, lse)
+
+
 def test_dense_decode_matches_native_with_plus_inf_lse(rng):
     q, cache, bt, sl = make_paged_problem(rng, 3, 2, 16, 64, [70, 0, 1], q_dtype=BF16)
-    sched, splits = fm.get_mla_metadata(sl, 2 * 16, 1)
-    assert splits is None
-    out, lse = fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, splits,
+    sched, _ = fm.get_mla_metadata()
+    out, lse = fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, None,
                                          softmax_scale=SCALE, causal=True)
     n_out, n_lse = mla.mla_decode(q, cache, bt, sl, SCALE, causal=True)
     assert out.dtype == BF16 and out.shape == (3, 2, 16, 512) and lse.shape == (3, 16, 2)
@@ -24,10 +28,88 @@ def test_dense_decode_matches_native_with_plus_inf_lse(rng):
     assert empty[1].all() and empty[2, :, 0].all() and not empty[2, :, 1].any()
     assert np.all(np.isposinf(lse[empty]))  # FlashMLA: +inf for a query with no key
     assert np.array_equal(lse[~empty], n_lse[~empty])
-    # Reuse with the same shapes is fine; a different shape is refused, as in FlashMLA.
-    fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, None, SCALE, True)
-    with pytest.raises(mla.InvalidValueError, match="tile_scheduler_metadata"):
-        fm.flash_mla_with_kvcache(q[:, :1], cache, bt, sl, 512, sched, None, SCALE, True)
+    # One metadata object serves every later call, of any shape (FlashMLA's needs one
+    # per shape; ours only keeps the workspace, grown as needed).
+    out2, _ = fm.flash_mla_with_kvcache(q[:, :1], cache, bt, sl, 512, sched, None, SCALE, True)
+    assert np.array_equal(out2.view(np.uint16),
+                          mla.mla_decode(q[:, :1], cache, bt, sl, SCALE)[0].view(np.uint16))
+
+
+def test_sglang_flashmla_backend_sequence(rng):
+    """SGLang's FlashMLA backend (python/sglang/srt/layers/attention/flashmla_backend.py),
+    the older FlashMLA API, page size 64, s_q = 1:
+      1. init_cuda_graph_state(max_bs): buffers (meta_buf, splits_buf) =
+         get_mla_metadata(ones(max_bs) int32, 1 * num_q_heads, 1);
+      2. per step (capture and replay): meta, splits = get_mla_metadata(seq_lens int32,
+         1 * num_q_heads, 1); meta_buf.copy_(meta); splits_buf[:bs + 1].copy_(splits);
+      3. per layer: o, _ = flash_mla_with_kvcache(q=q.view(bs, -1, h, 576),
+         k_cache=k_buffer.view(-1, 64, 1, 576), block_table=block_kv_indices[:bs],
+         cache_seqlens=seq_lens int32, head_dim_v=512, tile_scheduler_metadata=meta_buf,
+         num_splits=splits_buf[:bs + 1], softmax_scale=scaling, causal=True)."""
+    h, max_bs = 16, 4
+    meta_buf, splits_buf = fm.get_mla_metadata(np.ones(max_bs, np.int32), 1 * h, 1)
+    assert meta_buf.dtype == np.int32 and meta_buf.shape[1] == 8
+    assert splits_buf.dtype == np.int32 and splits_buf.shape == (max_bs + 1,)
+    for bs, lengths in ((3, [70, 1, 130]), (2, [5, 64])):
+        q, cache, bt, sl = make_paged_problem(rng, bs, 1, h, 64, lengths, q_dtype=BF16)
+        meta, splits = fm.get_mla_metadata(sl, 1 * h, 1)
+        meta_buf[...] = meta  # copy_ into the graph buffers: shapes fit for any bs
+        splits_buf[:bs + 1] = splits
+        k_buffer = cache.reshape(-1, 576)  # the pool as SGLang holds it, viewed back
+        o, lse = fm.flash_mla_with_kvcache(
+            q=q.reshape(bs, -1, h, 576), k_cache=k_buffer.reshape(-1, 64, 1, 576),
+            block_table=bt, cache_seqlens=sl, head_dim_v=512, tile_scheduler_metadata=meta_buf,
+            num_splits=splits_buf[:bs + 1], softmax_scale=SCALE, causal=True)
+        w_out, w_lse = _native(q, cache, bt, sl)
+        assert np.array_equal(o.view(np.uint16), w_out.view(np.uint16))
+        assert np.array_equal(lse, w_lse)
+
+
+@pytest.mark.parametrize("invariant", [False, True])
+def test_vllm_flashmla_backend_sequence(rng, invariant):
+    """vLLM's FlashMLA backend (vllm/v1/attention/backends/mla/flashmla.py), the newer
+    API, page size 64 (its kernel block size):
+      1. metadata builder, per step: sched, _ = get_mla_metadata(seq_lens,
+         max_query_len * num_q_heads, 1, is_fp8_kvcache=False);
+      2. batch-invariant mode sets sched.tile_scheduler_metadata = zeros((1, 8)) int32
+         (one partition) and sched.num_splits = zeros(B + 1) int32;
+      3. per layer: o, lse = flash_mla_with_kvcache(q=q, k_cache=kv_cache.unsqueeze(-2),
+         block_table=block_table, cache_seqlens=seq_lens, head_dim_v=512,
+         tile_scheduler_metadata=sched, softmax_scale=scale, causal=True,
+         is_fp8_kvcache=False); lse is kept (decode context parallelism merges it)."""
+    h, s_q = 16, 2
+    q, cache, bt, sl = make_paged_problem(rng, 2, s_q, h, 64, [100, 3], q_dtype=BF16)
+    kv_cache = cache[:, :, 0, :]  # vLLM's layout: [num_blocks, block_size, 576]
+    sched, _ = fm.get_mla_metadata(sl, s_q * h, 1, is_fp8_kvcache=False)
+    if invariant:
+        sched.tile_scheduler_metadata = np.zeros((1, 8), np.int32)
+        sched.num_splits = np.zeros(3, np.int32)
+    for _layer in range(2):
+        o, lse = fm.flash_mla_with_kvcache(
+            q=q, k_cache=kv_cache[:, :, None, :], block_table=bt, cache_seqlens=sl,
+            head_dim_v=512, tile_scheduler_metadata=sched, softmax_scale=SCALE, causal=True,
+            is_fp8_kvcache=False)
+        w_out, w_lse = _native(q, cache, bt, sl, batch_invariant=invariant)
+        assert np.array_equal(o.view(np.uint16), w_out.view(np.uint16))
+        assert np.array_equal(lse, w_lse)
+
+
+def test_vllm_fp8_dense_entry_points_say_what_is_missing(rng):
+    """vLLM's fp8 dense path: tile, splits = get_mla_metadata_dense_fp8(seq_lens, n, 1)
+    set on the sched object, then flash_mla_with_kvcache_fp8(q, k_cache e4m3 [.., 1, 576],
+    block_table, seq_lens, 512, tile, splits, scale, True, descale_q=[1], descale_k=[1])."""
+    sl = np.array([10, 20], np.int32)
+    sched, _ = fm.get_mla_metadata(sl, 16, 1, is_fp8_kvcache=True)
+    tile, splits = fm.get_mla_metadata_dense_fp8(sl, 16, 1)
+    assert tile.shape[1] == 8 and splits.shape == (3,)
+    sched.tile_scheduler_metadata, sched.num_splits = tile, splits
+    q = np.zeros((2, 1, 16, 576), np.uint8)
+    k = np.zeros((4, 64, 1, 576), np.uint8)
+    with pytest.raises(mla.UnsupportedError, match="flash_mla_with_kvcache_fp8: .*576-byte"):
+        fm.flash_mla_with_kvcache_fp8(q, k, np.zeros((2, 1), np.int32), sl, 512,
+                                      sched.tile_scheduler_metadata, sched.num_splits, SCALE,
+                                      True, descale_q=np.ones(1, np.float32),
+                                      descale_k=np.ones(1, np.float32))
 
 
 def test_default_scale_and_not_causal(rng):
@@ -82,6 +164,7 @@ def test_sparse_decode(rng, fmt):
     idx[0, 1, 5:] = -1
     idx[1, 0, :] = -1
     sched, _ = fm.get_mla_metadata(sl, s_q * h, 1, h, fmt != "bf16", topk)
+    assert isinstance(sched, fm.FlashMLASchedMeta)
     out, lse = fm.flash_mla_with_kvcache(q, cache, None, None, 512, sched, None, SCALE,
                                          is_fp8_kvcache=fmt != "bf16", indices=idx)
     assert out.shape == (B, s_q, h, 512) and lse.shape == (B, h, s_q)
@@ -100,3 +183,36 @@ def test_unsupported_arguments_say_so(rng):
         fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, attn_sink=np.zeros(16, np.float32))
     with pytest.raises(mla.InvalidValueError, match="head_dim_v"):
         fm.flash_mla_with_kvcache(q, cache, bt, sl, 128, sched)
+
+
+def test_topk_length_limits_each_row(rng):
+    """topk_length[i]: only the first topk_length[i] entries of row i count (sparse
+    prefill: FlashMLA's flash_mla_sparse_fwd; sparse decode: flash_mla_with_kvcache)."""
+    s_q, h, s_kv, topk = 4, 16, 30, 8
+    q = rng.standard_normal((s_q, h, 576)).astype(BF16)
+    kv = rng.standard_normal((s_kv, 1, 576)).astype(BF16)
+    idx = rng.integers(0, s_kv, (s_q, 1, topk)).astype(np.int32)
+    tl = np.array([8, 3, 0, 5], np.int32)
+    out, mx, lse = fm.flash_mla_sparse_fwd(q, kv, idx, SCALE, topk_length=tl)
+    cut = idx.copy()
+    for i, n in enumerate(tl):
+        cut[i, 0, n:] = -1
+    w_out, w_mx, w_lse = fm.flash_mla_sparse_fwd(q, kv, cut, SCALE)
+    assert np.array_equal(out.view(np.uint16), w_out.view(np.uint16))
+    assert np.array_equal(lse, w_lse) and np.array_equal(mx, w_mx)
+    assert np.all(np.isposinf(lse[2]))  # topk_length 0: nothing attended
+
+    B, s_q, page = 2, 1, 16
+    q, cache, bt, sl = make_paged_problem(rng, B, s_q, h, page, [40, 40], q_dtype=BF16)
+    idx = rng.integers(0, cache.shape[0] * page, (B, s_q, topk)).astype(np.int32)
+    tl = np.array([2, 6], np.int32)
+    sched, _ = fm.get_mla_metadata()
+    out, lse = fm.flash_mla_with_kvcache(q, cache, None, None, 512, sched, None, SCALE,
+                                         indices=idx, topk_length=tl)
+    cut = idx.copy()
+    for b, n in enumerate(tl):
+        cut[b, :, n:] = -1
+    w_out, w_lse = fm.flash_mla_with_kvcache(q, cache, None, None, 512, sched, None, SCALE,
+                                             indices=cut)
+    assert np.array_equal(out.view(np.uint16), w_out.view(np.uint16))
+    assert np.array_equal(lse, w_lse)

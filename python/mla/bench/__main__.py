@@ -1,4 +1,5 @@
-"""python -m mla.bench compare [--quick] [--suite NAME ...] [--out DIR] [--peers ...]"""
+"""python -m mla.bench compare [--quick] [--suite NAME ...] [--out DIR] [--peers ...]
+python -m mla.bench host-overhead [--device cuda|cpu] [--out FILE.json]"""
 
 import argparse
 import importlib.util
@@ -27,11 +28,30 @@ def main(argv=None) -> int:
     c.add_argument("--plots", choices=("per-suite", "combined", "both"), default="both",
                    help="throughput-<suite>.png per suite, one throughput.png with every "
                         "suite, or both (default)")
+    h = sub.add_parser("host-overhead",
+                       help="host cost of one eager decode call, ours beside FlashMLA's")
+    h.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: CPU tensors of an empty batch (binding cost only, no GPU needed)")
+    h.add_argument("--batch", type=int, default=1, help="batch of the host measurement")
+    h.add_argument("--heads", type=int, default=128)
+    h.add_argument("--length", type=int, default=4096)
+    h.add_argument("--page", type=int, default=64)
+    h.add_argument("--calls", type=int, default=50, help="calls per timed batch")
+    h.add_argument("--batches", type=int, default=40, help="timed batches (median)")
+    h.add_argument("--e2e-batches", type=int, nargs="*", default=[1, 2, 4, 8],
+                   help="batch sizes of the end-to-end (host + kernel) loop")
+    h.add_argument("--e2e-calls", type=int, default=200)
+    h.add_argument("--no-flashmla", action="store_true")
+    h.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args(argv)
     if importlib.util.find_spec("torch") is None:
-        print("python -m mla.bench compare needs PyTorch with CUDA, which is not installed for "
+        print(f"python -m mla.bench {args.cmd} needs PyTorch, which is not installed for "
               f"{sys.executable} (pip install torch); mla itself does not", file=sys.stderr)
         return 2
+    if args.cmd == "host-overhead":
+        from .host_overhead import run_host_overhead
+
+        return run_host_overhead(args)
     from .compare import run_compare
 
     return run_compare(args)

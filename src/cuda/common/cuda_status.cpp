@@ -4,11 +4,14 @@
 #include <mutex>
 
 #include "common/validate.hpp"
+#include "cuda/common/device_support.hpp"
 
 namespace mla::cuda {
 
 Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
+  if (const char* no_gpu = no_gpu_reason(e))
+    return detail::error(Errc::cuda_error, "{}: {} ({})", what, no_gpu, cudaGetErrorName(e));
   return detail::error(Errc::cuda_error, "{}: CUDA error {} ({})", what, cudaGetErrorName(e),
                        cudaGetErrorString(e));
 }
