@@ -600,5 +600,18 @@ TEST_P(DecodeGpu, SplitPiecesAtH128) {
     if (HasFatalFailure()) return;
   }
 }
+
+// Many split requests in balanced mode: the combine's one-warp-per-row layout
+// (8 rows per CTA, taken where those CTAs fill the GPU) with 2-3 pieces per
+// request; the other tests reach it only in batch-invariant mode.
+TEST_P(DecodeGpu, ManySplitRequestsCombinedPerWarp) {
+  Case c;
+  c.lengths.assign(24, 2100);
+  c.lengths[3] = 1;
+  c.lengths[17] = 4097;
+  c.h_q = 128;
+  c.seed = 970;
+  run_and_check(on_kernel(c, GetParam()));
+}
 }  // namespace
 }  // namespace mla::testing

@@ -21,7 +21,8 @@ void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* wor
 
 // One CTA: cache lengths -> pieces, partial slots and worker ranges.
 cudaError_t launch_schedule(const decode::DecodeParams& p, cudaStream_t stream);
-// One CTA per (request, query row) of the split requests' partials.
+// Merges the split requests' partials (split_combine.cu: 8 query rows per
+// CTA, or one where few requests would leave the GPU otherwise idle).
 cudaError_t launch_combine(const decode::DecodeParams& p, cudaStream_t stream);
 
 }  // namespace mla::cuda::split
