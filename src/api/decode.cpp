@@ -19,6 +19,7 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
   *bytes = 0;
   MLA_TRY(detail::validate_decode_shapes(args));
   if (!detail::on_cuda(args.q.device)) return Status::Ok();  // the reference needs no scratch
+  if (args.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
 #ifdef MLA_DECODE_CUDA_BACKEND
   return cuda::decode_workspace_size(args, opts, bytes);
 #else
@@ -30,8 +31,9 @@ Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace w
                   const ExecContext& ctx) {
   MLA_TRY(detail::validate_decode_args(args));
   if (detail::on_cuda(args.q.device)) {
-    // block_table and cache_seqlens live on the GPU: the kernel guards them
-    // (see api/decode_validate.hpp); they cannot be read here without a sync.
+    if (args.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: no launch
+      // block_table and cache_seqlens live on the GPU: the kernel guards them
+      // (see api/decode_validate.hpp); they cannot be read here without a sync.
 #ifdef MLA_DECODE_CUDA_BACKEND
     return cuda::mla_decode(args, opts, ws, ctx);
 #else

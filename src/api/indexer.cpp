@@ -42,7 +42,10 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
   MLA_TRY(expect_inner_contiguous(a.keys, "keys", 1));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.slots, "slots"));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.keys, "keys"));
+  MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
+                                  {{&a.keys, "keys"}, {&a.slots, "slots"}}));
   if (detail::on_cuda(a.keys.device)) {
+    if (a.slots.shape[0] == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::append_indexer_keys(a, ctx);
 #else
@@ -80,7 +83,10 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
   for (auto [t, name] : {std::pair{&a.q, "q"}, std::pair{&a.q8, "q8"},
                          std::pair{&a.weights, "weights"}, std::pair{&a.w_folded, "w_folded"}})
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
+  MLA_TRY(detail::expect_disjoint({{&a.q8, "q8"}, {&a.w_folded, "w_folded"}},
+                                  {{&a.q, "q"}, {&a.weights, "weights"}}));
   if (detail::on_cuda(a.q.device)) {
+    if (a.q.numel() == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::quantize_indexer_query(a, ctx);
 #else
@@ -94,7 +100,6 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   MLA_TRY(expect_shape(a.q8, "q8", {kAny, kAny, kIndexerHeads, kIndexerDim}, "[B, s_q, 64, 128]"));
   MLA_TRY(detail::expect_known_device(a.q8, "q8"));
   const int64_t B = a.q8.shape[0], s_q = a.q8.shape[1];
-  if (s_q < 1) return error(Errc::invalid_shape, "q8: s_q = {} must be at least 1", s_q);
   MLA_TRY(expect_dtype(a.q8, "q8", {DType::e4m3}));
   MLA_TRY(expect_shape(a.w_folded, "w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
   MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
@@ -112,7 +117,13 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.logits, "logits"}}, {{&a.q8, "q8"},
+                                                            {&a.w_folded, "w_folded"},
+                                                            {&a.cache.data, "cache"},
+                                                            {&a.block_table, "block_table"},
+                                                            {&a.cache_seqlens, "cache_seqlens"}}));
   if (detail::on_cuda(a.q8.device)) {
+    if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_decode(a, ctx);
 #else
@@ -149,7 +160,14 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.logits, "logits"}}, {{&a.q8, "q8"},
+                                                            {&a.w_folded, "w_folded"},
+                                                            {&a.k8, "k8"},
+                                                            {&a.k_scale, "k_scale"},
+                                                            {&a.k_start, "k_start"},
+                                                            {&a.k_end, "k_end"}}));
   if (detail::on_cuda(a.q8.device)) {
+    if (a.logits.numel() == 0) return Status::Ok();  // T or N 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_prefill(a, ctx);
 #else

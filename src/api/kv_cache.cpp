@@ -66,7 +66,10 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
+                                  {{&a.slots, "slots"}, {&a.c_kv, "c_kv"}, {&a.k_rope, "k_rope"}}));
   if (detail::on_cuda(dev.device)) {
+    if (T == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
     return cuda::append_kv(a, ctx);
@@ -90,6 +93,8 @@ Status read_kv(const ReadKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  MLA_TRY(detail::expect_disjoint({{&a.c_kv, "c_kv"}, {&a.k_rope, "k_rope"}},
+                                  {{&a.cache.data, "cache"}, {&a.slots, "slots"}}));
   if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("read_kv");
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
                                     /*allow_skip=*/false));

@@ -65,7 +65,10 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
     MLA_TRY(expect_layout(*t, name));
     MLA_TRY(detail::expect_same_device(a.c_kv, "c_kv", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.k_nope, "k_nope"}, {&a.v, "v"}},
+                                  {{&a.c_kv, "c_kv"}, {&a.w_uk, "w_uk"}, {&a.w_uv, "w_uv"}}));
   if (detail::on_cuda(a.c_kv.device)) {
+    if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();  // no launch
 #ifdef MLA_HAS_CUDA
     return cuda::decompress_kv(a, ctx);
 #else
@@ -113,7 +116,14 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
         std::pair{&a.lse, "lse"}})
     MLA_TRY(detail::expect_same_device(a.q, "q", *t, name));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
+  MLA_TRY(detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                                  {{&a.q, "q"},
+                                   {&a.k, "k"},
+                                   {&a.v, "v"},
+                                   {&a.cu_seqlens_q, "cu_seqlens_q"},
+                                   {&a.cu_seqlens_k, "cu_seqlens_k"}}));
   if (detail::on_cuda(a.q.device)) {
+    if (T == 0) return Status::Ok();  // no query rows: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);
 #else

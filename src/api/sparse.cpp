@@ -72,7 +72,9 @@ Status validate_decode_shapes(const SparseDecodeArgs& a) {
                               {&a.out, "out"},
                               {&a.lse, "lse"}}));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
-  return Status::Ok();
+  return detail::expect_disjoint(
+      {{&a.out, "out"}, {&a.lse, "lse"}},
+      {{&a.q, "q"}, {&a.kv.data, "kv"}, {&a.indices, "indices"}, {&a.topk_length, "topk_length"}});
 }
 
 // The index lists and topk_length, read on the host (CPU tensors only).
@@ -118,7 +120,8 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
       a.q,
       {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.out, "out"}, {&a.lse, "lse"}}));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
-  return Status::Ok();
+  return detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                                 {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}});
 }
 
 Status validate_prefill_values(const SparsePrefillArgs& a) {
@@ -141,6 +144,7 @@ Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
     *t = detail::shape_only(*t);
   MLA_TRY(validate_decode_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();  // the reference needs no scratch
+  if (s.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
 #ifdef MLA_HAS_CUDA
   return cuda::sparse_decode_workspace_size(s, bytes);
 #else
@@ -155,6 +159,7 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   for (TensorView* t : {&s.q, &s.kv, &s.indices, &s.out, &s.lse}) *t = detail::shape_only(*t);
   MLA_TRY(validate_prefill_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();
+  if (s.out.numel() == 0) return Status::Ok();
 #ifdef MLA_HAS_CUDA
   return cuda::sparse_prefill_workspace_size(s, bytes);
 #else
@@ -165,6 +170,7 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_decode_shapes(a));
   if (detail::on_cuda(a.q.device)) {
+    if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_decode(a, ws, ctx);
 #else
@@ -178,6 +184,7 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
 Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_prefill_shapes(a));
   if (detail::on_cuda(a.q.device)) {
+    if (a.out.numel() == 0) return Status::Ok();  // s_q = 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_prefill(a, ws, ctx);
 #else

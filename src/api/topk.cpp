@@ -94,7 +94,11 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
           a.block_table.shape[0], a.rows_per_request, a.block_table.shape[0] * a.rows_per_request,
           R);
   }
+  MLA_TRY(detail::expect_disjoint(
+      {{&a.indices, "indices"}},
+      {{&a.logits, "logits"}, {&a.lengths, "lengths"}, {&a.block_table, "block_table"}}));
   if (detail::on_cuda(a.logits.device)) {
+    if (R == 0) return Status::Ok();  // no rows: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::topk_indices(a, ctx);
 #else

@@ -42,7 +42,7 @@ double indexer_logit(const double* q8, const double* w, const double* k8, double
   for (int h = 0; h < kIndexerHeads; ++h) {
     double dot = 0.0;
     for (int d = 0; d < kIndexerDim; ++d) dot += q8[h * kIndexerDim + d] * k8[d];
-    acc += w[h] * (dot > 0.0 ? dot : 0.0);  // ReLU
+    acc += w[h] * (dot > 0.0 || std::isnan(dot) ? dot : 0.0);  // ReLU; NaN passes (indexer.hpp)
   }
   return k_scale * acc;
 }
