@@ -122,6 +122,7 @@ Status block_sparse_select(const BlockSparseSelectArgs& a, const ExecContext& ct
   if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("block_sparse_select");
   MLA_TRY(detail::check_block_table_values(a.block_table, a.cache_seqlens, a.kv.page_size(),
                                            a.kv.num_pages(), /*max_len=*/-1));
+  if (a.indices.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to write
   return reference::block_sparse_select(a);
 }
 

@@ -30,10 +30,11 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
 Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
                   const ExecContext& ctx) {
   MLA_TRY(detail::validate_decode_args(args));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (args.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(args.q.device)) {
-    if (args.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: no launch
-      // block_table and cache_seqlens live on the GPU: the kernel guards them
-      // (see api/decode_validate.hpp); they cannot be read here without a sync.
+    // block_table and cache_seqlens live on the GPU: the kernel guards them
+    // (see api/decode_validate.hpp); they cannot be read here without a sync.
 #ifdef MLA_DECODE_CUDA_BACKEND
     return cuda::mla_decode(args, opts, ws, ctx);
 #else
@@ -49,6 +50,7 @@ Status mla_decode_partial(const DecodePartialArgs& args, const ExecContext& ctx)
   MLA_TRY(detail::validate_decode_partial_args(args));
   if (detail::on_cuda(args.base.q.device)) return detail::no_cuda_backend("mla_decode_partial");
   MLA_TRY(detail::validate_decode_partial_host_values(args));
+  if (args.base.out.numel() == 0) return Status::Ok();  // empty step: nothing to write
   return reference::mla_decode_partial(args);
 }
 
@@ -56,6 +58,7 @@ Status merge_attn_partials(const MergeArgs& args, const ExecContext& ctx) {
   MLA_TRY(detail::validate_merge_args(args));
   if (detail::on_cuda(args.partial_lse.device))
     return detail::no_cuda_backend("merge_attn_partials");
+  if (args.out.numel() == 0 && args.lse.numel() == 0) return Status::Ok();  // no rows
   return reference::merge_attn_partials(args);
 }
 

@@ -44,8 +44,9 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.keys, "keys"));
   MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
                                   {{&a.keys, "keys"}, {&a.slots, "slots"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.slots.shape[0] == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.keys.device)) {
-    if (a.slots.shape[0] == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::append_indexer_keys(a, ctx);
 #else
@@ -85,8 +86,9 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
   MLA_TRY(detail::expect_disjoint({{&a.q8, "q8"}, {&a.w_folded, "w_folded"}},
                                   {{&a.q, "q"}, {&a.weights, "weights"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.q.numel() == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.q.device)) {
-    if (a.q.numel() == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::quantize_indexer_query(a, ctx);
 #else
@@ -122,8 +124,9 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
                                                             {&a.cache.data, "cache"},
                                                             {&a.block_table, "block_table"},
                                                             {&a.cache_seqlens, "cache_seqlens"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
   if (detail::on_cuda(a.q8.device)) {
-    if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_decode(a, ctx);
 #else
@@ -166,8 +169,9 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
                                                             {&a.k_scale, "k_scale"},
                                                             {&a.k_start, "k_start"},
                                                             {&a.k_end, "k_end"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
   if (detail::on_cuda(a.q8.device)) {
-    if (a.logits.numel() == 0) return Status::Ok();  // T or N 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_prefill(a, ctx);
 #else

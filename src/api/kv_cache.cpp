@@ -68,8 +68,9 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
   MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
                                   {{&a.slots, "slots"}, {&a.c_kv, "c_kv"}, {&a.k_rope, "k_rope"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (T == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(dev.device)) {
-    if (T == 0) return Status::Ok();  // no tokens: no launch
 #ifdef MLA_HAS_CUDA
     // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
     return cuda::append_kv(a, ctx);
@@ -98,6 +99,7 @@ Status read_kv(const ReadKvArgs& a, const ExecContext& ctx) {
   if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("read_kv");
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
                                     /*allow_skip=*/false));
+  if (T == 0) return Status::Ok();  // no tokens: nothing to write
   return reference::read_kv(a);
 }
 

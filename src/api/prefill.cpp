@@ -67,8 +67,9 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
   }
   MLA_TRY(detail::expect_disjoint({{&a.k_nope, "k_nope"}, {&a.v, "v"}},
                                   {{&a.c_kv, "c_kv"}, {&a.w_uk, "w_uk"}, {&a.w_uv, "w_uv"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();
   if (detail::on_cuda(a.c_kv.device)) {
-    if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();  // no launch
 #ifdef MLA_HAS_CUDA
     return cuda::decompress_kv(a, ctx);
 #else
@@ -122,8 +123,9 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
                                    {&a.v, "v"},
                                    {&a.cu_seqlens_q, "cu_seqlens_q"},
                                    {&a.cu_seqlens_k, "cu_seqlens_k"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (T == 0) return Status::Ok();  // no query rows
   if (detail::on_cuda(a.q.device)) {
-    if (T == 0) return Status::Ok();  // no query rows: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);
 #else

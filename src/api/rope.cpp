@@ -94,6 +94,7 @@ Status apply_rope(const ApplyRopeArgs& a, const ExecContext& ctx) {
     const int64_t p = reference::read_int(a.positions, {t});
     if (p < 0) return detail::error(Errc::out_of_range, "positions[{}] = {} is negative", t, p);
   }
+  if (a.out.numel() == 0) return Status::Ok();  // T = 0: nothing to write
   return reference::apply_rope(a);
 }
 

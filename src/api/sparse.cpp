@@ -169,8 +169,9 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
 
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_decode_shapes(a));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(a.q.device)) {
-    if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_decode(a, ws, ctx);
 #else
@@ -183,8 +184,9 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
 
 Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_prefill_shapes(a));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
   if (detail::on_cuda(a.q.device)) {
-    if (a.out.numel() == 0) return Status::Ok();  // s_q = 0: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_prefill(a, ws, ctx);
 #else

@@ -97,8 +97,9 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_disjoint(
       {{&a.indices, "indices"}},
       {{&a.logits, "logits"}, {&a.lengths, "lengths"}, {&a.block_table, "block_table"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (R == 0) return Status::Ok();  // no rows
   if (detail::on_cuda(a.logits.device)) {
-    if (R == 0) return Status::Ok();  // no rows: no launch
 #ifdef MLA_HAS_CUDA
     return cuda::topk_indices(a, ctx);
 #else

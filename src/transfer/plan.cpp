@@ -100,8 +100,9 @@ Status check_side(TransferCache c, bool src, const TransferSide& s, const Transf
 }
 
 Status check_request(const TransferRequest& r) {
-  if (r.num_layers < 1)
-    return error(Errc::invalid_value, "num_layers = {} must be >= 1", r.num_layers);
+  if (r.num_layers < 1 || r.num_layers > kMaxTransferLayers)
+    return error(Errc::invalid_value, "num_layers = {} must be in [1, {}]", r.num_layers,
+                 kMaxTransferLayers);
   if (r.first_token < 0)
     return error(Errc::out_of_range, "first_token = {} is negative", r.first_token);
   if (r.num_tokens < 0)
