@@ -3,6 +3,18 @@
 // weights, and the logits
 //   I[t, s] = k_scale[s] * sum_h w'[t, h] * ReLU(q8[t, h] . k8[s])
 // that token top-k (mla/topk.hpp) turns into the index lists of sparse attention.
+//
+// Non-finite values (every backend; the CPU reference defines the bytes):
+//  - quantisation (keys and queries alike): the amax is taken over the finite
+//    values of the 128-vector only; +-inf is stored saturated (+-448 * s); NaN
+//    as the e4m3 NaN code, and a vector holding a NaN gets a NaN scale;
+//  - so a key with a NaN has NaN logits for every query, and a query head with
+//    a NaN has a NaN folded weight, so NaN logits for every key: top-k never
+//    selects NaN (mla/topk.hpp), so such a key is never attended and such a
+//    query selects nothing;
+//  - ReLU passes NaN through (a NaN code in k8 with a finite k_scale, in the
+//    prefill logits, gives a NaN logit too, never 0).
+// Empty shapes (B, s_q, T, N or max_len 0) are no-ops.
 #pragma once
 #include <cstdint>
 

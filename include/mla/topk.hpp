@@ -17,7 +17,10 @@ inline constexpr int kTopkMax = 8192;
 // Semantics (the CPU reference defines them; every backend must match):
 //  - Candidates of row r are the positions p < lengths[r] whose score is not
 //    -inf. NaN counts as -inf (never selected): a masked or broken score must
-//    not pull a token into attention.
+//    not pull a token into attention. +inf is a candidate (the best score;
+//    ties among +inf by position). The indexer makes every logit of a key or
+//    query holding a NaN NaN (mla/indexer.hpp), so such keys are never chosen.
+//  - R = 0 is a no-op; N = 0 (or lengths[r] = 0) gives a row of -1.
 //  - Order: descending score, ties broken by the lower position first. So the
 //    output is deterministic and the first j entries are the top-j.
 //  - Rows with fewer than k candidates are padded with -1 at the end.

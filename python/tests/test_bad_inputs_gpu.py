@@ -1,0 +1,145 @@
+"""The bad-input table of issue 20 on torch CUDA tensors: empty batches are no-ops,
+overlapping outputs are rejected before any launch, and the non-finite rules of the
+quantisers and the indexer hold in the kernels as in the CPU reference.
+
+Skipped where torch with CUDA, a GPU or a CUDA build of libmla.so is missing (CI).
+On the GPU machine:
+    MLA_LIBRARY=build/libmla.so PYTHONPATH=python python -m pytest -rs \\
+        python/tests/test_bad_inputs_gpu.py
+"""
+
+import numpy as np
+import pytest
+
+import mla
+
+from conftest import make_paged_problem
+from test_gpu import REASON, cuda, host
+
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"GPU tests not run: {REASON}")
+
+SCALE = 0.07
+
+
+def torch_mod():
+    import torch
+
+    return torch
+
+
+def dense_problem(rng, lengths=(20, 30), s_q=1, h=16, page=64):
+    q, cache, bt, sl = make_paged_problem(rng, len(lengths), s_q, h, page, list(lengths))
+    return cuda(q.astype(np.float32)).bfloat16(), cuda(cache), cuda(bt), cuda(sl)
+
+
+# ---- empty batches and rows: no launch, no error -------------------------------------------------
+
+
+def test_cuda_decode_empty_batch_and_empty_step(rng):
+    q, cache, bt, sl = dense_problem(rng)
+    out, lse = mla.mla_decode(q[:0], cache, bt[:0], sl[:0], SCALE)
+    assert tuple(out.shape) == (0, 1, 16, 512) and tuple(lse.shape) == (0, 16, 1)
+    assert mla.decode_workspace_size(q[:0], cache, bt[:0], sl[:0], SCALE) == 0
+    out, lse = mla.mla_decode(q[:, :0], cache, bt, sl, SCALE)
+    assert tuple(out.shape) == (2, 0, 16, 512)
+
+
+def test_cuda_sparse_decode_empty_batch(rng):
+    q, cache, _, _ = dense_problem(rng)
+    torch = torch_mod()
+    idx = torch.zeros((0, 1, 64), dtype=torch.int32, device="cuda")
+    out, lse = mla.sparse_decode(q[:0], cache, idx, SCALE)
+    assert tuple(out.shape) == (0, 1, 16, 512)
+
+
+def test_cuda_topk_zero_rows_and_zero_columns():
+    torch = torch_mod()
+    idx = mla.topk_indices(torch.zeros((0, 128), device="cuda"), k=64)
+    assert tuple(idx.shape) == (0, 64)
+    # N = 0: no candidates, so every entry is -1 (the CPU reference's rule).
+    idx = mla.topk_indices(torch.zeros((3, 0), device="cuda"), k=64)
+    torch.cuda.synchronize()
+    assert (host(idx) == -1).all()
+
+
+def test_cuda_dsa_empty_batch(rng):
+    q, cache, bt, sl = dense_problem(rng)
+    torch = torch_mod()
+    icache = cuda(mla.empty_indexer_cache(cache.shape[0]))
+    q8 = torch.zeros((0, 1, 64, 128), dtype=torch.float8_e4m3fn, device="cuda")
+    wf = torch.zeros((0, 1, 64), device="cuda")
+    pol = mla.DsaPolicy(topk=64, path="sparse")
+    assert mla.dsa_decode_workspace_size(q[:0], cache, bt[:0], sl[:0], 1 << 20, q8, wf, icache,
+                                         SCALE, policy=pol) == 0
+    out, _ = mla.dsa_decode(q[:0], cache, bt[:0], sl[:0], 1 << 20, q8, wf, icache, SCALE,
+                            policy=pol)
+    assert tuple(out.shape) == (0, 1, 16, 512)
+
+
+def test_cuda_empty_cache_and_indexer_ops(rng):
+    torch = torch_mod()
+    _, cache, _, _ = dense_problem(rng)
+    mla.append_kv(torch.zeros((0, 512), device="cuda"), torch.zeros((0, 64), device="cuda"),
+                  torch.zeros(0, dtype=torch.int64, device="cuda"), cache)
+    q8, wf = mla.quantize_indexer_query(torch.zeros((0, 64, 128), device="cuda"),
+                                        torch.zeros((0, 64), device="cuda"))
+    assert tuple(q8.shape) == (0, 64, 128)
+    torch.cuda.synchronize()
+
+
+# ---- overlapping outputs: rejected before the launch ----------------------------------------------
+
+
+def test_cuda_out_aliasing_the_cache_is_rejected(rng):
+    q, cache, bt, sl = dense_problem(rng)
+    out = cache.view(-1)[:2 * 16 * 512].view(2, 1, 16, 512)
+    with pytest.raises(mla.InvalidValueError, match="overlaps input kv"):
+        mla.mla_decode(q, cache, bt, sl, SCALE, out=out)
+
+
+def test_cuda_stride_zero_out_is_rejected(rng):
+    q, cache, bt, sl = dense_problem(rng)
+    torch = torch_mod()
+    out = torch.zeros((2, 1, 1, 512), dtype=torch.bfloat16, device="cuda").expand(2, 1, 16, 512)
+    with pytest.raises(mla.StrideError, match="out"):
+        mla.mla_decode(q, cache, bt, sl, SCALE, out=out)
+
+
+# ---- non-finite values: the kernels follow the reference's rules ------------------------------
+
+
+def test_cuda_fp8_cache_inf_and_nan_bytes_match_the_reference(rng):
+    torch = torch_mod()
+    c_kv = rng.uniform(-0.1, 0.1, (4, 512)).astype(np.float32)
+    c_kv[0, 5], c_kv[1, 130], c_kv[2, 300] = np.inf, np.nan, -np.inf
+    k_rope = rng.uniform(-1, 1, (4, 64)).astype(np.float32)
+    slots = np.arange(4, dtype=np.int64)
+    ref = mla.empty_kv_cache(1, 16, "fp8_ds_mla")
+    ref[:] = 0
+    mla.append_kv(c_kv, k_rope, slots, ref)
+    dev = torch.zeros(ref.shape, dtype=torch.uint8, device="cuda")
+    mla.append_kv(cuda(c_kv), cuda(k_rope), cuda(slots), dev, "fp8_ds_mla")
+    torch.cuda.synchronize()
+    assert np.array_equal(host(dev)[0, :4], ref[0, :4])
+
+
+def test_cuda_nan_indexer_key_is_never_selected():
+    torch = torch_mod()
+    keys = np.tile(np.arange(64, dtype=np.float32)[:, None] * 0.01, (1, 128))
+    keys[3] = 1.0
+    keys[3, 7] = np.nan
+    ref = mla.empty_indexer_cache(1)
+    ref[:] = 0
+    mla.append_indexer_keys(keys, np.arange(64, dtype=np.int64), ref)
+    dev = torch.zeros(ref.shape, dtype=torch.uint8, device="cuda")
+    mla.append_indexer_keys(cuda(keys), cuda(np.arange(64, dtype=np.int64)), dev)
+    torch.cuda.synchronize()
+    assert np.array_equal(host(dev), ref), "indexer cache bytes (codes and NaN scale) differ"
+    q8, wf = mla.quantize_indexer_query(torch.ones((1, 1, 64, 128), device="cuda"),
+                                        torch.ones((1, 1, 64), device="cuda"))
+    logits = mla.indexer_logits_decode(q8, wf, dev, cuda(np.zeros((1, 1), np.int32)),
+                                       cuda(np.array([64], np.int32)), max_len=64)
+    idx = mla.topk_indices(logits.reshape(1, 64), k=64)
+    torch.cuda.synchronize()
+    assert np.isnan(host(logits)[0, 0, 3])
+    assert 3 not in host(idx)[0]
