@@ -25,9 +25,7 @@ inline uint32_t float_to_bits(float f) {
   return u;
 }
 
-inline float bf16_to_float(bf16 h) {
-  return bits_to_float(uint32_t(h.bits) << 16);
-}
+inline float bf16_to_float(bf16 h) { return bits_to_float(uint32_t(h.bits) << 16); }
 
 inline bf16 float_to_bf16(float f) {
   uint32_t u = float_to_bits(f);
@@ -35,9 +33,7 @@ inline bf16 float_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
   return bf16{uint16_t(u >> 16)};
 }
-inline float round_to_bf16(float f) {
-  return bf16_to_float(float_to_bf16(f));
-}
+inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
 
 // fp8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities;
 // 0x7f/0xff are NaN; largest finite 448; smallest subnormal 2^-9.
@@ -45,10 +41,8 @@ inline float e4m3_to_float(uint8_t v) {
   const int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
   float mag;
   if (exp == 0xf && man == 7) return NAN;
-  if (exp == 0)
-    mag = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
-  else
-    mag = std::ldexp(1.0f + man / 8.0f, exp - 7);
+  if (exp == 0) mag = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
+  else mag = std::ldexp(1.0f + man / 8.0f, exp - 7);
   return sign ? -mag : mag;
 }
 

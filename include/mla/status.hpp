@@ -9,16 +9,16 @@ namespace mla {
 
 enum class Errc : int {
   ok = 0,
-  invalid_shape = 1,   // a dimension does not match what the operation needs
-  invalid_dtype = 2,   // element type not accepted for this argument
-  invalid_stride = 3,  // a layout the kernel cannot address (e.g. inner dim not contiguous)
-  invalid_device = 4,  // tensors on different devices, or a device we have no backend for
-  out_of_range = 5,    // an index, page, length or slot outside its valid range
-  misaligned = 6,      // a pointer or stride breaks the alignment the kernel loads with
-  invalid_value = 7,   // a scalar argument outside its domain (k, scale, page size...)
-  unsupported = 8,     // valid input that this build or backend does not implement
+  invalid_shape = 1,     // a dimension does not match what the operation needs
+  invalid_dtype = 2,     // element type not accepted for this argument
+  invalid_stride = 3,    // a layout the kernel cannot address (e.g. inner dim not contiguous)
+  invalid_device = 4,    // tensors on different devices, or a device we have no backend for
+  out_of_range = 5,      // an index, page, length or slot outside its valid range
+  misaligned = 6,        // a pointer or stride breaks the alignment the kernel loads with
+  invalid_value = 7,     // a scalar argument outside its domain (k, scale, page size...)
+  unsupported = 8,       // valid input that this build or backend does not implement
   insufficient_workspace = 9,
-  cuda_error = 10,  // the CUDA runtime reported an error
+  cuda_error = 10,       // the CUDA runtime reported an error
 };
 
 const char* errc_name(Errc c) noexcept;
@@ -40,9 +40,9 @@ class [[nodiscard]] Status {
 };
 
 // Propagate a non-ok Status to the caller.
-#define MLA_TRY(expr)                  \
-  do {                                 \
-    ::mla::Status mla_st_ = (expr);    \
+#define MLA_TRY(expr)                 \
+  do {                                \
+    ::mla::Status mla_st_ = (expr);   \
     if (!mla_st_.ok()) return mla_st_; \
   } while (0)
 
