@@ -73,7 +73,13 @@ enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1 };
 
 #define MLA_MAX_DIMS 6
 
-/* A non-owning view of a strided array (mirror of mla::TensorView). */
+/* A non-owning view of a strided array (mirror of mla::TensorView). The rules
+ * of mla/tensor.hpp hold for every view: its element count, offsets and byte
+ * extent must fit 64-bit arithmetic (else MLA_ERR_INVALID_SHAPE naming it);
+ * empty views (a dim of 0) may have any strides and a NULL data pointer, and
+ * an op whose outputs are empty does nothing; an output may not overlap an
+ * input or another output; an input is only read (read-only memory is fine),
+ * even though `data` is not const. */
 typedef struct mla_tensor {
   void* data;
   int32_t dtype;       /* MLA_DTYPE_* */
