@@ -90,7 +90,10 @@ ByteRange byte_range(const TensorView& t) {
 }
 
 Status expect_no_self_overlap(const TensorView& t, const char* name) {
-  if (!t.defined() || t.numel() == 0) return Status::Ok();
+  if (!t.defined()) return Status::Ok();
+  Extent e;
+  MLA_TRY(expect_extent(t, name, &e));  // bounds every product below
+  if (e.numel == 0) return Status::Ok();
   // Dims of size > 1 by |stride|: each must step past everything the smaller
   // ones reach, or two indices meet (a sufficient condition for no overlap;
   // the layouts it rejects are not ones a kernel writes anyway).

@@ -162,6 +162,18 @@ TEST(BadInputs, DsaMaxSeqlen2Pow62IsAnErrorNotAHeapOverflow) {
       Errc::invalid_value, {"max_seqlen = 9223372036854775807"});
 }
 
+TEST(BadInputs, DsaOutputStrideInt64MinIsAnError) {
+  // The step checks its outputs' overlap before the dense/sparse stage checks
+  // their shapes: the extent check must come first there too.
+  DsaStepProblem p = dsa_problem({70, 100});
+  HostTensor out = p.dense.make_out(DType::f32), lse = p.dense.make_lse(DType::f32);
+  DsaDecodeArgs a = p.args(p.dense.q, out, lse, 100);
+  a.out.strides[0] = INT64_MIN;
+  size_t bytes = 0;
+  expect_error(dsa_decode_workspace_size(a, {}, &bytes), Errc::invalid_shape,
+               {"out", "-9223372036854775808"});
+}
+
 TEST(BadInputs, LayerWeightShapesOverflow) {
   LayerConfig c = small_test_layer();
   c.heads = INT32_MAX;
