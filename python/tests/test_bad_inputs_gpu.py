@@ -143,3 +143,42 @@ def test_cuda_nan_indexer_key_is_never_selected():
     torch.cuda.synchronize()
     assert np.isnan(host(logits)[0, 0, 3])
     assert 3 not in host(idx)[0]
+
+
+# ---- guards: device values the host cannot check ----------------------------------------------
+
+
+def test_cuda_indexer_length_past_the_block_table_reads_nothing_outside_it():
+    # Request 0 has cache_seqlens = 1000 but its block table row holds one page (64
+    # tokens): the keys past it do not exist. Reading on past the row would find
+    # request 1's page id (valid), so an unguarded kernel scores keys 64..127 of
+    # request 0 with request 1's keys. They must be -inf (never selected).
+    torch = torch_mod()
+    icache = cuda(mla.empty_indexer_cache(2))
+    mla.append_indexer_keys(torch.ones((128, 128), device="cuda"),
+                            torch.arange(128, dtype=torch.int64, device="cuda"), icache)
+    q8, wf = mla.quantize_indexer_query(torch.ones((2, 1, 64, 128), device="cuda"),
+                                        torch.ones((2, 1, 64), device="cuda"))
+    bt = torch.tensor([[0], [1]], dtype=torch.int32, device="cuda")
+    sl = torch.tensor([1000, 10], dtype=torch.int32, device="cuda")
+    logits = mla.indexer_logits_decode(q8, wf, icache, bt, sl, max_len=1024)
+    torch.cuda.synchronize()
+    got = host(logits)[0, 0]
+    assert np.isfinite(got[:64]).all()
+    assert (got[64:] == -np.inf).all(), "keys past the block table's capacity were scored"
+
+
+def test_cuda_topk_length_past_the_block_table_translates_nothing_outside_it():
+    # Row 0 has length 200 but its block table row holds one page of 64: positions
+    # 64..199 have no slot. Reading on past the row finds row 1's page (1), so an
+    # unguarded kernel returns slots 64..127 of page 1. Contract (CUDA cannot report
+    # it): such positions are not candidates; the CPU reference rejects the input.
+    torch = torch_mod()
+    logits = torch.arange(512, dtype=torch.float32, device="cuda").reshape(2, 256)
+    lengths = torch.tensor([200, 10], dtype=torch.int32, device="cuda")
+    bt = torch.tensor([[0], [1]], dtype=torch.int32, device="cuda")
+    idx = mla.topk_indices(logits, k=64, lengths=lengths, block_table=bt, page_size=64,
+                           num_pages=2)
+    torch.cuda.synchronize()
+    row = host(idx)[0]
+    assert ((row == -1) | ((row >= 0) & (row < 64))).all(), row
