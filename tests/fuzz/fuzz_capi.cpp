@@ -177,8 +177,10 @@ class Builder {
           __builtin_add_overflow(hi, span, &hi))
         return -1;
     }
-    int64_t bytes;
-    if (__builtin_mul_overflow(hi + 1, int64_t(dtype_size(t.dtype)), &bytes)) return -1;
+    int64_t count, bytes;
+    if (__builtin_add_overflow(hi, int64_t(1), &count) ||
+        __builtin_mul_overflow(count, int64_t(dtype_size(t.dtype)), &bytes))
+      return -1;
     return bytes;
   }
 
