@@ -12,8 +12,10 @@
 //    a NaN has a NaN folded weight, so NaN logits for every key: top-k never
 //    selects NaN (mla/topk.hpp), so such a key is never attended and such a
 //    query selects nothing;
-//  - ReLU passes NaN through (a NaN code in k8 with a finite k_scale, in the
-//    prefill logits, gives a NaN logit too, never 0).
+//  - ReLU is max(dot, 0) with a NaN dot counting 0 (the kernels' fmaxf): it is
+//    the NaN scale that carries a NaN vector to its logits. A NaN code in the
+//    caller's own k8 with a finite k_scale (indexer_logits_prefill) therefore
+//    adds nothing, on every backend.
 // Empty shapes (B, s_q, T, N or max_len 0) are no-ops.
 #pragma once
 #include <cstdint>

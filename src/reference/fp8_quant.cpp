@@ -84,8 +84,8 @@ void quantize_indexer_vector(const float* v128, uint8_t* codes128, float* scale)
   for (int i = 0; i < kIndexerDim; ++i) codes128[i] = quantize_e4m3(v128[i], s);
   // A vector with a NaN gets a NaN scale: every logit it takes part in is
   // NaN (the scale multiplies the ReLU sum, which a NaN code alone would not
-  // reach through ReLU), so top-k never selects the key, and a NaN query
-  // selects nothing.
+  // reach: ReLU maps a NaN dot to 0), so top-k never selects the key, and a
+  // NaN query selects nothing.
   *scale = any_nan(v128, kIndexerDim) ? std::numeric_limits<float>::quiet_NaN() : s;
 }
 
