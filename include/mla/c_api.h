@@ -95,6 +95,14 @@ MLA_C_EXPORT int32_t mla_abi_version(void);
 MLA_C_EXPORT const char* mla_version(void);
 /* 1 when the library was built with the CUDA kernels. */
 MLA_C_EXPORT int32_t mla_built_with_cuda(void);
+/* Checked mode for this thread (mla::ExecContext::check_device_values): when on,
+ * calls on CUDA tensors copy the small index tensors they read (block tables,
+ * lengths, slots, index lists) to the host, synchronise the stream and check
+ * their values as the CPU path does, so a bad page id or length is an error
+ * (MLA_ERR_OUT_OF_RANGE naming it) instead of a guarded kernel's NaN rows or
+ * skipped tokens. Off by default: it costs a copy and a sync per call. */
+MLA_C_EXPORT void mla_set_check_device_values(int32_t on);
+MLA_C_EXPORT int32_t mla_check_device_values(void);
 /* The message of the last failed call on this thread ("" if none). */
 MLA_C_EXPORT const char* mla_last_error_message(void);
 /* "invalid_shape", ...: the name of a status code. */

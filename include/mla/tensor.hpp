@@ -110,6 +110,14 @@ struct Workspace {
 // Where and how to run: the CUDA stream (cudaStream_t as void*) for CUDA tensors.
 struct ExecContext {
   void* stream = nullptr;
+  // Checked mode, for finding an engine's bug: the index tensors an op reads
+  // on the device (block tables, lengths, slots, index lists; small) are
+  // copied to the host on `stream`, the stream is synchronised, and the CPU
+  // path's value checks run on them before the launch. A page id, length,
+  // slot or index the kernel would guard (NaN rows, a skipped token, "no
+  // token") is then an out_of_range error naming it. Costs a copy and a sync
+  // per call; CPU tensors are always checked.
+  bool check_device_values = false;
 };
 
 }  // namespace mla

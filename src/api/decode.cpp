@@ -4,6 +4,7 @@
 
 #include "api/backend.hpp"
 #include "api/decode_validate.hpp"
+#include "api/device_values.hpp"
 #include "reference/decode_ref.hpp"
 #include "reference/merge_ref.hpp"
 
@@ -34,7 +35,16 @@ Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace w
   if (args.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(args.q.device)) {
     // block_table and cache_seqlens live on the GPU: the kernel guards them
-    // (see api/decode_validate.hpp); they cannot be read here without a sync.
+    // (see api/decode_validate.hpp); only the checked mode reads them here.
+    if (ctx.check_device_values) {
+      detail::HostCopy bt, sl;
+      MLA_TRY(bt.copy(args.block_table, "block_table", ctx));
+      MLA_TRY(sl.copy(args.cache_seqlens, "cache_seqlens", ctx));
+      DecodeArgs h = args;
+      h.block_table = bt.view();
+      h.cache_seqlens = sl.view();
+      MLA_TRY(detail::validate_decode_host_values(h));
+    }
 #ifdef MLA_DECODE_CUDA_BACKEND
     return cuda::mla_decode(args, opts, ws, ctx);
 #else

@@ -7,6 +7,7 @@
 
 #include "api/attention_checks.hpp"
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "api/paged_checks.hpp"
 #include "common/checked.hpp"
 #include "common/validate.hpp"
@@ -325,7 +326,17 @@ Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
                                              {&a.index_block_table, "index_block_table"},
                                              {&a.out, "out"},
                                              {&a.lse, "lse"}}));
-  if (!detail::on_cuda(a.q.device)) MLA_TRY(check_host_lengths(a));
+  if (!detail::on_cuda(a.q.device)) {
+    MLA_TRY(check_host_lengths(a));
+  } else if (ctx.check_device_values) {  // the stages then check their own tensors
+    detail::HostCopy sl, ibt;
+    MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+    MLA_TRY(ibt.copy(a.index_block_table, "index_block_table", ctx));
+    DsaDecodeArgs h = a;
+    h.cache_seqlens = sl.view();
+    h.index_block_table = ibt.view();
+    MLA_TRY(check_host_lengths(h));
+  }
   if (path == DsaPath::dense) return mla_decode(dense_args(a), p.dense_options, ws, ctx);
   return run_sparse(a, p, ws, ctx);
 }

@@ -2,6 +2,7 @@
 #include "mla/indexer.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/indexer/indexer_cuda.hpp"
 #endif
@@ -19,6 +20,20 @@ using detail::expect_same_device;
 using detail::expect_shape;
 using detail::kAny;
 using L = IndexerCacheLayout;
+
+namespace {
+// k_start, k_end [T]: 0 <= k_start[t] <= k_end[t] <= N (host views).
+Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int64_t N) {
+  for (int64_t t = 0; t < k_start.shape[0]; ++t) {
+    const int64_t lo = reference::read_int(k_start, {t}), hi = reference::read_int(k_end, {t});
+    if (lo < 0) return error(Errc::out_of_range, "k_start[{}] = {} is negative", t, lo);
+    if (hi < lo)
+      return error(Errc::out_of_range, "k_end[{}] = {} is before k_start[{}] = {}", t, hi, t, lo);
+    if (hi > N) return error(Errc::out_of_range, "k_end[{}] = {} is past N = {} keys", t, hi, N);
+  }
+  return Status::Ok();
+}
+}  // namespace
 
 Status validate_indexer_cache(const IndexerCacheView& cache, const char* name) {
   const TensorView& d = cache.data;
@@ -47,6 +62,12 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.slots.shape[0] == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.keys.device)) {
+    if (ctx.check_device_values) {  // the kernel skips a slot outside the pool; this names it
+      detail::HostCopy sl;
+      MLA_TRY(sl.copy(a.slots, "slots", ctx));
+      MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(), L::kPageTokens,
+                                        /*allow_skip=*/true));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::append_indexer_keys(a, ctx);
 #else
@@ -127,6 +148,13 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
   if (detail::on_cuda(a.q8.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy bt, sl;
+      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+      MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+      MLA_TRY(detail::check_block_table_values(bt.view(), sl.view(), L::kPageTokens,
+                                               a.cache.num_pages(), a.logits.shape[2]));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_decode(a, ctx);
 #else
@@ -172,19 +200,19 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
   if (detail::on_cuda(a.q8.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy lo, hi;
+      MLA_TRY(lo.copy(a.k_start, "k_start", ctx));
+      MLA_TRY(hi.copy(a.k_end, "k_end", ctx));
+      MLA_TRY(check_key_ranges(lo.view(), hi.view(), N));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_prefill(a, ctx);
 #else
     return detail::no_cuda_backend("indexer_logits_prefill");
 #endif
   }
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t lo = reference::read_int(a.k_start, {t}), hi = reference::read_int(a.k_end, {t});
-    if (lo < 0) return error(Errc::out_of_range, "k_start[{}] = {} is negative", t, lo);
-    if (hi < lo)
-      return error(Errc::out_of_range, "k_end[{}] = {} is before k_start[{}] = {}", t, hi, t, lo);
-    if (hi > N) return error(Errc::out_of_range, "k_end[{}] = {} is past N = {} keys", t, hi, N);
-  }
+  MLA_TRY(check_key_ranges(a.k_start, a.k_end, N));
   return reference::indexer_logits_prefill(a);
 }
 

@@ -2,6 +2,7 @@
 #include "mla/kv_cache.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"
 #include "reference/kv_cache_ref.hpp"
@@ -71,6 +72,12 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (T == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(dev.device)) {
+    if (ctx.check_device_values) {  // names a slot outside the pool the kernel would skip
+      detail::HostCopy sl;
+      MLA_TRY(sl.copy(a.slots, "slots", ctx));
+      MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(),
+                                        a.cache.page_size(), /*allow_skip=*/true));
+    }
 #ifdef MLA_HAS_CUDA
     // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
     return cuda::append_kv(a, ctx);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "api/rope_checks.hpp"
 #include "common/checked.hpp"
 #include "common/validate.hpp"
@@ -175,7 +176,9 @@ Status check_weight(const LayerWeights& w, const LayerWeightShape& s, int i, boo
   return expect_dtype(t, n, {DType::f32, DType::f64, DType::bf16});
 }
 
-Status validate_forward(const LayerForwardArgs& a) {
+Status check_forward_values(const LayerForwardArgs& a);
+
+Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
   const LayerConfig& c = a.config;
   MLA_TRY(validate_config(c));
   const bool sparse = a.attention == LayerAttention::sparse;
@@ -238,20 +241,37 @@ Status validate_forward(const LayerForwardArgs& a) {
       {{&a.hidden, "hidden"},
        {&a.block_table, "block_table"},
        {&a.cache_seqlens, "cache_seqlens"}}));
-  if (detail::on_cuda(dev)) return Status::Ok();  // the data checks below read host memory
+  if (!detail::on_cuda(dev)) return check_forward_values(a);
+  if (!ctx.check_device_values) return Status::Ok();  // the kernels guard the device values
+  detail::HostCopy bt, sl;
+  MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+  MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+  LayerForwardArgs h = a;
+  h.block_table = bt.view();
+  h.cache_seqlens = sl.view();
+  return check_forward_values(h);
+}
 
+// cache_seqlens and block_table values (host views): each request's length
+// holds its s_q new tokens and fits its row, and every page it reads exists
+// in both caches.
+Status check_forward_values(const LayerForwardArgs& a) {
+  const int64_t B = a.hidden.shape[0], s_q = a.hidden.shape[1];
+  const bool has_index = a.index_cache.data.defined();
   const int64_t page = a.kv.page_size(), max_pages = a.block_table.shape[1];
+  int64_t capacity = 0;  // dims of two views: saturate rather than wrap
+  if (!detail::mul_ok(max_pages, page, &capacity)) capacity = INT64_MAX;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = reference::read_int(a.cache_seqlens, {b});
     if (len < s_q)
       return error(Errc::out_of_range,
                    "cache_seqlens[{}] = {} is less than s_q = {} (the new tokens are in the cache)",
                    b, len, s_q);
-    if (len > max_pages * page)
+    if (len > capacity)
       return error(Errc::out_of_range,
                    "cache_seqlens[{}] = {} is past the capacity of block_table row {}: max_pages * "
                    "page_size = {}",
-                   b, len, b, max_pages * page);
+                   b, len, b, capacity);
     for (int64_t j = 0; j < (len + page - 1) / page; ++j) {
       const int64_t p = reference::read_int(a.block_table, {b, j});
       if (p < 0 || p >= a.kv.num_pages())
@@ -319,7 +339,7 @@ Status init_layer_weights(const LayerConfig& c, uint64_t seed, const LayerWeight
 
 Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: null pointer");
-  MLA_TRY(validate_forward(a));
+  MLA_TRY(validate_forward(a, ExecContext{}));
   *bytes = 0;
   if (!detail::on_cuda(a.hidden.device)) return Status::Ok();  // the reference needs no scratch
   if (a.hidden.numel() == 0) return Status::Ok();              // an empty step runs nothing
@@ -331,7 +351,7 @@ Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
 }
 
 Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext& ctx) {
-  MLA_TRY(validate_forward(a));
+  MLA_TRY(validate_forward(a, ctx));
   if (a.hidden.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to compute
   if (detail::on_cuda(a.hidden.device)) {
 #ifdef MLA_HAS_CUDA

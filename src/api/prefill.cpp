@@ -3,6 +3,7 @@
 #include "mla/prefill.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "common/validate.hpp"
 #include "reference/mha_ref.hpp"
 #include "reference/tensor_read.hpp"
@@ -126,6 +127,13 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (T == 0) return Status::Ok();  // no query rows
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy cq, ck;
+      MLA_TRY(cq.copy(a.cu_seqlens_q, "cu_seqlens_q", ctx));
+      MLA_TRY(ck.copy(a.cu_seqlens_k, "cu_seqlens_k", ctx));
+      MLA_TRY(check_cu_seqlens(cq.view(), "cu_seqlens_q", T, "T (q's rows)"));
+      MLA_TRY(check_cu_seqlens(ck.view(), "cu_seqlens_k", Tk, "Tk (k's rows)"));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);
 #else

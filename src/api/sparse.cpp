@@ -3,6 +3,7 @@
 
 #include "api/attention_checks.hpp"
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
 #include "reference/sparse_ref.hpp"
@@ -172,6 +173,15 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {  // the kernel treats a bad index as -1; this names it
+      detail::HostCopy idx, len;
+      MLA_TRY(idx.copy(a.indices, "indices", ctx));
+      MLA_TRY(len.copy(a.topk_length, "topk_length", ctx));
+      SparseDecodeArgs h = a;
+      h.indices = idx.view();
+      h.topk_length = len.view();
+      MLA_TRY(validate_decode_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_decode(a, ws, ctx);
 #else
@@ -187,6 +197,13 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy idx;
+      MLA_TRY(idx.copy(a.indices, "indices", ctx));
+      SparsePrefillArgs h = a;
+      h.indices = idx.view();
+      MLA_TRY(validate_prefill_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_prefill(a, ws, ctx);
 #else

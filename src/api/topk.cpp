@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/dsa/topk_cuda.hpp"
 #endif
@@ -100,6 +101,15 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (R == 0) return Status::Ok();  // no rows
   if (detail::on_cuda(a.logits.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy len, bt;
+      MLA_TRY(len.copy(a.lengths, "lengths", ctx));
+      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+      TopkArgs h = a;
+      h.lengths = len.view();
+      h.block_table = bt.view();
+      MLA_TRY(check_topk_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::topk_indices(a, ctx);
 #else

@@ -453,6 +453,23 @@ TEST(BadInputs, SparseAndPrefillEmpty) {
   EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
+// ---- the checked mode ------------------------------------------------------------------------
+
+TEST(BadInputs, CheckedModeKeepsTheCpuPath) {
+  // CPU tensors are always checked; the flag changes nothing there, and the C
+  // ABI's per-thread switch reads back.
+  Decode d;
+  DecodeArgs a = d.args();
+  const_cast<int32_t*>(a.block_table.ptr<int32_t>())[0] = 1000;
+  ExecContext ctx;
+  ctx.check_device_values = true;
+  expect_error(mla_decode(a, {}, {}, ctx), Errc::out_of_range, {"block_table[0][0] = 1000"});
+  EXPECT_EQ(mla_check_device_values(), 0);
+  mla_set_check_device_values(1);
+  EXPECT_EQ(mla_check_device_values(), 1);
+  mla_set_check_device_values(0);
+}
+
 // ---- names ----------------------------------------------------------------------------------
 
 TEST(BadInputs, DsaNamesIndexBlockTable) {
