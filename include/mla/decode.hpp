@@ -66,6 +66,8 @@ Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts = {}, Worksp
 
 // Attention of every query over keys [kv_begin[b], kv_end[b]) only (the causal
 // limit still applies on top). out must be f32. Empty range: out 0, lse -inf.
+// No CUDA backend in any build (CPU tensors only: Errc::unsupported on CUDA);
+// the CUDA decode splits its keys internally (DecodeOptions, the workspace).
 struct DecodePartialArgs {
   DecodeArgs base;
   TensorView kv_begin;  // [B] i32
