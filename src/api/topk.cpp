@@ -8,6 +8,7 @@
 #ifdef MLA_HAS_CUDA
 #include "cuda/dsa/topk_cuda.hpp"
 #endif
+#include "common/checked.hpp"
 #include "common/validate.hpp"
 #include "reference/tensor_read.hpp"
 #include "reference/topk_ref.hpp"
@@ -88,12 +89,12 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
     MLA_TRY(detail::expect_dtype(a.block_table, "block_table", {DType::i32}));
     MLA_TRY(detail::expect_inner_contiguous(a.block_table, "block_table", 1));
     MLA_TRY(detail::expect_same_device(a.logits, "logits", a.block_table, "block_table"));
-    if (a.block_table.shape[0] * a.rows_per_request != R)
-      return error(
-          Errc::invalid_shape,
-          "block_table: {} requests * rows_per_request {} = {} rows, but logits has R = {}",
-          a.block_table.shape[0], a.rows_per_request, a.block_table.shape[0] * a.rows_per_request,
-          R);
+    // An empty block_table may have any first dim: the product is checked.
+    int64_t rows = 0;
+    if (!detail::mul_ok(a.block_table.shape[0], a.rows_per_request, &rows) || rows != R)
+      return error(Errc::invalid_shape,
+                   "block_table: {} requests * rows_per_request {} rows, but logits has R = {}",
+                   a.block_table.shape[0], a.rows_per_request, R);
   }
   MLA_TRY(detail::expect_disjoint(
       {{&a.indices, "indices"}},
