@@ -244,6 +244,20 @@ TEST(BadInputs, TopkKIsCheckedBeforeAnything) {
   expect_error(topk_indices(a), Errc::invalid_value, {"k = 2147483647"});
 }
 
+TEST(BadInputs, EmptyViewWithAHugeDimInAProduct) {
+  // Fuzz finding: an empty block table [INT64_MAX, 0] times rows_per_request
+  // overflowed in the row-count check (an empty view bounds none of its dims).
+  HostTensor logits(DType::f32, {2, 64}), idx(DType::i32, {2, 64});
+  TopkArgs a;
+  a.logits = logits.view();
+  a.indices = idx.view();
+  a.k = 64;
+  a.block_table = TensorView::make(nullptr, DType::i32, {INT64_MAX, 0});
+  a.rows_per_request = 576;
+  expect_error(topk_indices(a), Errc::invalid_shape,
+               {"block_table", "9223372036854775807 requests * rows_per_request 576"});
+}
+
 // ---- outputs that overlap --------------------------------------------------------------
 
 TEST(BadInputs, DecodeStrideZeroOutIsRejected) {
