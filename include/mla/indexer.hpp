@@ -80,6 +80,11 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& args, const ExecCo
 //   logits        out [B, s_q, max_len] f32
 // New token i of request b sees positions [0, len - (s_q - 1 - i)); every other
 // position up to max_len gets -inf. Dots are exact (fp64 over e4m3 values).
+// CPU tensors: page ids and lengths are checked (out_of_range). CUDA tensors
+// (the host cannot read them; ExecContext::check_device_values checks them):
+// a page id outside the cache scores 0 for each key it would hold, and a
+// length past max_pages * 64 has no keys past the block table's row (-inf;
+// the row is never read past its end).
 struct IndexerLogitsDecodeArgs {
   TensorView q8;
   TensorView w_folded;
