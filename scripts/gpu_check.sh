@@ -24,15 +24,15 @@ FAMILIES="decode sparse indexer topk prefill layer"
 
 # Test filters. Both the suite names of the family folders and the older DsaGpu.* names match,
 # so a renamed test is still selected; a filter that selects nothing fails the step.
-filter_decode='DecodeGpu.*:Decode*Gpu.*:WgmmaGpu.*:AppendGpu.*:KvCache*Gpu.*'
-filter_sparse='Sparse*Gpu.*:DsaGpu.Sparse*'
+filter_decode='*DecodeGpu*.*:Decode*Gpu.*:WgmmaGpu.*:AppendGpu.*:KvCache*Gpu.*'
+filter_sparse='*SparseGpu*.*:Sparse*Gpu.*:DsaGpu.Sparse*'
 filter_indexer='Indexer*Gpu.*:DsaGpu.Indexer*:DsaGpu.Fp8Indexer*'
 filter_topk='Topk*Gpu.*:DsaGpu.Topk*'
 filter_prefill='Prefill*Gpu.*'
 filter_layer='Layer*Gpu.*:DsaStep*Gpu.*'
 # Sanitizer filters: small cases of each family (a sanitizer run is 10-100x slower).
-small_decode='DecodeGpu.SanitizerSmall*:AppendGpu.BytesIdentical*'
-small_sparse='*SparseWithAllKeysEqualsDenseDecode*:*SparseDecodeApiMatchesReference*'
+small_decode='*DecodeGpu.SanitizerSmall*:AppendGpu.BytesIdentical*'
+small_sparse='*SparseGpu.AllKeysEqualsDenseDecode/*'
 small_indexer='IndexerGpu.AppendMatchesReferenceBytes:IndexerGpu.QueryQuantisation*:IndexerGpu.LogitsDecodeSmall:IndexerGpu.LogitsDecodeSkipsInvalidPages:IndexerGpu.LogitsDecodeEmptyCache:IndexerGpu.LogitsPrefill*'
 small_topk='*TopkMatchesReferenceExactly*:*TopkCandidateOverflow*'
 small_prefill='PrefillGpu.AttentionRaggedBatchWithPrefixes:PrefillGpu.QueriesThatSeeNoKey*:PrefillGpu.ChunkedEqualsAllAtOnceFp8Cache'

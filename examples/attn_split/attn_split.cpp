@@ -1,5 +1,5 @@
 // Decode attention over several GPUs, one process each, the two splits side
-// by side (docs/multi-gpu.md section 4; host arithmetic in src/parallel/):
+// by side (docs/multi-gpu.md section 4; host arithmetic in mla/attn_split.hpp):
 //   heads: rank r holds the latent cache of all B requests (MLA has one KV
 //     head, so it cannot be split by head) and runs mla::mla_decode with
 //     h_q = H / world on its heads; then the per-head W_UV + o_proj partial
@@ -18,7 +18,7 @@
 // Check: both splits compute requests of the rank's batch slice x heads of
 // its head slice from the same data; they must agree to --tol.
 //   torchrun --standalone --nproc-per-node 2 --no-python build/mla_attn_split --batch 64
-#include "parallel/attn_split.hpp"
+#include "mla/attn_split.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -32,17 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_check.hpp"
-#include "cuda/common/random_fill.hpp"
+#include "examples/common/check.hpp"
 #include "examples/common/launch_flags.hpp"
+#include "examples/common/random_fill.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/numeric.hpp"
 #include "mla/transfer.hpp"
-#include "transfer/nccl/nccl_status.hpp"
-
-#define NCCL_OK(x) BENCH_OK(::mla::transfer::nccl_status((x), #x))
 
 namespace {
 
@@ -96,7 +93,7 @@ class AttnSplitBench {
   template <class T>
   T* alloc(int64_t count) {
     void* p = nullptr;
-    BENCH_CUDA(cudaMalloc(&p, std::max<int64_t>(count, 1) * sizeof(T)));
+    EXAMPLE_CHECK(cudaMalloc(&p, std::max<int64_t>(count, 1) * sizeof(T)));
     return static_cast<T*>(p);
   }
   void reduce(double* v, int n, ncclRedOp_t op);  // in place, across ranks
@@ -110,10 +107,10 @@ class AttnSplitBench {
 };
 
 void AttnSplitBench::reduce(double* v, int n, ncclRedOp_t op) {
-  BENCH_CUDA(cudaMemcpyAsync(scratch_, v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
-  NCCL_OK(ncclAllReduce(scratch_, scratch_, n, ncclDouble, op, comm_, stream_));
-  BENCH_CUDA(cudaMemcpyAsync(v, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  BENCH_CUDA(cudaStreamSynchronize(stream_));
+  EXAMPLE_CHECK(cudaMemcpyAsync(scratch_, v, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+  EXAMPLE_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclDouble, op, comm_, stream_));
+  EXAMPLE_CHECK(cudaMemcpyAsync(v, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  EXAMPLE_CHECK(cudaStreamSynchronize(stream_));
 }
 
 // The cache: pages_per_request_ contiguous pages per request, filled from a
@@ -131,7 +128,7 @@ void AttnSplitBench::setup() {
   reduce(&fits, 1, ncclMin);
   if (!full_cache_) (void)cudaGetLastError();  // the failed allocation's error, consumed
   if (full_cache_ && fits == 0) {
-    BENCH_CUDA(cudaFree(p));
+    EXAMPLE_CHECK(cudaFree(p));
     full_cache_ = false;
   }
   cache_pages_ = (full_cache_ ? B : n) * pages_per_request_;
@@ -145,9 +142,9 @@ void AttnSplitBench::setup() {
     const int64_t tokens = pages_per_request_ * o_.page;
     const uint64_t seed = 1000 + uint64_t(first + i);
     if (format_ == KvFormat::bf16)
-      BENCH_CUDA(mla::cuda::fill_uniform_bf16(region, tokens * kDqk, -1.f, 1.f, seed, stream_));
+      EXAMPLE_CHECK(examples::fill_uniform_bf16(region, tokens * kDqk, -1.f, 1.f, seed));
     else
-      BENCH_CUDA(mla::cuda::fill_fp8_ds_mla(region, tokens, entry, seed, stream_));
+      EXAMPLE_CHECK(examples::fill_fp8_ds_mla(region, tokens, entry, seed));
   }
   // Block tables: row i lists the pages of the i-th request this split runs.
   auto table = [&](int64_t first_request, int64_t rows) {
@@ -157,37 +154,37 @@ void AttnSplitBench::setup() {
         t[i * pages_per_request_ + j] =
             int32_t((first_request + i - first) * pages_per_request_ + j);
     int32_t* d = alloc<int32_t>(t.size());
-    BENCH_CUDA(cudaMemcpy(d, t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+    EXAMPLE_CHECK(cudaMemcpy(d, t.data(), t.size() * 4, cudaMemcpyHostToDevice));
     return d;
   };
   if (full_cache_) bt_heads_ = table(0, B);
   bt_batch_ = table(rs_.begin, n);
   const std::vector<int32_t> lens(B, int32_t(o_.context));
   seqlens_ = alloc<int32_t>(B);
-  BENCH_CUDA(cudaMemcpy(seqlens_, lens.data(), B * 4, cudaMemcpyHostToDevice));
+  EXAMPLE_CHECK(cudaMemcpy(seqlens_, lens.data(), B * 4, cudaMemcpyHostToDevice));
   // Queries: [B, 1, H, 576], the same on every rank; head split takes its heads.
   q_full_ = alloc<uint16_t>(B * H * kDqk);
-  BENCH_CUDA(mla::cuda::fill_uniform_bf16(q_full_, B * H * kDqk, -1.f, 1.f, 7, stream_));
+  EXAMPLE_CHECK(examples::fill_uniform_bf16(q_full_, B * H * kDqk, -1.f, 1.f, 7));
   q_heads_ = alloc<uint16_t>(B * h * kDqk);
-  BENCH_CUDA(cudaMemcpy2DAsync(q_heads_, h * kDqk * 2, q_full_ + hs_.begin * kDqk, H * kDqk * 2,
-                               h * kDqk * 2, B, cudaMemcpyDeviceToDevice, stream_));
+  EXAMPLE_CHECK(cudaMemcpy2DAsync(q_heads_, h * kDqk * 2, q_full_ + hs_.begin * kDqk, H * kDqk * 2,
+                                  h * kDqk * 2, B, cudaMemcpyDeviceToDevice, stream_));
   out_heads_ = alloc<uint16_t>(B * h * kDv);
   lse_heads_ = alloc<float>(B * h);
   out_batch_ = alloc<uint16_t>(n * H * kDv);
   lse_batch_ = alloc<float>(n * H);
-  BENCH_CUDA(cudaMemsetAsync(out_heads_, 0xff, B * h * kDv * 2, stream_));  // NaN poison
-  BENCH_CUDA(cudaMemsetAsync(out_batch_, 0xff, n * H * kDv * 2, stream_));
+  EXAMPLE_CHECK(cudaMemsetAsync(out_heads_, 0xff, B * h * kDv * 2, stream_));  // NaN poison
+  EXAMPLE_CHECK(cudaMemsetAsync(out_batch_, 0xff, n * H * kDv * 2, stream_));
   ar_send_ = alloc<uint16_t>(B * o_.hidden);
   ar_recv_ = alloc<uint16_t>(B * o_.hidden);
-  BENCH_CUDA(mla::cuda::fill_uniform_bf16(ar_send_, B * o_.hidden, -1.f, 1.f, 8, stream_));
+  EXAMPLE_CHECK(examples::fill_uniform_bf16(ar_send_, B * o_.hidden, -1.f, 1.f, 8));
   for (AttnSplit s : {AttnSplit::heads, AttnSplit::batch}) {
     if (s == AttnSplit::heads ? !full_cache_ : n == 0) continue;
     size_t need = 0;
-    BENCH_OK(decode_workspace_size(args(s), {}, &need));
+    EXAMPLE_CHECK(decode_workspace_size(args(s), {}, &need));
     ws_bytes_ = std::max(ws_bytes_, need);
   }
   ws_ = alloc<char>(ws_bytes_);
-  BENCH_CUDA(cudaStreamSynchronize(stream_));
+  EXAMPLE_CHECK(cudaStreamSynchronize(stream_));
 }
 
 DecodeArgs AttnSplitBench::args(AttnSplit s) const {
@@ -220,27 +217,27 @@ Timing AttnSplitBench::time(AttnSplit s) {
   const DecodeArgs d = args(s);
   const int total = o_.warmup + o_.steps;
   std::vector<cudaEvent_t> ev(3 * total);
-  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  for (auto& e : ev) EXAMPLE_CHECK(cudaEventCreate(&e));
   barrier();
   for (int i = 0; i < total; ++i) {
-    BENCH_CUDA(cudaEventRecord(ev[3 * i], stream_));
-    if (attend) BENCH_OK(mla_decode(d, {}, {ws_, ws_bytes_}, {stream_}));
-    BENCH_CUDA(cudaEventRecord(ev[3 * i + 1], stream_));
+    EXAMPLE_CHECK(cudaEventRecord(ev[3 * i], stream_));
+    if (attend) EXAMPLE_CHECK(mla_decode(d, {}, {ws_, ws_bytes_}, {stream_}));
+    EXAMPLE_CHECK(cudaEventRecord(ev[3 * i + 1], stream_));
     if (reduce_out)
-      NCCL_OK(ncclAllReduce(ar_send_, ar_recv_, o_.batch * o_.hidden, ncclBfloat16, ncclSum, comm_,
-                            stream_));
-    BENCH_CUDA(cudaEventRecord(ev[3 * i + 2], stream_));
+      EXAMPLE_CHECK(ncclAllReduce(ar_send_, ar_recv_, o_.batch * o_.hidden, ncclBfloat16, ncclSum,
+                                  comm_, stream_));
+    EXAMPLE_CHECK(cudaEventRecord(ev[3 * i + 2], stream_));
   }
-  BENCH_CUDA(cudaStreamSynchronize(stream_));
+  EXAMPLE_CHECK(cudaStreamSynchronize(stream_));
   std::vector<double> attn, comm, step;
   for (int i = o_.warmup; i < total; ++i) {
     float a = 0, c = 0, t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&a, ev[3 * i], ev[3 * i + 1]));
-    BENCH_CUDA(cudaEventElapsedTime(&c, ev[3 * i + 1], ev[3 * i + 2]));
-    BENCH_CUDA(cudaEventElapsedTime(&t, ev[3 * i], ev[3 * i + 2]));
+    EXAMPLE_CHECK(cudaEventElapsedTime(&a, ev[3 * i], ev[3 * i + 1]));
+    EXAMPLE_CHECK(cudaEventElapsedTime(&c, ev[3 * i + 1], ev[3 * i + 2]));
+    EXAMPLE_CHECK(cudaEventElapsedTime(&t, ev[3 * i], ev[3 * i + 2]));
     attn.push_back(a), comm.push_back(c), step.push_back(t);
   }
-  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
+  for (auto& e : ev) EXAMPLE_CHECK(cudaEventDestroy(e));
   double m[3] = {median(attn), median(comm), median(step)};
   reduce(m, 3, ncclMax);  // the slowest rank sets the step
   return {m[0], m[1], m[2]};
@@ -249,8 +246,8 @@ Timing AttnSplitBench::time(AttnSplit s) {
 int AttnSplitBench::run() {
   const int world = o_.who.world_size, rank = o_.who.rank;
   format_ = o_.format == "fp8" ? KvFormat::fp8_ds_mla : KvFormat::bf16;
-  BENCH_OK(parallel::split_heads(o_.heads, world, rank, &hs_));
-  BENCH_OK(parallel::split_requests(o_.batch, world, rank, &rs_));
+  EXAMPLE_CHECK(parallel::split_heads(o_.heads, world, rank, &hs_));
+  EXAMPLE_CHECK(parallel::split_requests(o_.batch, world, rank, &rs_));
   parallel::AttnSplitShape shape;
   shape.world_size = world;
   shape.num_heads = o_.heads;
@@ -261,22 +258,22 @@ int AttnSplitBench::run() {
   shape.layers = o_.layers;
   shape.hidden = o_.hidden;
   parallel::AttnSplitCost cost[2];
-  BENCH_OK(parallel::attn_split_cost(shape, AttnSplit::heads, &cost[0]));
-  BENCH_OK(parallel::attn_split_cost(shape, AttnSplit::batch, &cost[1]));
+  EXAMPLE_CHECK(parallel::attn_split_cost(shape, AttnSplit::heads, &cost[0]));
+  EXAMPLE_CHECK(parallel::attn_split_cost(shape, AttnSplit::batch, &cost[1]));
 
   void* comm = nullptr;
-  BENCH_OK(nccl_comm_init(o_.who, o_.id_file, &comm));  // selects GPU LOCAL_RANK
+  EXAMPLE_CHECK(nccl_comm_init(o_.who, o_.id_file, &comm));  // selects GPU LOCAL_RANK
   comm_ = static_cast<ncclComm_t>(comm);
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  EXAMPLE_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   scratch_ = alloc<double>(4);
   // The cache budget per GPU (weights are not counted: an engine subtracts them).
   size_t free_b = 0, total_b = 0;
-  BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  EXAMPLE_CHECK(cudaMemGetInfo(&free_b, &total_b));
   double budget = o_.kv_budget_gib > 0 ? o_.kv_budget_gib * double(1 << 30) : 0.9 * total_b;
   reduce(&budget, 1, ncclMin);
   parallel::AttnSplitCapacity cap[2];
-  BENCH_OK(parallel::attn_split_capacity(shape, AttnSplit::heads, int64_t(budget), &cap[0]));
-  BENCH_OK(parallel::attn_split_capacity(shape, AttnSplit::batch, int64_t(budget), &cap[1]));
+  EXAMPLE_CHECK(parallel::attn_split_capacity(shape, AttnSplit::heads, int64_t(budget), &cap[0]));
+  EXAMPLE_CHECK(parallel::attn_split_capacity(shape, AttnSplit::batch, int64_t(budget), &cap[1]));
 
   setup();
   Timing t[2];
@@ -288,10 +285,10 @@ int AttnSplitBench::run() {
   if (full_cache_ && rs_.count > 0) {
     const int64_t n = rs_.count, h = hs_.count, row = h * kDv;
     std::vector<uint16_t> a(n * row), b(n * row);
-    BENCH_CUDA(
+    EXAMPLE_CHECK(
         cudaMemcpy(a.data(), out_heads_ + rs_.begin * row, n * row * 2, cudaMemcpyDeviceToHost));
-    BENCH_CUDA(cudaMemcpy2D(b.data(), row * 2, out_batch_ + hs_.begin * kDv, o_.heads * kDv * 2,
-                            row * 2, n, cudaMemcpyDeviceToHost));
+    EXAMPLE_CHECK(cudaMemcpy2D(b.data(), row * 2, out_batch_ + hs_.begin * kDv, o_.heads * kDv * 2,
+                               row * 2, n, cudaMemcpyDeviceToHost));
     double diff = 0, big = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       const double x = bf16_to_float(bf16{a[i]}), y = bf16_to_float(bf16{b[i]});
@@ -380,7 +377,7 @@ int AttnSplitBench::run() {
     }
     if (!o_.json.empty()) std::ofstream(o_.json) << j.dump(2) << "\n";
   }
-  BENCH_OK(nccl_comm_destroy(comm_));
+  EXAMPLE_CHECK(nccl_comm_destroy(comm_));
   return agree ? 0 : 2;
 }
 
@@ -411,7 +408,7 @@ int main(int argc, char** argv) {
   examples::LaunchFlags launch;
   examples::add_launch_flags(app, launch);
   CLI11_PARSE(app, argc, argv);
-  BENCH_OK(examples::resolve_launch(launch, 29512, &o.who));
+  EXAMPLE_CHECK(examples::resolve_launch(launch, 29512, &o.who));
   AttnSplitBench b(o);
   return b.run();
 }

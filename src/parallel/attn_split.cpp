@@ -1,5 +1,5 @@
 // Head split vs batch split of decode attention: partitions and byte counts.
-#include "parallel/attn_split.hpp"
+#include "mla/attn_split.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-// Head split vs batch split of decode attention (src/parallel/attn_split.hpp):
+// Head split vs batch split of decode attention (include/mla/attn_split.hpp):
 // the partitions cover every head and request exactly once, the byte counts
 // match an independent count of pages, the capacity is the largest batch whose
 // cache fits, and every bad argument gets an error naming it.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/expect_status.hpp"
-#include "parallel/attn_split.hpp"
+#include "mla/attn_split.hpp"
 
 namespace mla::parallel {
 namespace {

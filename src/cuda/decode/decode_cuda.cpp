@@ -208,23 +208,25 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   p.batch_invariant = opts.batch_invariant;
   split::bind_workspace(&p, g.layout, ws.data);
 
-  // The choice needs the pointers (the TMA map), so it is made here, once.
-  CUtensorMap kv_map{};
-  const Problem problem{.fp8 = fp8,
-                        .page_size = p.page_size,
-                        .tma_map = !fp8 && p.page_size % kTileKeys == 0 &&
-                                   encode_kv_bf16_map(&kv_map, p.kv, p.num_pages, p.page_size,
-                                                      p.token_stride_bytes, p.page_stride_bytes)};
-  if (kernel == Kernel::automatic) kernel = choose_kernel(problem);
-  if (!kernel_takes(kernel, problem))
+  // The choice depends on the TMA map, which needs the pointers. A forced
+  // kernel that cannot run this cache format and page size is refused before
+  // any launch; the map is encoded (host work) while the schedule kernel runs.
+  const bool tma_shape = !fp8 && p.page_size % kTileKeys == 0;
+  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape};
+  auto refuse = [&](const char* why) {
     return error(Errc::unsupported, "kernel: {} cannot run a {} cache of page_size {}{}",
-                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size,
-                 kernel == Kernel::wgmma_tma && !fp8 && p.page_size % kTileKeys == 0
-                     ? " (the driver rejects its layout as a TMA map)"
-                     : "");
+                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size, why);
+  };
+  if (!kernel_takes(kernel, problem)) return refuse("");
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
+  CUtensorMap kv_map{};
+  problem.tma_map = tma_shape && encode_kv_bf16_map(&kv_map, p.kv, p.num_pages, p.page_size,
+                                                    p.token_stride_bytes, p.page_stride_bytes);
+  if (kernel == Kernel::automatic) kernel = choose_kernel(problem);
+  if (!kernel_takes(kernel, problem))
+    return refuse(" (the driver rejects its layout as a TMA map)");
   cudaError_t launched = cudaErrorInvalidValue;
   switch (kernel) {
     case Kernel::wgmma_tma:

@@ -8,9 +8,6 @@
 
 namespace mla::cuda::prefill {
 
-using ptx::ldmatrix_x4;
-using ptx::ldmatrix_x4_trans;
-using ptx::mma_bf16_16816;
 using ptx::pack_bf16x2;
 using ptx::smem_addr;
 

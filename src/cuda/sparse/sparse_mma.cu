@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
-#include <string>
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/ptx.cuh"
@@ -15,15 +14,6 @@ namespace mla::cuda::sparse {
 namespace {
 
 using ptx::pack_bf16x2;
-
-// Only grid sizing depends on it: an H100/H200's 132 is a safe answer when the
-// query fails (the launch itself then reports the real error).
-int num_sms() {
-  int dev = 0;
-  DeviceFacts f;
-  if (cudaGetDevice(&dev) != cudaSuccess || !device_facts(dev, &f).ok()) return 132;
-  return f.sm_count;
-}
 
 __global__ void sparse_mma_combine_kernel(SparseAttnParams p, int splits, int rows,
                                           const float* part_o, const float* part_lse) {
@@ -75,7 +65,7 @@ int choose_splits(const SparseAttnParams& p) {
   const int64_t ctas = int64_t(p.batch) * p.s_q * (p.h_q / hb);
   const int tiles = (p.topk + mma::tile_keys(hb) - 1) / mma::tile_keys(hb);
   int splits = 1;
-  while (ctas * splits < num_sms() && tiles / (splits * 2) >= 4) splits *= 2;
+  while (ctas * splits < current_sm_count() && tiles / (splits * 2) >= 4) splits *= 2;
   return splits;
 }
 
@@ -91,13 +81,12 @@ Status launch_sparse_mma(const SparseAttnParams& p, void* workspace, size_t work
                          cudaStream_t stream) {
   const int hb = mma::head_block(p.h_q);
   if (hb == 0)
-    return Status(Errc::invalid_value,
-                  "sparse attention: h_q = " + std::to_string(p.h_q) + " is not a multiple of 16");
+    return value_error(Errc::invalid_value, "sparse attention: h_q", p.h_q,
+                       "is not a multiple of 16");
   if (int64_t(p.batch) * p.s_q == 0 || p.h_q == 0) return Status::Ok();
   if (int64_t(p.batch) * p.s_q > 65535)
-    return Status(Errc::invalid_value,
-                  "sparse attention: B * s_q = " + std::to_string(int64_t(p.batch) * p.s_q) +
-                      " exceeds 65535");
+    return value_error(Errc::invalid_value, "sparse attention: B * s_q", int64_t(p.batch) * p.s_q,
+                       "exceeds 65535");
   int splits = choose_splits(p);
   if (splits > 1 && (workspace == nullptr || workspace_bytes < sparse_mma_workspace_size(p)))
     splits = 1;
