@@ -3,7 +3,8 @@
 // warm-up, median of repeats, L2 flushed before every timed run, random data
 // (never zeros). Prints time, TFLOP/s (FlashMLA's 2*h_q*topk*(576+512) per
 // query for sparse attention), GB/s, and the fraction of the measured H200
-// ceilings (docs/benchmarks.md: 4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8); JSON to argv[1].
+// ceilings (4391 GB/s read, 792 TFLOP/s bf16, 1447 fp8 unless --peak-* are given:
+// `mla bench sparse|indexer|topk` measures them first). Options: --help.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,21 +16,23 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_suites.hpp"
 #include "bench_timing.hpp"
-#include "cuda/dsa/topk_launch.hpp"
 #include "cuda/indexer/indexer_params.hpp"
 #include "cuda/sparse/sparse_cuda.hpp"
+#include "cuda/topk/topk_kernel.cuh"  // topk-probe: the kernel with a clock probe
+#include "cuda/topk/topk_params.hpp"
 #include "mla/decode.hpp"
 #include "mla/dsa.hpp"
 #include "mla/indexer.hpp"
 #include "mla/sparse.hpp"
 
-namespace dsa = mla::cuda::dsa;
 namespace idx = mla::cuda::indexer;
 
 namespace {
 
-constexpr double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
+// Set from --peak-gbps / --peak-tflops / --peak-fp8-tflops when given.
+double kReadGBs = 4391, kBf16TF = 792, kFp8TF = 1447;
 constexpr int kIdxPageKeys = mla::IndexerCacheLayout::kPageTokens;  // 64
 constexpr int kIdxPageBytes = mla::IndexerCacheLayout::kPageBytes;  // 8448
 
@@ -132,6 +135,36 @@ void warm_gpu(int ms) {
   static float* sink = static_cast<float*>(dalloc(4));
   busy_kernel<<<132 * 8, 256>>>(sink, uint64_t(ms) * 1000000);
   BENCH_CUDA(cudaDeviceSynchronize());
+}
+
+// The top-k kernel's read pattern alone: CTA b reads row b / split's segment
+// b % split, each thread Vecs float4 per chunk, Depth chunks in flight (the
+// loop shape of src/cuda/topk/topk_kernel.cuh, without the selection): the
+// read ceiling a one-read select with that shape can reach.
+template <int Threads, int Vecs, int Depth>
+__global__ void __launch_bounds__(Threads)
+    read_rows_kernel(const float* logits, int64_t n, int split, float* sink) {
+  const int64_t row = blockIdx.x / split, seg = blockIdx.x % split;
+  const int64_t nvec = n / 4, per = (nvec + split - 1) / split;
+  const float4* v = reinterpret_cast<const float4*>(logits + row * n);
+  const int64_t v0 = seg * per, v1 = std::min(nvec, v0 + per);
+  float acc = 0.f;
+  for (int64_t c = v0 + int64_t(threadIdx.x) * Vecs; c < v1; c += int64_t(Threads) * Vecs * Depth) {
+    float4 x[Depth][Vecs];
+#pragma unroll
+    for (int d = 0; d < Depth; ++d)
+#pragma unroll
+      for (int j = 0; j < Vecs; ++j) {
+        const int64_t i = c + int64_t(d) * Threads * Vecs + j;
+        x[d][j] = i < v1 ? v[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+    for (int d = 0; d < Depth; ++d)
+#pragma unroll
+      for (int j = 0; j < Vecs; ++j)
+        acc = fmaxf(acc, x[d][j].x + x[d][j].y + x[d][j].z + x[d][j].w);
+  }
+  if (acc == 1.2345f) *sink = acc;
 }
 
 // Median of `reps` calls in microseconds, L2 flushed before each (bench_timing.hpp).
@@ -246,44 +279,115 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
       cudaFree(logits);
 }
 
-// algo: TopkParams::algo (0: its default; 1 three-pass, 2 two-pass streaming,
-// 3 sampled single pass, 4 = 3 with per-warp pool slices). variant: TopkParams::timing_variant
-// (stages).
-double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true, int variant = 0,
-                  int algo = 0) {
+// Top-k of R rows of N uniform fp32 logits (floor: the logits read once). plan:
+// a given kernel and cluster size, or (null) the one topk::choose picks.
+double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
+                  const mla::cuda::topk::TopkPlan* plan = nullptr, bool best_first = true) {
+  namespace tk = mla::cuda::topk;
   auto* logits = static_cast<float*>(dalloc(R * N * 4));
   fill(logits, R * N, kF32, 8);
   auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
-  dsa::TopkParams p;
+  tk::TopkParams p;
   p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
-  p.out_stride = k;
-  p.timing_variant = variant;
-  if (algo) p.algo = algo;
-  const double us = tm.time([&] { BENCH_OK(dsa::launch_topk(p, nullptr)); });
-  const char* stage = algo == 1   ? (variant == 1   ? " pass1 only"
-                                     : variant == 2 ? " pass1 no-conflict"
-                                     : variant == 3 ? " pass1+2 only"
-                                                    : "")
-                      : algo >= 3 ? (variant == 1   ? " sample+pass only"
-                                     : variant == 3 ? " to leader pool (no select/sort)"
-                                     : variant == 8 ? " shared-memory sort of the pool"
-                                     : variant == 9 ? " leader always rank 0"
-                                                    : "")
-                                  : (variant == 1   ? " pass1 only"
-                                     : variant == 3 ? " to end of pass2 (no sort)"
-                                     : variant == 4 ? " pass2 forward order"
-                                     : variant == 5 ? " L2 hints"
-                                     : variant == 6 ? " pass1 copies only"
-                                     : variant == 7 ? " to digit exchange"
-                                     : variant == 8 ? " shared-memory sort of the pool"
-                                                    : "");
+  p.out_stride = k, p.best_first = best_first;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
+  const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
+  const double us = tm.time(run);
   if (print)
-    report(std::string(variant ? "topk-stage" : "topk") +
-               (algo ? "-v" + std::to_string(algo) : std::string()),
-           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + stage,
+    report("topk",
+           std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
+               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
+               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
+}
+
+// The read alone in the top-k kernel's loop shape (read_rows_kernel), rows split over `split`
+// CTAs: the ceiling of a one-read select with that shape.
+template <int Threads, int Vecs, int Depth>
+void bench_topk_read(Timer& tm, int64_t R, int64_t N, int split) {
+  auto* logits = static_cast<float*>(dalloc(R * N * 4));
+  fill(logits, R * N, kF32, 8);
+  static float* sink = static_cast<float*>(dalloc(4));
+  const auto run = [&] {
+    read_rows_kernel<Threads, Vecs, Depth>
+        <<<unsigned(R * split), Threads>>>(logits, N, split, sink);
+  };
+  const double us = tm.time(run);
+  report("topk-read",
+         std::to_string(R) + " x " + std::to_string(N / 1024) + "K " + std::to_string(Threads) +
+             "thr v" + std::to_string(Vecs) + " d" + std::to_string(Depth) + " split" +
+             std::to_string(split),
+         us, 0, double(R) * N * 4, false, 0);
+  cudaFree(logits);
+}
+
+// Where a top-k CTA's time goes (the kernel's Probe hook): clock64 stamps of
+// thread 0 of every CTA, averaged over the CTAs of one launch after an L2 flush.
+struct TopkClockProbe {
+  long long* out;  // 8 per CTA (topk_kernel.cuh's NoProbe says which)
+  __device__ void mark(int i) const {
+    if (threadIdx.x == 0) out[blockIdx.x * 8 + i] = clock64();
+  }
+  __device__ long long now() const { return clock64(); }
+  __device__ void add(int i, long long v) const {
+    if (threadIdx.x == 0) out[blockIdx.x * 8 + i] += v;
+  }
+};
+
+template <mla::cuda::topk::Kernel K>
+void bench_topk_probe(int64_t R, int64_t N, int cs, bool best_first = true, int k = 2048) {
+  namespace tk = mla::cuda::topk;
+  using T = typename tk::TileOf<K>::type;
+  const auto kern = tk::topk_kernel<T, TopkClockProbe>;
+  const int smem = int(sizeof(tk::Smem<T>));
+  BENCH_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto* logits = static_cast<float*>(dalloc(R * N * 4));
+  fill(logits, R * N, kF32, 8);
+  auto* out = static_cast<int32_t*>(dalloc(R * k * 4));
+  const int64_t grid = R * cs;
+  auto* buf = static_cast<long long*>(dalloc(grid * 8 * sizeof(long long)));
+  tk::TopkParams p;
+  p.logits = logits, p.logits_stride = N, p.num_rows = R, p.width = N, p.k = k, p.out = out,
+  p.out_stride = k, p.best_first = best_first;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid), 1u, 1u);
+  cfg.blockDim = dim3(unsigned(T::kThreads), 1u, 1u);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute la[1];
+  la[0].id = cudaLaunchAttributeClusterDimension;
+  la[0].val.clusterDim.x = unsigned(cs), la[0].val.clusterDim.y = 1, la[0].val.clusterDim.z = 1;
+  cfg.attrs = la, cfg.numAttrs = 1;
+  size_t flush_bytes = 0;
+  void* flush = bench_flush_buffer(&flush_bytes);
+  for (int it = 0; it < 4; ++it) {
+    BENCH_CUDA(cudaMemset(buf, 0, grid * 8 * sizeof(long long)));
+    BENCH_CUDA(cudaMemset(flush, it, flush_bytes));
+    BENCH_CUDA(cudaLaunchKernelEx(&cfg, kern, p, TopkClockProbe{buf}));
+    BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  std::vector<long long> h(grid * 8);
+  BENCH_CUDA(cudaMemcpy(h.data(), buf, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  double sum[8] = {0};
+  for (int64_t b = 0; b < grid; ++b) {
+    const long long* m = &h[b * 8];
+    sum[0] += m[1] - m[0], sum[1] += m[2] - m[1], sum[2] += m[3] - m[2], sum[3] += m[4] - m[3];
+    sum[4] += m[4] - m[0], sum[5] += m[5], sum[6] += m[6], sum[7] += m[7];
+  }
+  const double mhz = sm_clock_mhz(), us = 1.0 / (mhz * grid);
+  std::printf(
+      "topk-probe      %lld x %lldK k%d %s c%d%s: per CTA stream %.1f us (%.1f compactions, %.1f "
+      "us), "
+      "own select %.1f us, merge %.1f us, output %.1f us, total %.1f us; %.0f entries after the "
+      "stream\n",
+      (long long)R, (long long)(N / 1024), k, tk::kernel_name(K), cs,
+      best_first ? "" : " by-position", sum[0] * us, sum[6] / grid, sum[5] * us, sum[1] * us,
+      sum[2] * us, sum[3] * us, sum[4] * us, sum[7] / grid);
+  std::fflush(stdout);
+  cudaFree(logits), cudaFree(out), cudaFree(buf);
 }
 
 // sparse decode (paged) or prefill (flat kv = one page); returns microseconds
@@ -337,10 +441,11 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
 }
 
 // Sparse prefill through the backend of mla::sparse_prefill: q [s_q, h, 576]
-// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows. The
-// kernel is the automatic choice (the decode kernel), or with `mma` the
-// mma_sync kernel forced.
-double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk, bool mma) {
+// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows, with
+// `kernel` (automatic: the prefill kernel).
+double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk,
+                            mla::cuda::sparse::Kernel kernel) {
+  const bool mma = kernel == mla::cuda::sparse::Kernel::mma_sync;
   const mla::Device dev = mla::Device::cuda(0);
   auto* kv = dalloc(s_kv * 576 * 2);
   fill(kv, s_kv * 576, kBf16, 9);
@@ -357,8 +462,7 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {s_q, h}, dev);
-  const mla::cuda::sparse::Options opts{.kernel = mma ? mla::cuda::sparse::Kernel::mma_sync
-                                                      : mla::cuda::sparse::Kernel::automatic};
+  const mla::cuda::sparse::Options opts{.kernel = kernel};
   size_t wsb = 0;
   BENCH_OK(mla::cuda::sparse_prefill_workspace_size(a, &wsb, opts));
   void* ws = wsb ? dalloc(wsb) : nullptr;
@@ -370,7 +474,7 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
   const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
-         std::string(mma ? "mma " : "wgmma ") + "s_q" + std::to_string(s_q) + " h" +
+         std::string(mla::cuda::sparse::kernel_name(kernel)) + " s_q" + std::to_string(s_q) + " h" +
              std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
              std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
          us, flops, bytes, true, kBf16TF);
@@ -450,8 +554,13 @@ std::pair<double, double> bench_dsa_step(Timer& tm, int B, int h, int64_t L, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string json = argc > 1 ? argv[1] : "bench_dsa.json";
-  const std::string only = argc > 2 ? argv[2] : "all";
+  // Parsed with the options `mla bench` shares (tools/bench_suites.hpp); the old positional
+  // form `mla_bench_dsa FILE SUITE` still works.
+  const mla::cli::DsaBenchOptions opt = mla::cli::parse_dsa_bench(argc, argv);
+  const std::string json = opt.json, only = opt.only;
+  if (opt.peaks.read_gbps > 0) kReadGBs = opt.peaks.read_gbps;
+  if (opt.peaks.bf16_tflops > 0) kBf16TF = opt.peaks.bf16_tflops;
+  if (opt.peaks.fp8_tflops > 0) kFp8TF = opt.peaks.fp8_tflops;
   auto want = [&](const char* s) { return only == "all" || only == s; };
   Timer tm;
   if (want("indexer")) {
@@ -461,22 +570,56 @@ int main(int argc, char** argv) {
     bench_indexer_prefill(tm, 4096, 32768);
   }
   if (want("topk")) {
-    // v1, v2 (two reads), v3 (sampled, one read) and v4 (v3, per-warp slices) in one run; the SM
-    // clock read before and after (run 2: 1981 MHz throughout, cold = warm).
+    // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA
+    // decode shapes, both orders; then every kernel and cluster size on the targets. The SM
+    // clock read before and after.
+    namespace tk = mla::cuda::topk;
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
     warm_gpu(200);
-    for (int algo : {1, 2, 3, 4}) bench_topk(tm, 128, 131072, 2048, true, 0, algo);
-    for (int v : {6, 1, 7, 3, 8})
-      bench_topk(tm, 128, 131072, 2048, true, v, 2);  // v2: where the time goes
-    for (int algo : {3, 4})
-      for (int v : {1, 3})  // v3 and v4: the pass alone (their collects), up to the leader's pool
-        bench_topk(tm, 128, 131072, 2048, true, v, algo);
-    for (int algo : {1, 2, 3, 4}) {
-      bench_topk(tm, 4096, 32768, 2048, true, 0, algo);
-      bench_topk(tm, 1, 262144, 2048, true, 0, algo);
-      bench_topk(tm, 128, 65536, 2048, true, 0, algo);
-    }
+    const std::pair<int64_t, int64_t> shapes[] = {{128, 131072}, {4096, 32768}, {1, 1048576},
+                                                  {128, 32768},  {8, 131072},   {1, 262144}};
+    for (const auto& [R, N] : shapes)
+      for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+    bench_topk(tm, 128, 131072, 8192);
+    for (const auto& [R, N] :
+         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
+      for (tk::Kernel kern : tk::kKernels)
+        for (int cs : {1, 2, 4, 8}) {
+          if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
+          const tk::TopkPlan plan{kern, cs};
+          bench_topk(tm, R, N, 2048, true, &plan);
+        }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
+  }
+  // Where a top-k CTA's time goes, phase by phase, on the targets' plans.
+  if (only == "topk-probe") {
+    namespace tk = mla::cuda::topk;
+    bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1, false);
+    bench_topk_probe<tk::Kernel::select_512_deep>(128, 131072, 1);
+    bench_topk_probe<tk::Kernel::select_256>(4096, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_512>(4096, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(128, 32768, 1);
+    bench_topk_probe<tk::Kernel::select_1024>(1, 1048576, 8);
+    bench_topk_probe<tk::Kernel::select_1024>(8, 131072, 8);
+  }
+  // One top-k shape with the automatic plan (for a profiler): topk-one R N [k].
+  if (only == "topk-one" && argc > 4)
+    bench_topk(tm, std::atoll(argv[3]), std::atoll(argv[4]), argc > 5 ? std::atoi(argv[5]) : 2048);
+  // The read alone in the select's loop shape: what a one-read select can reach.
+  if (only == "topk-read") {
+    bench_topk_read<1024, 2, 2>(tm, 128, 131072, 1);
+    bench_topk_read<1024, 2, 4>(tm, 128, 131072, 1);
+    bench_topk_read<512, 2, 4>(tm, 128, 131072, 1);
+    bench_topk_read<512, 2, 8>(tm, 128, 131072, 1);
+    bench_topk_read<512, 2, 2>(tm, 128, 131072, 2);
+    bench_topk_read<512, 2, 4>(tm, 128, 131072, 2);
+    bench_topk_read<256, 4, 4>(tm, 128, 131072, 4);
+    bench_topk_read<512, 2, 2>(tm, 4096, 32768, 1);
+    bench_topk_read<512, 2, 4>(tm, 4096, 32768, 1);
+    bench_topk_read<1024, 2, 2>(tm, 1, 1048576, 8);
+    bench_topk_read<1024, 2, 4>(tm, 1, 1048576, 16);
+    bench_topk_read<512, 2, 4>(tm, 1, 1048576, 64);
   }
   if (want("sparse-decode")) {
     for (bool fp8 : {true, false})
@@ -487,12 +630,18 @@ int main(int argc, char** argv) {
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
-  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048): the mma_sync
-  // kernel and the automatic choice, same run.
+  // FlashMLA's sparse prefill shapes (s_q 4096, top-2048; h_q 64; s_q 16K):
+  // the automatic choice (the prefill kernel) and the decode kernel it
+  // replaced, same run.
   if (want("sparse-prefill")) {
+    using mla::cuda::sparse::Kernel;
     for (int64_t skv : {8192L, 32768L, 131072L})
-      for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 128, skv, 2048, mma);
-    for (bool mma : {true, false}) bench_sparse_prefill(tm, 4096, 64, 32768, 2048, mma);
+      for (Kernel k : {Kernel::automatic, Kernel::decode_wgmma})
+        bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
+    for (int64_t skv : {8192L, 32768L, 131072L})
+      bench_sparse_prefill(tm, 4096, 64, skv, 2048, Kernel::automatic);
+    for (int64_t skv : {32768L, 131072L})
+      bench_sparse_prefill(tm, 16384, 128, skv, 2048, Kernel::automatic);
   }
   // docs/benchmarks.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

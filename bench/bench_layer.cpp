@@ -8,8 +8,7 @@
 // FLOPs, achieved GB/s and TFLOP/s, and the planner's attention floor.
 // Timing: CUDA events, warm-up, median of --reps calls; the caches and weights
 // are far larger than the 60 MB L2 at every point.
-// Usage: mla_bench_layer [--json FILE] [--reps N] [--contexts 8192,32768,...]
-//                        [--configs mla-bf16,mla-fp8,mla-bf16+dsa,mla-fp8+dsa] [--batch B]
+// Usage: mla bench layer --help (or mla_bench_layer --help: the same options).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_suites.hpp"
 #include "bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
 #include "mla/dsa.hpp"
@@ -237,28 +237,11 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json, contexts = "8192,32768,65536,131072",
-                    configs = "mla-bf16,mla-fp8,mla-bf16+dsa,mla-fp8+dsa";
-  int reps = 30;
-  int64_t batch = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--json")
-      json = next();
-    else if (a == "--reps")
-      reps = std::atoi(next().c_str());
-    else if (a == "--contexts")
-      contexts = next();
-    else if (a == "--configs")
-      configs = next();
-    else if (a == "--batch")
-      batch = std::atoll(next().c_str());
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  // Parsed with the options `mla bench layer` shares (tools/bench_suites.hpp).
+  const mla::cli::LayerBenchOptions opt = mla::cli::parse_layer_bench(argc, argv);
+  const std::string json = opt.json, contexts = opt.contexts, configs = opt.configs;
+  const int reps = opt.reps;
+  const int64_t batch = opt.batch;
   std::vector<Point> pts;
   std::printf("%-14s %8s %6s %12s %10s %10s %14s %12s %10s %10s %14s\n", "config", "context",
               "batch", "step us", "attn us", "rest us", "KV/request", "bytes", "GB/s", "TFLOP/s",

@@ -9,7 +9,7 @@
 //   prefill) sweep over n new tokens at a 4K / 32K prefix
 //   --attention-only: only attention alone at 8K/16K/32K, every prefill::Kernel
 //   in the same run, each checked against cp_async_wgmma's result
-// Usage: mla_bench_prefill [--json FILE] [--quick] [--crossover] [--attention-only]
+// Usage: mla bench prefill --help (or mla_bench_prefill --help: the same options).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench_check.hpp"
+#include "bench_suites.hpp"
 #include "bench_timing.hpp"
 #include "cuda/prefill/chunked_prefill.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
@@ -166,20 +167,12 @@ double time_absorbed(int P, int T, int h, float scale, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path;
-  bool quick = false;
-  bool crossover = false;       // only the absorbed vs non-absorbed sweep
-  bool attention_only = false;  // every kernel, attention alone
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--crossover"))
-      crossover = true;
-    else if (!std::strcmp(argv[i], "--attention-only"))
-      attention_only = true;
-  }
+  // Parsed with the options `mla bench prefill` shares (tools/bench_suites.hpp).
+  const mla::cli::PrefillBenchOptions opt = mla::cli::parse_prefill_bench(argc, argv);
+  const std::string json_path = opt.json;
+  const bool quick = opt.quick;
+  const bool crossover = opt.crossover;            // only the absorbed vs non-absorbed sweep
+  const bool attention_only = opt.attention_only;  // every kernel, attention alone
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,

@@ -1,26 +1,44 @@
-// mla bench decode: the decode suites of docs/benchmarks.md on the GPU.
+// `mla bench <suite>`: the benchmark suites of docs/benchmarks.md on the GPU, one front end.
+// decode runs here; sparse, indexer, topk, prefill and layer run their suite programs
+// (mla_bench_dsa, mla_bench_prefill, mla_bench_layer: beside this binary in a build, in
+// libexec/mla when installed) with the options parsed here (tools/bench_suites.hpp: the
+// same CLI11 definitions). Every suite starts by measuring the ceilings on this machine
+// (tools/ceilings.hpp) and writes one JSON document (--json FILE, "mla_bench" key) that
+// `mla plan --calibrate FILE` accepts: rows the planner can fit carry a "calibration" key.
 //
-// Per shape: a paged cache of random data (page 64, shuffled page ids), the
+// decode, per shape: // a paged cache of random data (page 64, shuffled page ids), the
 // whole decode step (scheduler + main + combine) timed with CUDA events around
 // each call, the L2 flushed before every call (a 256 MB memset outside the
 // timed region: the cache is read from HBM as in a real step), 5 warm-up
 // calls, the median of --reps calls. Reported: time, TFLOP/s (2*h_q*(576+512)
 // per query and attended key, causal counted exactly), GB/s (each cache entry
-// once per request + q + out + lse), the roofline floor from the measured H200
-// ceilings (docs/benchmarks.md: 792 TFLOP/s bf16, 4391 GB/s read) and the fraction of it.
+// once per request + q + out + lse), the roofline floor from the ceilings measured at
+// the start, and the fraction of it.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_calibration.hpp"
+#include "bench_suites_cli.hpp"
+#include "ceilings.hpp"
 #include "commands.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
+#include "mla/plan.hpp"
 
 #ifdef MLA_HAS_CUDA
 #include <cuda_runtime.h>
@@ -38,8 +56,7 @@ struct BenchOptions {
   std::string json;
   int reps = 30;
   bool batch_invariant = false;
-  double peak_tflops = 792.0;  // docs/benchmarks.md, measured on the H200 we are lent
-  double peak_gbps = 4391.0;
+  BenchCeilings peaks;            // measured at the start unless given
   std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
 
@@ -160,9 +177,9 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     bytes += double(L) * entry;
   }
   bytes += double(B) * s.s_q * s.h_q * (kDqk * 2 + kDv * 2 + 4);
-  const double floor_us =
-      std::max(flops / (o.peak_tflops * 1e12), bytes / (o.peak_gbps * 1e9)) * 1e6;
-  const bool compute_bound = flops / (o.peak_tflops * 1e12) > bytes / (o.peak_gbps * 1e9);
+  const double peak_flops = o.peaks.bf16_tflops * 1e12, peak_bw = o.peaks.read_gbps * 1e9;
+  const double floor_us = std::max(flops / peak_flops, bytes / peak_bw) * 1e6;
+  const bool compute_bound = flops / peak_flops > bytes / peak_bw;
   const std::string name = shape_name(s);
   nlohmann::json j;
   j["suite"] = s.suite;
@@ -182,23 +199,68 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   j["fraction_of_floor"] = floor_us / t_us;
   j["bound"] = compute_bound ? "compute" : "memory";
   j["workspace_bytes"] = ws_bytes;
+  j["flops"] = flops;
+  j["bytes"] = bytes;
+  // What `mla plan --calibrate` fits: dense decode, the cache format, heads per GPU.
+  j["calibration"] = {{"kernel", "decode"},
+                      {"format", s.format == KvFormat::bf16 ? "bf16" : "fp8"},
+                      {"h_q", s.h_q},
+                      {"compute", "bf16"}};
   return j;
 }
 #endif
 
-int run_decode_bench(const BenchOptions& o) {
-#ifndef MLA_HAS_CUDA
-  std::fprintf(stderr, "mla bench decode: this build has no CUDA\n");
-  return 2;
-#else
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::fprintf(stderr, "mla bench decode: no CUDA device\n");
-    return 2;
+// ---- what every suite shares: the ceilings, the JSON document --------------------------
+
+constexpr int kNoGpu = 77;  // as `mla check`: nothing to measure here
+
+// The ceilings, measured (or given), printed; false when there is no GPU to measure on.
+bool start_suite(const char* suite, BenchCeilings* peaks, nlohmann::json* doc) {
+  std::string how;
+  if (!measure_ceilings(peaks, &how)) {
+    std::fprintf(stderr, "mla bench %s: %s: nothing to measure\n", suite, how.c_str());
+    return false;
   }
+  std::printf("ceilings measured on this GPU: %s\n", how.c_str());
+  std::fflush(stdout);
+  std::string device = "?";
+#ifdef MLA_HAS_CUDA
   cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  nlohmann::json results = nlohmann::json::array();
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) device = prop.name;
+#endif
+  *doc = {{"mla_bench", 1},
+          {"suite", suite},
+          {"device", device},
+          {"gpu", planner_gpu_name(device)},
+          {"ceilings",
+           {{"read_gbps", peaks->read_gbps},
+            {"bf16_tflops", peaks->bf16_tflops},
+            {"fp8_tflops", peaks->fp8_tflops},
+            {"how", how}}},
+          {"results", nlohmann::json::array()}};
+  return true;
+}
+
+int write_document(const std::string& path, const nlohmann::json& doc) {
+  if (path.empty()) return 0;
+  std::ofstream f(path);
+  f << doc.dump(1) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "mla bench: cannot write '%s'\n", path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%zu rows)\n", path.c_str(), doc["results"].size());
+  return 0;
+}
+
+int run_decode_bench(BenchOptions o) {
+#ifndef MLA_HAS_CUDA
+  std::fprintf(stderr, "mla bench decode: no CUDA GPU support in this build: nothing to measure\n");
+  return kNoGpu;
+#else
+  nlohmann::json doc;
+  if (!start_suite("decode", &o.peaks, &doc)) return kNoGpu;
+  nlohmann::json& results = doc["results"];
   std::printf("%-14s %-22s %-10s %10s %9s %9s %9s %8s %s\n", "suite", "shape", "cache", "time_us",
               "TFLOP/s", "GB/s", "floor_us", "of_floor", "bound");
   for (const Shape& s : suite_shapes(o.suite)) {
@@ -216,41 +278,279 @@ int run_decode_bench(const BenchOptions& o) {
     std::fflush(stdout);
     results.push_back(j);
   }
-  if (!o.json.empty()) {
-    nlohmann::json doc;
-    doc["device"] = prop.name;
-    doc["sm_count"] = prop.multiProcessorCount;
-    doc["peak_tflops_bf16"] = o.peak_tflops;
-    doc["peak_read_gbps"] = o.peak_gbps;
-    doc["reps"] = o.reps;
-    doc["timing"] =
-        "CUDA events per call, L2 flushed (256 MB memset) before each, 5 warm-up, median";
-    doc["results"] = results;
-    std::ofstream(o.json) << doc.dump(1) << "\n";
-  }
-  return 0;
+  doc["reps"] = o.reps;
+  doc["timing"] = "CUDA events per call, L2 flushed (256 MB memset) before each, 5 warm-up, median";
+  return write_document(o.json, doc);
 #endif
+}
+
+// ---- the suites run by their own programs ---------------------------------------------
+
+// The suite program `name`: beside this binary (a build tree), else in ../libexec/mla
+// (an installed tree). "" when neither exists.
+std::string suite_program(const char* name) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const auto& p :
+       {self.parent_path() / name, self.parent_path().parent_path() / "libexec" / "mla" / name})
+    if (std::filesystem::exists(p, ec)) return p.string();
+  return "";
+}
+
+// Runs `program args...` and waits for it; its exit status, or 127 when it cannot start.
+int run_program(const std::string& program, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(program.c_str(), argv.data());
+    std::perror(program.c_str());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f, nullptr, false);
+}
+
+struct Scratch {  // a temporary file the suite program writes its rows to
+  std::string path;
+  Scratch() {
+    char tmpl[] = "/tmp/mla-bench-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    if (fd >= 0) close(fd), path = tmpl;
+  }
+  ~Scratch() {
+    if (!path.empty()) std::remove(path.c_str());
+  }
+};
+
+// A word of a shape string that starts with `prefix` followed by a number ("h128" -> 128).
+int shape_number(const std::string& shape, const std::string& prefix, int fallback) {
+  std::istringstream words(shape);
+  std::string w;
+  while (words >> w)
+    if (w.size() > prefix.size() && w.compare(0, prefix.size(), prefix) == 0 &&
+        std::isdigit(static_cast<unsigned char>(w[prefix.size()])))
+      return std::atoi(w.c_str() + prefix.size());
+  return fallback;
+}
+
+bool has_word(const std::string& shape, const std::string& word) {
+  return (" " + shape + " ").find(" " + word + " ") != std::string::npos;
+}
+
+struct DsaFrontOptions {
+  std::string json;
+  std::string which;  // the case (choices per suite)
+  bool calibration = false;
+  BenchCeilings peaks;
+};
+
+// sparse / indexer / topk: mla_bench_dsa once per case. Its rows (suite, shape, us,
+// tflops, gbs, fraction) become the document's rows with time_us, flops and bytes; the
+// calibration grid's rows (--calibration: default kernels only) carry the planner's keys.
+int run_dsa_suite(const char* suite, const std::vector<std::string>& cases, DsaFrontOptions o) {
+  const std::string prog = suite_program("mla_bench_dsa");
+  if (prog.empty()) {
+    std::fprintf(stderr,
+                 "mla bench %s: mla_bench_dsa is not installed beside mla (a build "
+                 "with CUDA and MLA_BUILD_TOOLS builds it)\n",
+                 suite);
+    return kNoGpu;
+  }
+  nlohmann::json doc;
+  if (!start_suite(suite, &o.peaks, &doc)) return kNoGpu;
+  for (const std::string& c : cases) {
+    Scratch tmp;
+    DsaBenchOptions d;
+    d.json = tmp.path;
+    d.only = c;
+    d.peaks = o.peaks;
+    if (int rc = run_program(prog, to_args(d)); rc != 0) return rc;
+    const nlohmann::json rows = read_json(tmp.path);
+    if (!rows.is_array()) {
+      std::fprintf(stderr, "mla bench %s: %s wrote no rows\n", suite, prog.c_str());
+      return 1;
+    }
+    for (nlohmann::json r : rows) {
+      const std::string s = r.value("suite", ""), shape = r.value("shape", "");
+      const double us = r.value("us", 0.0);
+      r["case"] = c;
+      if (s != "dsa-step") {  // the step rows hold times in every field (their "of" says so)
+        r["time_us"] = us;
+        r["flops"] = r.value("tflops", 0.0) * us * 1e6;
+        r["bytes"] = r.value("gbs", 0.0) * us * 1e3;
+      }
+      if (c == "stages") {
+        if (s == "indexer-decode")
+          r["calibration"] = {
+              {"kernel", "indexer"}, {"format", "fp8"}, {"h_q", 64}, {"compute", "fp8"}};
+        else if (s == "topk")
+          r["calibration"] = {
+              {"kernel", "topk"}, {"format", "fp32"}, {"h_q", 128}, {"compute", "bf16"}};
+        else if (s == "sparse-decode")
+          r["calibration"] = {{"kernel", "sparse_decode"},
+                              {"format", has_word(shape, "fp8") ? "fp8" : "bf16"},
+                              {"h_q", shape_number(shape, "h", 128)},
+                              {"compute", "bf16"}};
+      }
+      doc["results"].push_back(r);
+    }
+  }
+  return write_document(o.json, doc);
+}
+
+// prefill / layer: the program writes its own document; it becomes "results" (prefill: its
+// rows, the default kernels' attention and decompression rows tagged for the planner;
+// layer: its points, which scripts/layer_study_compare.py reads).
+int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeilings peaks) {
+  const std::string prog = suite_program("mla_bench_prefill");
+  if (prog.empty()) {
+    std::fprintf(stderr, "mla bench prefill: mla_bench_prefill is not installed beside mla\n");
+    return kNoGpu;
+  }
+  nlohmann::json doc;
+  if (!start_suite("prefill", &peaks, &doc)) return kNoGpu;
+  Scratch tmp;
+  p.json = tmp.path;
+  if (int rc = run_program(prog, to_args(p)); rc != 0) return rc;
+  const nlohmann::json out = read_json(tmp.path);
+  if (!out.is_object() || !out.contains("results")) return 1;
+  const bool default_kernels = !p.attention_only;
+  for (nlohmann::json r : out["results"]) {
+    const double ms = r.value("ms", 0.0);
+    r["time_us"] = ms * 1e3;
+    r["flops"] = r.value("tflops", 0.0) * ms * 1e9;
+    r["bytes"] = 0.0;  // compute-bound rows: the floor is the FLOPs'
+    const std::string s = r.value("suite", "");
+    if (default_kernels && (s == "prefill-attention" || s == "prefill-decompress"))
+      r["calibration"] = {{"kernel", s == "prefill-attention" ? "prefill" : "decompress"},
+                          {"format", "mha"},
+                          {"h_q", shape_number(r.value("shape", ""), "h", 128)},
+                          {"compute", "bf16"}};
+    doc["results"].push_back(r);
+  }
+  doc["program_ceiling_tflops"] = out.value("ceiling_tflops_measured", 0.0);
+  return write_document(json, doc);
+}
+
+int run_layer_suite(LayerBenchOptions l, const std::string& json, BenchCeilings peaks) {
+  const std::string prog = suite_program("mla_bench_layer");
+  if (prog.empty()) {
+    std::fprintf(stderr, "mla bench layer: mla_bench_layer is not installed beside mla\n");
+    return kNoGpu;
+  }
+  nlohmann::json doc;
+  if (!start_suite("layer", &peaks, &doc)) return kNoGpu;
+  Scratch tmp;
+  l.json = tmp.path;
+  if (int rc = run_program(prog, to_args(l)); rc != 0) return rc;
+  const nlohmann::json out = read_json(tmp.path);
+  if (!out.is_object() || !out.contains("points")) return 1;
+  doc["results"] = out["points"];
+  doc["points"] = out["points"];  // the layer study's own key (scripts/layer_study_compare.py)
+  doc["model"] = out.value("model", "");
+  return write_document(json, doc);
 }
 
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "benchmarks on the GPU (docs/benchmarks.md suites)");
+  auto* bench = app.add_subcommand(
+      "bench",
+      "benchmarks on the GPU (docs/benchmarks.md suites); each measures the ceilings first "
+      "and writes JSON that `mla plan --calibrate` reads");
   bench->require_subcommand(1);
-  auto* dec = bench->add_subcommand("decode", "dense MLA decode suites");
+  auto json_option = [](CLI::App* sub, std::string& json) {
+    sub->add_option("--json", json,
+                    "write the results as JSON to this file (`mla plan --calibrate FILE` "
+                    "reads it)");
+  };
+
+  auto* dec = bench->add_subcommand("decode", "dense MLA decode suites (runs in this program)");
   auto o = std::make_shared<BenchOptions>();
   dec->add_option("--suite", o->suite, "decode-128 | decode-tp | decode-varlen | decode-long | all")
-      ->check(CLI::IsMember({"decode-128", "decode-tp", "decode-varlen", "decode-long", "all"}));
-  dec->add_option("--json", o->json, "write the results as JSON to this file");
+      ->check(CLI::IsMember({"decode-128", "decode-tp", "decode-varlen", "decode-long", "all"}))
+      ->capture_default_str();
+  json_option(dec, o->json);
   dec->add_option("--reps", o->reps, "timed calls per shape (median reported)")
-      ->check(CLI::Range(5, 10000));
+      ->check(CLI::Range(5, 10000))
+      ->capture_default_str();
   dec->add_flag("--batch-invariant", o->batch_invariant, "DecodeOptions::batch_invariant");
   dec->add_option("--only", o->only,
                   "run only the shapes whose \"<name> <format>\" contains one of these "
                   "(e.g. \"b128 h128 s_q1 L32K bf16\"; repeatable)");
-  dec->add_option("--peak-tflops", o->peak_tflops, "bf16 matmul ceiling for the floor");
-  dec->add_option("--peak-gbps", o->peak_gbps, "read bandwidth ceiling for the floor");
+  add_ceiling_options(*dec, o->peaks);
   dec->callback([o] { std::exit(run_decode_bench(*o)); });
+
+  struct DsaSuite {
+    const char* name;
+    const char* help;
+    std::vector<std::string> cases;  // the first is the default; "all" runs every one
+  };
+  const DsaSuite dsa_suites[] = {
+      {"sparse",
+       "sparse attention: decode (FlashMLA's shapes) and prefill (s_q 4096)",
+       {"sparse-decode", "sparse-prefill"}},
+      {"indexer", "the lightning indexer's logits (decode and prefill)", {"indexer"}},
+      {"topk",
+       "top-k over indexer logits; topk-sweep: the DSA step against k at 128K",
+       {"topk", "topk-sweep"}},
+  };
+  for (const DsaSuite& s : dsa_suites) {
+    auto* sub = bench->add_subcommand(s.name, std::string(s.help) + " (runs mla_bench_dsa)");
+    auto d = std::make_shared<DsaFrontOptions>();
+    std::vector<std::string> choices = s.cases;
+    choices.push_back("all");
+    std::string names;
+    for (const std::string& c : choices) names += (names.empty() ? "" : " | ") + c;
+    d->which = s.cases[0];
+    sub->add_option("--case", d->which, names)
+        ->check(CLI::IsMember(choices))
+        ->capture_default_str();
+    sub->add_flag("--calibration", d->calibration,
+                  "instead: the planner's calibration grid of the three DSA stages (indexer, "
+                  "top-k, sparse decode; B 4/16/64 x L 8K/32K/128K, default kernels), rows "
+                  "tagged for `mla plan --calibrate`");
+    json_option(sub, d->json);
+    add_ceiling_options(*sub, d->peaks);
+    const std::string name = s.name;
+    const std::vector<std::string> all = s.cases;
+    sub->callback([d, name, all] {
+      std::vector<std::string> cases = d->which == "all" ? all : std::vector{d->which};
+      if (d->calibration) cases = {"stages"};
+      std::exit(run_dsa_suite(name.c_str(), cases, *d));
+    });
+  }
+
+  auto* pre = bench->add_subcommand(
+      "prefill", "prefill attention and the decompression GEMMs (runs mla_bench_prefill)");
+  auto p = std::make_shared<PrefillBenchOptions>();
+  auto pj = std::make_shared<std::string>();
+  auto pc = std::make_shared<BenchCeilings>();
+  add_options(*pre, *p);
+  json_option(pre, *pj);
+  add_ceiling_options(*pre, *pc);
+  pre->callback([p, pj, pc] { std::exit(run_prefill_suite(*p, *pj, *pc)); });
+
+  auto* lay = bench->add_subcommand(
+      "layer", "one DeepSeek-V3.2 attention layer's decode loop (runs mla_bench_layer)");
+  auto l = std::make_shared<LayerBenchOptions>();
+  auto lj = std::make_shared<std::string>();
+  auto lc = std::make_shared<BenchCeilings>();
+  add_options(*lay, *l);
+  json_option(lay, *lj);
+  add_ceiling_options(*lay, *lc);
+  lay->callback([l, lj, lc] { std::exit(run_layer_suite(*l, *lj, *lc)); });
 }
 
 }  // namespace mla::cli

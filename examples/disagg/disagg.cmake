@@ -6,4 +6,4 @@ set_target_properties(mla_disagg PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BIN
 target_include_directories(mla_disagg PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/src ${MLA_NCCL_INCLUDE_DIR})
 target_compile_options(mla_disagg PRIVATE -Wall -Wextra -Wno-unused-parameter)
 target_link_libraries(mla_disagg PRIVATE mla_transfer_nccl mla CUDA::cudart ${MLA_NCCL_LIBRARY}
-                                         CLI11::CLI11)
+                                         CLI11::CLI11 fmt::fmt)

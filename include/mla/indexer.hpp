@@ -80,6 +80,13 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& args, const ExecCo
 //   logits        out [B, s_q, max_len] f32
 // New token i of request b sees positions [0, len - (s_q - 1 - i)); every other
 // position up to max_len gets -inf. Dots are exact (fp64 over e4m3 values).
+// CUDA precision: the FP8 tensor-core dot products accumulate with a
+// reduced-precision adder (about 14 bits), so a CUDA logit differs from the
+// exact one by at most ~2^-14 of A = k_scale * sum_h |w'| * sum_d |q8 k8| (the
+// same sum by magnitude): measured on the H200 <= 1.5e-5 A, <= 3e-4 of the
+// row's largest |logit| (s_q 1-4, 16K keys; python/tests/
+// test_indexer_precision_gpu.py checks <= 2^-13 A). Top-k on CUDA logits may so
+// order near-ties (scores within that) differently from the CPU reference.
 // CPU tensors: page ids and lengths are checked (out_of_range). CUDA tensors
 // (the host cannot read them; ExecContext::check_device_values checks them):
 // a page id outside the cache scores 0 for each key it would hold, and a

@@ -54,11 +54,16 @@ Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {}, const Exec
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)
 //   kv       [s_kv, 576]      bf16/f32 (f64 on CPU): key rows, value = first 512
 //   indices  [s_q, topk] i32, rows of kv in [0, s_kv) or -1
+//   topk_length optional [s_q] i32 in [0, topk]: entries j >= topk_length[i]
+//            of token i are ignored (not read, not checked)
 //   out      [s_q, h_q, 512], lse [s_q, h_q]
+// A prompt chunk whose queries select among a cached prefix and the chunk's
+// own keys is this call with kv = the prefix rows followed by the chunk's.
 struct SparsePrefillArgs {
   TensorView q;
   TensorView kv;
   TensorView indices;
+  TensorView topk_length;
   float softmax_scale = 0.f;
   TensorView out;
   TensorView lse;

@@ -21,18 +21,30 @@ inline constexpr int kTopkMax = 8192;
 //    ties among +inf by position). The indexer makes every logit of a key or
 //    query holding a NaN NaN (mla/indexer.hpp), so such keys are never chosen.
 //  - R = 0 is a no-op; N = 0 (or lengths[r] = 0) gives a row of -1.
-//  - Order: descending score, ties broken by the lower position first. So the
-//    output is deterministic and the first j entries are the top-j.
+//  - Selection: descending score, ties broken by the lower position first, so
+//    the set is deterministic. Output order: best first (the first j entries
+//    are the top-j) or, when the caller does not need the order, the same set
+//    in ascending position (cheaper: no sort on the GPU).
 //  - Rows with fewer than k candidates are padded with -1 at the end.
 //  - With block_table given, each position p of row r is replaced by its global
 //    cache slot block_table[b][p / page_size] * page_size + p % page_size, where
 //    b = r / rows_per_request (rows of one request are contiguous: the s_q new
 //    tokens of request b are rows b*s_q .. b*s_q + s_q - 1).
+//  - Device values: CPU tensors have lengths and page ids checked
+//    (out_of_range). On CUDA tensors (ExecContext::check_device_values checks
+//    them) a selected position past block_table's row (a length past max_pages
+//    * page_size) is written as -1, which sparse attention skips wherever it is.
+enum class TopkOrder {
+  best_first,   // descending score, ties lower position first
+  by_position,  // ascending position
+};
+
 struct TopkArgs {
   TensorView logits;   // [R, N] f32
   TensorView lengths;  // [R] i32, 0 <= lengths[r] <= N; undefined: every row has N
   int32_t k = 2048;
   TensorView indices;  // out [R, k] i32: positions, or global slots
+  TopkOrder order = TopkOrder::best_first;
   // Optional translation to cache slots.
   TensorView block_table;  // [B, max_pages] i32, B * rows_per_request == R
   int32_t page_size = 64;

@@ -3,10 +3,17 @@ computations (fp64) of what each operation must return."""
 
 from __future__ import annotations
 
+import os
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+# A relative MLA_LIBRARY (the documented `MLA_LIBRARY=build/libmla.so ... pytest`) must
+# keep naming the same file in the tests' subprocesses, which run in other directories.
+if os.environ.get("MLA_LIBRARY"):
+    os.environ["MLA_LIBRARY"] = str(Path(os.environ["MLA_LIBRARY"]).resolve())
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bf16/fp8 NumPy arrays need ml_dtypes")
 BF16 = ml_dtypes.bfloat16

@@ -18,6 +18,7 @@ CASES = [
     suites.IndexerDecodeCase("t", 2, 2, 200),
     suites.PrefillCase("t", 40, 0, heads=4),
     suites.PrefillCase("t", 16, 24, heads=4),
+    suites.SparsePrefillCase("t", 5, 16, 300, 64),
 ]
 
 
@@ -67,7 +68,8 @@ def test_compare_pipeline_end_to_end_on_cpu(tmp_path, monkeypatch):
             "sparse-decode": [c for c in CASES if c.kind == "sparse-decode"],
             "topk": [c for c in CASES if c.kind == "topk"],
             "indexer-decode": [c for c in CASES if c.kind == "indexer-decode"],
-            "prefill": [c for c in CASES if c.kind == "prefill"]}
+            "prefill": [c for c in CASES if c.kind == "prefill"],
+            "sparse-prefill": [c for c in CASES if c.kind == "sparse-prefill"]}
 
     class FakeTimer:
         def __init__(self, torch):

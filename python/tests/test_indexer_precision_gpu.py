@@ -63,14 +63,14 @@ def test_cuda_indexer_logits_error_is_the_fp8_accumulation(rng, s_q):
     torch.cuda.synchronize()
     seen = np.isfinite(ref)
     assert np.array_equal(seen, np.isfinite(got)), "masks differ"
-    err = np.where(seen, np.abs(got.astype(np.float64) - ref), 0.0)
+    err = np.abs(np.where(seen, got.astype(np.float64), 0.0) - np.where(seen, ref, 0.0))
     rowmax = np.abs(np.where(seen, ref, 0.0)).max(axis=2, keepdims=True)
     A = abs_logits(q8, wf, icache, bt, lens, width)
     rel_row = (err / rowmax).max()
     rel_abs = (err / np.where(seen, np.maximum(A, 1e-30), 1.0)).max()
     print(f"\ns_q {s_q}: max err / |row max| = {rel_row:.3g}, max err / A = {rel_abs:.3g} "
           f"(2^-14 = {2**-14:.3g})")
-    # The accumulation bound: an adder keeping ~14 bits loses at most a few units
-    # of 2^-14 of the running sum of |products| per step; 2^-10 leaves room for
-    # the 4 k-steps of a 128-dot and the fp32 head sum.
-    assert rel_abs <= 2**-10, f"err / A = {rel_abs:.3g}: more than fp8 accumulation explains"
+    # The accumulation bound: an adder keeping ~14 bits loses about 2^-14 of the
+    # running sum of |products|. Measured on the H200 (2026-12-02, 16K keys):
+    # err / A <= 1.42e-5 (s_q 4), err / |row max| <= 2.7e-4; 2^-13 keeps 8x margin.
+    assert rel_abs <= 2**-13, f"err / A = {rel_abs:.3g}: more than fp8 accumulation explains"

@@ -113,6 +113,11 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
   const int64_t topk = a.indices.shape[1];
   if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
+  if (a.topk_length.defined()) {
+    MLA_TRY(expect_shape(a.topk_length, "topk_length", {s_q}, "[s_q]"));
+    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
+    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
+  }
   MLA_TRY(expect_shape(a.out, "out", {s_q, h_q, kDv}, "[s_q, h_q, 512]"));
   MLA_TRY(expect_float(a.out, "out", true));
   MLA_TRY(expect_shape(a.lse, "lse", {s_q, h_q}, "[s_q, h_q]"));
@@ -127,10 +132,18 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
 
 Status validate_prefill_values(const SparsePrefillArgs& a) {
   const int64_t s_q = a.q.shape[0], s_kv = a.kv.shape[0], topk = a.indices.shape[1];
-  for (int64_t i = 0; i < s_q; ++i)
-    for (int64_t j = 0; j < topk; ++j)
+  for (int64_t i = 0; i < s_q; ++i) {
+    int64_t n = topk;
+    if (a.topk_length.defined()) {
+      n = reference::read_int(a.topk_length, {i});
+      if (n < 0) return error(Errc::out_of_range, "topk_length[{}] = {} is negative", i, n);
+      if (n > topk)
+        return error(Errc::out_of_range, "topk_length[{}] = {} is past topk = {}", i, n, topk);
+    }
+    for (int64_t j = 0; j < n; ++j)
       MLA_TRY(check_index(reference::read_int(a.indices, {i, j}), s_kv,
                           fmt::format("indices[{}][{}]", i, j), "s_kv"));
+  }
   return Status::Ok();
 }
 
@@ -157,7 +170,8 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
   *bytes = 0;
   SparsePrefillArgs s = a;
-  for (TensorView* t : {&s.q, &s.kv, &s.indices, &s.out, &s.lse}) *t = detail::shape_only(*t);
+  for (TensorView* t : {&s.q, &s.kv, &s.indices, &s.topk_length, &s.out, &s.lse})
+    *t = detail::shape_only(*t);
   MLA_TRY(validate_prefill_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();
   if (s.out.numel() == 0) return Status::Ok();

@@ -6,7 +6,7 @@
 #include "api/backend.hpp"
 #include "api/device_values.hpp"
 #ifdef MLA_HAS_CUDA
-#include "cuda/dsa/topk_cuda.hpp"
+#include "cuda/topk/topk_cuda.hpp"
 #endif
 #include "common/checked.hpp"
 #include "common/validate.hpp"
@@ -70,6 +70,9 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
     return error(Errc::invalid_value,
                  "k = {} is not allowed: k must be a multiple of {} in [{}, {}]", a.k, kTopkGranule,
                  kTopkGranule, kTopkMax);
+  if (a.order != TopkOrder::best_first && a.order != TopkOrder::by_position)
+    return error(Errc::invalid_value, "order = {} is not a TopkOrder (best_first or by_position)",
+                 static_cast<int>(a.order));
   MLA_TRY(detail::expect_shape(a.indices, "indices", {R, a.k}, "[R, k]"));
   MLA_TRY(detail::expect_dtype(a.indices, "indices", {DType::i32}));
   MLA_TRY(detail::expect_inner_contiguous(a.indices, "indices", 1));

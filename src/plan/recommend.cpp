@@ -254,7 +254,14 @@ std::vector<Recommendation> recommend(const Plan& p, const Calibration* cal) {
   const FormatPlan* f4 = find_row(p, KvFormat::mla_fp4, has_indexer);
   if (b16 && f8) {
     std::string choice, reason;
-    if (p.free_bytes > 0 && !b16->batch_fits) {
+    if (p.free_bytes <= 0) {
+      // Nothing fits: no cache precision can be chosen for capacity or speed.
+      choice = "none fits";
+      reason = fmt::format(
+          "{} of weights per GPU leave no room for any KV cache in {}: spread the weights "
+          "over >= {} GPUs (--weight-shards)",
+          fmt_bytes(p.weights_bytes_per_gpu), fmt_bytes(p.usable_hbm_bytes), p.min_weight_shards);
+    } else if (!b16->batch_fits) {
       choice = "fp8 (656 B/token/layer)";
       reason = fmt::format("bf16 fits {} requests, fp8 {}: the batch of {} needs fp8{}",
                            b16->max_batch, f8->max_batch, w.batch,

@@ -65,7 +65,8 @@ Status sparse_prefill(const SparsePrefillArgs& a) {
   std::vector<double> keys;
   for (int64_t i = 0; i < s_q; ++i) {
     keys.clear();
-    for (int64_t j = 0; j < topk; ++j) {
+    const int64_t n_i = a.topk_length.defined() ? read_int(a.topk_length, {i}) : topk;
+    for (int64_t j = 0; j < n_i; ++j) {
       const int64_t row = read_int(a.indices, {i, j});
       if (row < 0) continue;
       for (int c = 0; c < kDqk; ++c) keys.push_back(read(a.kv, {row, c}));

@@ -27,7 +27,8 @@ Status topk_indices(const TopkArgs& a) {
   for (int64_t r = 0; r < R; ++r) {
     const int64_t len = a.lengths.defined() ? read_int(a.lengths, {r}) : N;
     for (int64_t p = 0; p < len; ++p) row[p] = read(a.logits, {r, p});
-    const std::vector<int64_t> best = topk_positions(row.data(), len, a.k);
+    std::vector<int64_t> best = topk_positions(row.data(), len, a.k);
+    if (a.order == TopkOrder::by_position) std::sort(best.begin(), best.end());
     for (int64_t j = 0; j < a.k; ++j) {
       int64_t v = -1;
       if (j < static_cast<int64_t>(best.size())) {

@@ -18,8 +18,10 @@ if(MLA_HAS_CUDA)
     target_compile_options(mla_transfer_nccl PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${MLA_CUDA_FLAGS}>
                            $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
     target_link_libraries(mla_transfer_nccl PUBLIC mla CUDA::cudart PRIVATE ${MLA_NCCL_LIBRARY})
-    include(${CMAKE_SOURCE_DIR}/examples/disagg/disagg.cmake OPTIONAL)
-    include(${CMAKE_SOURCE_DIR}/examples/attn_split/attn_split.cmake OPTIONAL)
+    if(MLA_BUILD_TOOLS)  # the examples parse their options with CLI11
+      include(${CMAKE_SOURCE_DIR}/examples/disagg/disagg.cmake OPTIONAL)
+      include(${CMAKE_SOURCE_DIR}/examples/attn_split/attn_split.cmake OPTIONAL)
+    endif()
   else()
     message(STATUS "mla: NCCL not found: mla_transfer_nccl, examples/disagg and examples/attn_split are not built")
   endif()

@@ -116,6 +116,9 @@ struct DecodeCase {
   int s_q;
   int64_t max_len;
 };
+void PrintTo(const DecodeCase& c, std::ostream* os) {
+  *os << "L" << testing::join(c.lens) << " s_q" << c.s_q << " max_len" << c.max_len;
+}
 
 class IndexerDecode : public ::testing::TestWithParam<DecodeCase> {};
 
@@ -223,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, IndexerDecode,
                          ::testing::Values(DecodeCase{{0, 1, 70}, 1, 80},
                                            DecodeCase{{130, 64, 2}, 3, 140},
                                            DecodeCase{{5, 200}, 4, 256}, DecodeCase{{63}, 2, 63}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 // Prefill over a flat key array equals decode over the same keys in a paged
 // cache when k_end is the causal limit (one request, the T new tokens).

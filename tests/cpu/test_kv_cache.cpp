@@ -170,6 +170,10 @@ struct RoundTripCase {
   int64_t page_pad;  // padding between pages, in elements of the cache dtype
   DType in_dtype;
 };
+void PrintTo(const RoundTripCase& c, std::ostream* os) {
+  *os << kv_format_name(c.format) << " page" << c.page_size << " pad" << c.page_pad << " "
+      << dtype_name(c.in_dtype);
+}
 
 class KvRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
@@ -259,7 +263,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvRoundTrip,
                                            RoundTripCase{KvFormat::bf16, 1, 8, DType::f32},
                                            RoundTripCase{KvFormat::bf16, 32, 0, DType::bf16},
                                            RoundTripCase{KvFormat::bf16, 128, 1, DType::f32}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 // ---- validation ----------------------------------------------------------------
 

@@ -80,6 +80,10 @@ struct SparseCase {
   std::vector<int32_t> lens;
   int64_t s_q, h_q;
 };
+void PrintTo(const SparseCase& c, std::ostream* os) {
+  *os << kv_format_name(c.format) << " page" << c.page_size << " L" << testing::join(c.lens)
+      << " s_q" << c.s_q << " h" << c.h_q;
+}
 class SparseDecode : public ::testing::TestWithParam<SparseCase> {};
 
 TEST_P(SparseDecode, FullListsEqualDenseDecode) {
@@ -204,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, SparseDecode,
                                            SparseCase{KvFormat::fp8_ds_mla, 1, {5, 9}, 4, 32},
                                            SparseCase{KvFormat::bf16, 128, {2, 200}, 3, 64},
                                            SparseCase{KvFormat::fp8_ds_mla, 64, {150}, 1, 128}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 TEST(Sparse, EmptyListsGiveZeroAndMinusInf) {
   Rng rng(3);
@@ -273,6 +277,49 @@ TEST(Sparse, PrefillMatchesNaive) {
   idx[5] = 0;
   a.kv.shape[1] = 512;
   expect_error(sparse_prefill(a), Errc::invalid_shape, "kv");
+}
+
+// Prefill's optional topk_length [s_q]: token i uses entries [0, topk_length[i])
+// only; the result equals the same lists with the tail set to -1, whatever
+// the tail holds (not read, not checked).
+TEST(Sparse, PrefillTopkLength) {
+  Rng rng(22);
+  const int64_t s_q = 4, h_q = 16, s_kv = 40, topk = 32;
+  auto q = testing::random_bf16(rng, s_q * h_q * kDqk);
+  auto kv = testing::random_bf16(rng, s_kv * kDqk);
+  std::vector<int32_t> idx(s_q * topk), cut(s_q * topk), tl{32, 0, 5, 17};
+  for (int64_t i = 0; i < s_q; ++i)
+    for (int64_t j = 0; j < topk; ++j) {
+      const bool used = j < tl[i];
+      idx[i * topk + j] = used ? int32_t(rng.randint(0, s_kv - 1)) : int32_t(1000 + j);
+      cut[i * topk + j] = used ? idx[i * topk + j] : -1;
+    }
+  std::vector<double> out(s_q * h_q * kDv), lse(s_q * h_q), out2(out.size()), lse2(lse.size());
+  testing::poison(out), testing::poison(lse);
+  SparsePrefillArgs a;
+  a.q = TensorView::make(q.data(), DType::bf16, {s_q, h_q, kDqk});
+  a.kv = TensorView::make(kv.data(), DType::bf16, {s_kv, kDqk});
+  a.indices = TensorView::make(idx.data(), DType::i32, {s_q, topk});
+  a.topk_length = TensorView::make(tl.data(), DType::i32, {s_q});
+  a.softmax_scale = 0.1f;
+  a.out = TensorView::make(out.data(), DType::f64, {s_q, h_q, kDv});
+  a.lse = TensorView::make(lse.data(), DType::f64, {s_q, h_q});
+  ASSERT_TRUE(sparse_prefill(a).ok());
+  SparsePrefillArgs b = a;
+  b.topk_length = {};
+  b.indices.data = cut.data();
+  b.out.data = out2.data(), b.lse.data = lse2.data();
+  ASSERT_TRUE(sparse_prefill(b).ok());
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(lse, lse2);
+  for (int64_t h = 0; h < h_q; ++h) EXPECT_EQ(lse[h_q + h], -kInf) << "topk_length 0";
+  tl[3] = 33;
+  expect_error(sparse_prefill(a), Errc::out_of_range, "topk_length[3] = 33 is past topk = 32");
+  tl[3] = -1;
+  expect_error(sparse_prefill(a), Errc::out_of_range, "topk_length[3] = -1 is negative");
+  tl[3] = 17;
+  a.topk_length = TensorView::make(tl.data(), DType::i32, {s_q - 1});
+  expect_error(sparse_prefill(a), Errc::invalid_shape, "topk_length");
 }
 
 TEST(SparseValidation, Errors) {

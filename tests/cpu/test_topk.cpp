@@ -37,6 +37,32 @@ TEST(Topk, HandExampleOfTheOrderRules) {
   for (int j = 0; j < 64; ++j) EXPECT_EQ(out[j], j < 4 ? want_head[j] : -1) << j;
 }
 
+TEST(Topk, ByPositionOrderIsTheSameSetAscending) {
+  // Positions:            0    1    2     3     4    5    6    7
+  std::vector<float> s = {1.f, 3.f, 3.f, -kInf, NAN, 2.f, 9.f, 3.f};
+  std::vector<int32_t> out(64, 12345);
+  TopkArgs a;
+  a.logits = TensorView::make(s.data(), DType::f32, {1, 8});
+  a.k = 64;
+  a.indices = TensorView::make(out.data(), DType::i32, {1, 64});
+  a.order = TopkOrder::by_position;
+  ASSERT_TRUE(topk_indices(a).ok());
+  const std::vector<int32_t> want_head = {0, 1, 2, 5, 6, 7};
+  for (int j = 0; j < 64; ++j) EXPECT_EQ(out[j], j < 6 ? want_head[j] : -1) << j;
+  // k 64 of 100 distinct scores: the 64 best, ascending.
+  std::vector<float> t(100);
+  for (int p = 0; p < 100; ++p) t[p] = float((p * 37) % 100);
+  a.logits = TensorView::make(t.data(), DType::f32, {1, 100});
+  ASSERT_TRUE(topk_indices(a).ok());
+  std::vector<int32_t> want;
+  for (int p = 0; p < 100; ++p)
+    if ((p * 37) % 100 >= 36) want.push_back(p);
+  ASSERT_EQ(want.size(), 64u);
+  for (int j = 0; j < 64; ++j) EXPECT_EQ(out[j], want[j]) << j;
+  a.order = static_cast<TopkOrder>(5);
+  expect_error(topk_indices(a), Errc::invalid_value, "order = 5");
+}
+
 // Independent oracle: stable sort of all candidates by descending score.
 std::vector<int32_t> naive_topk(const float* s, int64_t len, int k) {
   std::vector<int32_t> c;
@@ -52,6 +78,9 @@ struct TopkCase {
   int64_t R, N;
   int k;
 };
+void PrintTo(const TopkCase& c, std::ostream* os) {
+  *os << "R" << c.R << " N" << c.N << " k" << c.k;
+}
 class TopkRandom : public ::testing::TestWithParam<TopkCase> {};
 
 TEST_P(TopkRandom, MatchesStableSort) {
@@ -88,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TopkRandom,
                          ::testing::Values(TopkCase{8, 100, 64}, TopkCase{5, 300, 128},
                                            TopkCase{3, 3000, 2048}, TopkCase{2, 9000, 8192},
                                            TopkCase{4, 1, 64}, TopkCase{3, 0, 64}),
-                         ::mla::testing::IndexName{});
+                         ::mla::testing::PrintedName{});
 
 TEST(Topk, TranslatesToGlobalSlots) {
   // 2 requests x 2 rows, page size 16, shuffled pages.

@@ -21,6 +21,7 @@ KINDS = {
     "topk": (peers_dsa.TopkInputs, peers_dsa.TOPK),
     "indexer-decode": (peers_dsa.IndexerDecodeInputs, peers_dsa.INDEXER_DECODE),
     "prefill": (peers_prefill.PrefillInputs, peers_prefill.PREFILL),
+    "sparse-prefill": (peers_dsa.SparsePrefillInputs, peers_dsa.SPARSE_PREFILL),
 }
 DESCRIPTIONS = {**{("decode", k): v for k, v in peers.DESCRIPTIONS.items()},
                 **peers_dsa.DESCRIPTIONS, **peers_prefill.DESCRIPTIONS}
@@ -91,7 +92,8 @@ def run_compare(args) -> int:
     quick = args.quick
     runs = args.runs or (10 if quick else 30)
     date = datetime.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out or Path(__file__).resolve().parents[3] / "bench" / "results" /
+    # Default under the current directory: an installed package has no source tree to write to.
+    out_dir = Path(args.out or Path.cwd() / "bench-results" /
                    f"compare-{date}{'-quick' if quick else ''}")
     out_dir.mkdir(parents=True, exist_ok=True)
     kernels = choose_peers(args.peers, quick)
@@ -110,6 +112,8 @@ def run_compare(args) -> int:
             print(f"unknown suite(s) {sorted(unknown)}; known: {sorted(cases)}", file=sys.stderr)
             return 2
         cases = {k: v for k, v in cases.items() if k in args.suite}
+    if getattr(args, "only", None):
+        cases = {k: [c for c in v if any(t in c.label for t in args.only)] for k, v in cases.items()}
     todo = [(c, k) for cs in cases.values() for c in cs for k in kernels]
     results = []
     run = output = o = None

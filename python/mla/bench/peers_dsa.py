@@ -171,11 +171,81 @@ def build_torch_indexer_decode(torch, x: IndexerDecodeInputs):
     return run, lambda: res["l"]
 
 
+# ---- sparse prefill ----------------------------------------------------------------
+
+
+class SparsePrefillInputs:
+    """q [s_q, h_q, 576], kv [s_kv, 576] bf16; each token lists `topk` distinct
+    uniform rows of kv (FlashMLA's test draws its lists the same way)."""
+
+    def __init__(self, torch, case, seed: int = 0, device="cuda"):
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.case, self.device = case, device
+        self.q = torch.randn(case.s_q, case.h_q, 576, generator=g, device=device,
+                             dtype=torch.bfloat16)
+        self.kv = torch.randn(case.s_kv, 576, generator=g, device=device, dtype=torch.bfloat16)
+        rows = []
+        for start in range(0, case.s_q, 1024):  # argsort of random keys, in slices (memory)
+            n = min(1024, case.s_q - start)
+            r = torch.rand(n, case.s_kv, generator=g, device=device)
+            rows.append(r.topk(case.topk, dim=1).indices.to(torch.int32))
+        self.indices = torch.cat(rows)
+        self.scale = 576 ** -0.5
+
+
+def build_mla_sparse_prefill(torch, x: SparsePrefillInputs):
+    import mla
+
+    c = x.case
+    out = torch.empty(c.s_q, c.h_q, 512, dtype=torch.bfloat16, device=x.device)
+    lse = torch.empty(c.s_q, c.h_q, dtype=torch.float32, device=x.device)
+    n = mla.sparse_prefill_workspace_size(x.q, x.kv, x.indices, x.scale, out=out, lse=lse)
+    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=x.device)
+
+    def run():
+        mla.sparse_prefill(x.q, x.kv, x.indices, x.scale, out=out, lse=lse, workspace=ws)
+
+    return run, lambda: out
+
+
+def build_torch_sparse_prefill(torch, x: SparsePrefillInputs):
+    """Gather the listed rows (timed), bmm, fp32 softmax, bmm: [s_q, topk, 576]
+    gathered keys and [s_q, h_q, topk] scores in memory at once."""
+    idx = x.indices.long()
+    res = {}
+
+    def run():
+        kv = x.kv[idx]  # [s_q, topk, 576]
+        s = torch.bmm(x.q, kv.transpose(1, 2))  # [s_q, h, topk]
+        p = torch.softmax(s.float() * x.scale, dim=-1).to(torch.bfloat16)
+        res["o"] = torch.bmm(p, kv[..., :512])
+
+    return run, lambda: res["o"]
+
+
+def build_flashmla_sparse_prefill(torch, x: SparsePrefillInputs):
+    import flash_mla
+
+    if not hasattr(flash_mla, "flash_mla_sparse_fwd"):
+        raise NotApplicable("this FlashMLA has no flash_mla_sparse_fwd")
+    kv = x.kv.unsqueeze(1)  # [s_kv, h_kv = 1, 576]
+    idx = x.indices.unsqueeze(1)  # [s_q, h_kv = 1, topk]
+    res = {}
+
+    def run():
+        res["o"] = flash_mla.flash_mla_sparse_fwd(x.q, kv, idx, x.scale, d_v=512)[0]
+
+    return run, lambda: res["o"]
+
+
 SPARSE_DECODE = {"mla": build_mla_sparse_decode, "torch": build_torch_sparse_decode}
+SPARSE_PREFILL = {"mla": build_mla_sparse_prefill, "torch": build_torch_sparse_prefill,
+                  "flashmla": build_flashmla_sparse_prefill}
 TOPK = {"mla": build_mla_topk, "torch": build_torch_topk}
 INDEXER_DECODE = {"mla": build_mla_indexer_decode, "torch": build_torch_indexer_decode}
 DESCRIPTIONS = {
     ("sparse-decode", "torch"): "gather + bmm + fp32 softmax + bmm (gather timed)",
+    ("sparse-prefill", "torch"): "gather + bmm + fp32 softmax + bmm (gather timed)",
     ("topk", "torch"): "torch.topk(sorted=True)",
     ("indexer-decode", "torch"): "bf16 bmm + ReLU + weighted head sum over dense keys",
 }

@@ -13,7 +13,8 @@ K = 1024
 X_LABELS = {"decode": "context length (keys per request, mean)",
             "sparse-decode": "query heads (top-k keys each, cache of s_k per request)",
             "topk": "logits per row", "indexer-decode": "context length (keys per request)",
-            "prefill": "keys per sequence (prefix + new)"}
+            "prefill": "keys per sequence (prefix + new)",
+            "sparse-prefill": "keys the lists select from (s_kv)"}
 
 
 def _k(n: int) -> str:
@@ -143,6 +144,40 @@ class SparseDecodeCase(_Case):
 
 
 @dataclasses.dataclass(frozen=True)
+class SparsePrefillCase(_Case):
+    """Sparse prefill over a flat key array: each of s_q query tokens attends the
+    `topk` rows of kv [s_kv, 576] its own list names (bf16)."""
+    kind = "sparse-prefill"
+    suite: str
+    s_q: int
+    h_q: int
+    s_kv: int
+    topk: int
+
+    @property
+    def label(self) -> str:
+        return f"s_q{_k(self.s_q)} h{self.h_q} s_kv{_k(self.s_kv)} top{self.topk}"
+
+    @property
+    def group(self) -> str:
+        return f"s_q{_k(self.s_q)} h{self.h_q} top{self.topk}"
+
+    @property
+    def x(self) -> int:
+        return self.s_kv
+
+    def flops(self) -> float:
+        """2 * h_q * topk * (576 + 512) per query token."""
+        return 2.0 * self.h_q * self.topk * (D_QK + D_V) * self.s_q
+
+    def bytes(self) -> float:
+        """Each listed row once per query token, the lists, q, out (bf16) and lse."""
+        rows = self.s_q * self.h_q
+        return self.s_q * self.topk * (ENTRY_BYTES["bf16"] + 4) + \
+            rows * (D_QK * 2 + D_V * 2 + 4)
+
+
+@dataclasses.dataclass(frozen=True)
 class TopkCase(_Case):
     """Top-k of fp32 logits rows."""
     kind = "topk"
@@ -255,6 +290,8 @@ def dsa_and_prefill_cases(quick: bool) -> dict[str, list]:
             "topk": [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K)],
             "indexer-decode": [IndexerDecodeCase("indexer-decode", 128, 1, 32 * K)],
             "prefill": [PrefillCase("prefill", L) for L in (8 * K, 16 * K)],
+            "sparse-prefill": [SparsePrefillCase("sparse-prefill", 4 * K, 128, L, 2048)
+                               for L in (8 * K, 128 * K)],
         }
     out = {"sparse-decode": [], "topk": [], "indexer-decode": [], "prefill": []}
     for f in fmts:
@@ -262,11 +299,16 @@ def dsa_and_prefill_cases(quick: bool) -> dict[str, list]:
             for s_q in (1, 2):
                 out["sparse-decode"] += [SparseDecodeCase("sparse-decode", b, h, s_q, 32 * K,
                                                           2048, f) for h in (16, 32, 64, 128)]
-    out["topk"] = [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K)]
+    out["topk"] = [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K),
+                   TopkCase("topk", 1, 1024 * K)]
     out["indexer-decode"] = [IndexerDecodeCase("indexer-decode", 128, s_q, L)
                              for s_q in (1, 2) for L in (32 * K, 128 * K)]
     out["prefill"] = [PrefillCase("prefill", L) for L in (8 * K, 16 * K, 32 * K)] + \
         [PrefillCase("prefill", 4 * K, p) for p in (0, 16 * K, 64 * K)]
+    # FlashMLA's sparse prefill shapes (top-2048), h_q 64, and a longer prompt.
+    out["sparse-prefill"] = [SparsePrefillCase("sparse-prefill", s_q, h, L, 2048)
+                             for (s_q, h) in ((4 * K, 128), (4 * K, 64), (16 * K, 128))
+                             for L in (8 * K, 32 * K, 128 * K)]
     return out
 
 

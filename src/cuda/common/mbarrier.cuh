@@ -43,6 +43,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Arrive on `bar` once every cp.async this thread issued so far has landed
+// (the thread does not wait). .noinc: the arrival is one of the counts the
+// barrier was initialised with, so a phase of N such threads needs count N.
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+
 // Arrive (count 1) and raise the phase's expected transaction bytes by
 // `bytes`: the phase completes when the arrivals are in and that many bytes of
 // asynchronous copies (cp_async_bulk_g2s) have landed.

@@ -21,6 +21,7 @@
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/split/split.hpp"
 #include "cuda/sparse/sparse_params.hpp"
+#include "cuda/sparse/sparse_prefill_launch.hpp"
 
 namespace mla::cuda {
 
@@ -155,6 +156,11 @@ Status prefill_params(const SparsePrefillArgs& a, SparseAttnParams* p) {
   p->indices = static_cast<const int32_t*>(a.indices.data);
   p->idx_sb = stride_or_zero(a.indices, 0), p->idx_ss = 0;
   p->topk = int(topk);
+  if (a.topk_length.defined() && s_q > 1 && a.topk_length.strides[0] != 1)
+    return error(Errc::invalid_stride, "topk_length: must be dense (stride {})",
+                 a.topk_length.strides[0]);
+  p->topk_length =
+      a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
   p->kv = static_cast<const uint8_t*>(a.kv.data);
   p->fp8 = false;
   p->page_stride = row_bytes, p->token_stride = 0, p->page_size = 1;
@@ -176,6 +182,7 @@ SparseAttnParams prefill_chunk(const SparseAttnParams& p0, int64_t s_q, int64_t 
   p.indices = p0.indices + r0 * p0.idx_sb;
   p.out = static_cast<uint16_t*>(p0.out) + r0 * p0.out_sb;
   p.lse = p0.lse + r0 * p0.lse_sb;
+  if (p0.topk_length) p.topk_length = p0.topk_length + r0;  // prefill: one length per token
   return p;
 }
 
@@ -303,9 +310,27 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   return Status::Ok();
 }
 
+// ---- the prefill kernel ----
+
+// Its params for one launch of prefill_params' layout (token = "batch" row,
+// kv rows = pages of one token).
+sparse::SparsePrefillParams prefill_kernel_params(const SparseAttnParams& pc) {
+  sparse::SparsePrefillParams g;
+  g.q = pc.q, g.q_ss = pc.q_sb, g.q_sh = pc.q_sh, g.s_q = pc.batch, g.h_q = pc.h_q;
+  g.indices = pc.indices, g.idx_ss = pc.idx_sb, g.topk = pc.topk, g.topk_length = pc.topk_length;
+  g.kv = pc.kv, g.kv_row_stride = pc.num_slots > 1 ? pc.page_stride / 2 : 0;
+  g.s_kv = pc.num_slots;
+  g.softmax_scale = pc.softmax_scale;
+  g.out = pc.out, g.out_ss = pc.out_sb, g.out_sh = pc.out_sh;
+  g.lse = pc.lse, g.lse_ss = pc.lse_sb, g.lse_sh = pc.lse_sh;
+  return g;
+}
+
 // Scratch of one launch of `kernel` on p.
 Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
-  if (kernel == Kernel::decode_wgmma) {
+  if (kernel == Kernel::prefill) {
+    *bytes = 0;
+  } else if (kernel == Kernel::decode_wgmma) {
     DecodeGeometry g;
     MLA_TRY(decode_geometry(p, &g));
     *bytes = g.layout.total;
@@ -316,6 +341,8 @@ Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
 }
 
 Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream_t stream) {
+  if (kernel == Kernel::prefill)
+    return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
   if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
@@ -374,6 +401,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::automatic: return "automatic";
     case Kernel::decode_wgmma: return "decode_wgmma";
     case Kernel::mma_sync: return "mma_sync";
+    case Kernel::prefill: return "prefill";
   }
   return "?";
 }
@@ -386,11 +414,13 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::decode_wgmma:
       return common && problem.page_size <= INT32_MAX && problem.flat_index;
     case Kernel::mma_sync: return common;
+    case Kernel::prefill: return common && problem.prefill;
   }
   return false;
 }
 
 Kernel choose_kernel(const Problem& problem) {
+  if (kernel_takes(Kernel::prefill, problem)) return Kernel::prefill;
   return kernel_takes(Kernel::decode_wgmma, problem) ? Kernel::decode_wgmma : Kernel::mma_sync;
 }
 

@@ -17,8 +17,10 @@ enum class Kernel {
   automatic,     // choose_kernel()
   decode_wgmma,  // the decode kernel (cuda/decode) with indexed keys, on the split schedule
   mma_sync,      // sparse_mma.cu: one CTA per (query, head block, list range)
+  prefill,       // sparse_prefill_kernel.cuh: prefill only, gathered key tiles, no workspace
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::decode_wgmma, Kernel::mma_sync};
+inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::decode_wgmma, Kernel::mma_sync,
+                                      Kernel::prefill};
 const char* kernel_name(Kernel k);
 
 // The most query tokens of one launch: the mma_sync kernel's grid has one
@@ -44,8 +46,9 @@ struct Problem {
   int64_t page_size = 0;    // tokens per page (prefill: 1)
   bool flat_index = false;  // the [B, s_q] index lists flatten to one stride
 };
-// The decode kernel wherever it takes the problem (every shape the API takes
-// except index lists whose [B, s_q] dims do not flatten to one stride).
+// Prefill: the sparse prefill kernel. Decode: the decode kernel wherever it
+// takes the problem (every shape the API takes except index lists whose
+// [B, s_q] dims do not flatten to one stride).
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);

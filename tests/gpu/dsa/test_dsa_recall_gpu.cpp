@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/random.hpp"
-#include "cuda/dsa/topk_cuda.hpp"
+#include "cuda/topk/topk_cuda.hpp"
 #include "cuda/indexer/indexer_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/indexer.hpp"

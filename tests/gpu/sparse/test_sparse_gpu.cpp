@@ -229,7 +229,8 @@ TEST_P(SparseGpu, DecodeMatchesReference) {
   run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 3, 16, 100, 16, false, true}, GetParam());
 }
 
-// The automatic choice: the decode kernel unless the index lists do not flatten.
+// The automatic choice: for decode the decode kernel unless the index lists do
+// not flatten; for prefill the prefill kernel.
 TEST(SparseGpuArgs, KernelChoice) {
   using cuda::sparse::choose_kernel;
   EXPECT_EQ(choose_kernel({.h_q = 16, .tokens = 8, .page_size = 64, .flat_index = true}),
@@ -238,6 +239,11 @@ TEST(SparseGpuArgs, KernelChoice) {
             Kernel::decode_wgmma);
   EXPECT_EQ(choose_kernel({.h_q = 64, .tokens = 8, .page_size = 64, .flat_index = false}),
             Kernel::mma_sync);
+  // Prefill: the sparse prefill kernel (gathered key tiles), any head count the API takes.
+  for (int h : {16, 32, 64, 128})
+    EXPECT_EQ(choose_kernel(
+                  {.prefill = true, .h_q = h, .tokens = 4096, .page_size = 1, .flat_index = true}),
+              Kernel::prefill);
 }
 
 // mla::sparse_prefill on CUDA tensors against the same API on CPU tensors

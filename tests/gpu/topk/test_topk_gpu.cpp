@@ -1,20 +1,20 @@
-// GPU tests of top-k (src/cuda/dsa/topk.cu) against the CPU reference:
-// identical lists for every kernel version, any cluster split, ties, -inf/NaN,
-// lengths, block-table translation. Fresh random inputs, outputs poisoned.
+// GPU tests of the token top-k (src/cuda/topk) against the CPU reference:
+// the same int32 bytes (exact set, exact order) for every kernel and cluster
+// size, both output orders, on adversarial rows (all equal, heavy ties at the
+// threshold, -inf tails, NaN, one huge value, sorted and reverse-sorted,
+// values packed into one radix bucket), rows of 1K to 1M logits, lengths
+// below k, length 0, k 64 to 8192, the page-table translation; 100 calls in a
+// row bit-identical. Outputs are poisoned before every run.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "common/random.hpp"
-#include "cuda/dsa/topk_cuda.hpp"
-#include "cuda/dsa/topk_launch.hpp"
+#include "cuda/topk/topk_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/topk.hpp"
 
@@ -23,172 +23,264 @@ namespace {
 
 using testing::DeviceBuffer;
 using testing::HostTensor;
-using testing::random_tensor;
 using testing::Rng;
-namespace dsa = mla::cuda::dsa;
+namespace tk = mla::cuda::topk;
 
-bool same_bytes(const HostTensor& a, const HostTensor& b) {
-  const size_t n = size_t(a.numel()) * dtype_size(a.dtype);
-  return std::memcmp(a.storage.data(), b.storage.data(), n) == 0;
-}
-
-// The top-k versions a test runs: `all`, or only MLA_TEST_TOPK_ALGO when set
-// (compute-sanitizer runs force one version at a time; a test left with none
-// fails rather than passing empty).
-std::vector<int> topk_algos(std::initializer_list<int> all) {
-  const char* env = std::getenv("MLA_TEST_TOPK_ALGO");
-  if (env == nullptr) return std::vector<int>(all);
-  std::vector<int> v;
-  for (int a : all)
-    if (a == std::atoi(env)) v.push_back(a);
-  EXPECT_FALSE(v.empty()) << "MLA_TEST_TOPK_ALGO=" << env << " is not among this test's versions";
+// Every (kernel, cluster) pair that takes k.
+std::vector<tk::TopkPlan> plans_for(int k) {
+  std::vector<tk::TopkPlan> v;
+  for (tk::Kernel kern : tk::kKernels)
+    if (k <= tk::max_k(kern))
+      for (int cs : {1, 2, 4, 8}) v.push_back({kern, cs});
   return v;
 }
 
-// ties: 21 levels (many equal keys); heavy_ties: 3 levels (more ties than
-// the sort buffer's slack: the ordered fallback). algo: TopkParams::algo.
-void run_topk_case(Rng& rng, int R, int N, int k, int cluster, bool ties, bool translate,
-                   bool heavy_ties = false, int algo = 2) {
-  HostTensor logits = random_tensor(rng, DType::f32, {R, N}, -10, 10);
-  for (int64_t i = 0; i < logits.numel(); ++i) {
-    if (ties) logits.set(i, std::round(logits.get(i)));
-    if (heavy_ties) logits.set(i, std::round(logits.get(i) / 8));
-    const int64_t m = rng.randint(0, 99);
-    if (m == 0) logits.set(i, -INFINITY);
-    if (m == 1) logits.set(i, NAN);
-    if (m == 2) logits.set(i, -0.0);
-    if (m == 3) logits.set(i, 0.0);
+std::string plan_name(tk::TopkPlan p) {
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
+}
+
+enum class Fill {
+  uniform,       // [-10, 10)
+  ties,          // 21 integer levels
+  heavy_ties,    // 3 levels: most of the row ties at the threshold
+  all_equal,     // one value
+  one_bucket,    // [1, 1.0001): every logit in one 11-bit bucket
+  sorted_up,     // ascending: every logit beats the ones before (compaction every chunk)
+  sorted_down,   // descending
+  neg_inf_tail,  // the second half -inf
+  nan_mix,       // 30% NaN, 10% -inf, a few +inf, -0 and +0
+  one_huge,      // one 1e30, the rest tiny
+};
+
+const char* fill_name(Fill f) {
+  switch (f) {
+    case Fill::uniform: return "uniform";
+    case Fill::ties: return "ties";
+    case Fill::heavy_ties: return "heavy_ties";
+    case Fill::all_equal: return "all_equal";
+    case Fill::one_bucket: return "one_bucket";
+    case Fill::sorted_up: return "sorted_up";
+    case Fill::sorted_down: return "sorted_down";
+    case Fill::neg_inf_tail: return "neg_inf_tail";
+    case Fill::nan_mix: return "nan_mix";
+    case Fill::one_huge: return "one_huge";
   }
-  HostTensor lens(DType::i32, {R});
-  for (int r = 0; r < R; ++r) {
-    const int choice = r % 5;
-    lens.set(r, choice == 0   ? 0
-                : choice == 1 ? std::min(N, k / 2)
-                : choice == 2 ? std::min(N, k)
-                : choice == 3 ? N
-                              : int(rng.randint(0, N)));
+  return "?";
+}
+
+HostTensor make_logits(Rng& rng, int64_t R, int64_t N, Fill f) {
+  HostTensor t(DType::f32, {R, N});
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t p = 0; p < N; ++p) {
+      double v = rng.uniform(-10, 10);
+      switch (f) {
+        case Fill::uniform: break;
+        case Fill::ties: v = std::round(v); break;
+        case Fill::heavy_ties: v = std::round(v / 8); break;
+        case Fill::all_equal: v = 0.5; break;
+        case Fill::one_bucket: v = 1.0 + rng.uniform(0, 1e-4); break;
+        case Fill::sorted_up: v = double(p) * 1e-3 - 7; break;
+        case Fill::sorted_down: v = 7 - double(p) * 1e-3; break;
+        case Fill::neg_inf_tail:
+          if (p >= N / 2) v = -INFINITY;
+          break;
+        case Fill::nan_mix: {
+          const int64_t m = rng.randint(0, 99);
+          if (m < 30)
+            v = NAN;
+          else if (m < 40)
+            v = -INFINITY;
+          else if (m == 40)
+            v = INFINITY;
+          else if (m == 41)
+            v = -0.0;
+          else if (m == 42)
+            v = 0.0;
+          else if (m == 43)
+            v = 1e-45;  // denormals: compared exactly (no flush to zero)
+          else if (m == 44)
+            v = -1e-45;
+          break;
+        }
+        case Fill::one_huge: v = p == (r * 7919) % N ? 1e30 : rng.uniform(-1e-3, 1e-3); break;
+      }
+      t.set(r * N + p, v);
+    }
+  return t;
+}
+
+struct Case {
+  int64_t R, N;
+  int k;
+  Fill fill;
+  bool lengths = false;    // per-row lengths: 0, k/2, k, N, random
+  bool translate = false;  // page-table transform (page 16, 2 rows per request when R is even)
+};
+
+// The reference's indices for `order`, and the GPU's for each plan, compared
+// byte for byte.
+void run_case(Rng& rng, const Case& c, const std::vector<tk::TopkPlan>& plans, bool with_auto) {
+  const HostTensor logits = make_logits(rng, c.R, c.N, c.fill);
+  HostTensor lens(DType::i32, {c.R});
+  for (int64_t r = 0; r < c.R; ++r) {
+    const int choice = int(r % 5);
+    const int64_t len = choice == 0   ? 0
+                        : choice == 1 ? std::min<int64_t>(c.N, c.k / 2)
+                        : choice == 2 ? std::min<int64_t>(c.N, c.k)
+                        : choice == 3 ? c.N
+                                      : rng.randint(0, c.N);
+    lens.set(r, double(c.lengths ? len : c.N));
   }
-  const int page = 16, rpr = R % 2 == 0 ? 2 : 1, B = R / rpr, maxp = (N + page - 1) / page;
+  const int page = 16, rpr = c.R % 2 == 0 ? 2 : 1;
+  const int64_t B = c.R / rpr, maxp = (c.N + page - 1) / page;
   HostTensor bt(DType::i32, {B, maxp});
   for (int64_t i = 0; i < bt.numel(); ++i) bt.set(i, double(rng.randint(0, 5000)));
-  HostTensor ref(DType::i32, {R, k});
-  ref.poison();
-  HostTensor got = ref;
-  TopkArgs a;
-  a.logits = logits.view(), a.lengths = lens.view(), a.k = k, a.indices = ref.view();
-  if (translate) a.block_table = bt.view(), a.page_size = page, a.rows_per_request = rpr;
-  ASSERT_MLA_OK(topk_indices(a));
-  DeviceBuffer dl(logits), dlen(lens), dbt(bt), dout(got);
-  dout.poison();
-  dsa::TopkParams p;
-  p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R, p.width = N,
-  p.k = k;
-  p.lengths = static_cast<const int32_t*>(dlen.get());
-  if (translate)
-    p.block_table = static_cast<const int32_t*>(dbt.get()), p.block_table_stride = maxp,
-    p.page_size = page, p.rows_per_request = rpr;
-  p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster, p.algo = algo;
-  ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
-  MLA_CUDA_CHECK(cudaDeviceSynchronize());
-  dout.to_host(got);
-  int64_t bad = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i)
-    if (ref.get(i) != got.get(i) && bad++ < 5)
-      ADD_FAILURE() << "algo " << algo << " R " << R << " N " << N << " k " << k << " cluster "
-                    << cluster << " ties " << ties << ": row " << i / k << " entry " << i % k
-                    << " got " << got.get(i) << " want " << ref.get(i);
-  EXPECT_EQ(bad, 0);
-}
-
-// Every kernel (algo 3, 2 and 1) on the same cases.
-TEST(DsaGpu, TopkMatchesReferenceExactly) {
-  for (int algo : topk_algos({4, 3, 2, 1})) {
-    Rng rng(105);
-    for (int cluster : {1, 2, 4, 8}) {
-      run_topk_case(rng, 7, 5000, 64, cluster, false, false, false, algo);
-      run_topk_case(rng, 6, 9000, 2048, cluster, true, true, false, algo);
-      run_topk_case(rng, 3, 70000, 2048, cluster, false, true, false,
-                    algo);  // candidates overflow shared memory? checked both ways
-      run_topk_case(rng, 3, 40000, 8192, cluster, true, false, false, algo);
-      run_topk_case(rng, 5, 4099, 128, cluster, false, false, false,
-                    algo);  // odd rows: unaligned vectors
-      run_topk_case(rng, 4, 20001, 2048, cluster, false, true, true, algo);
-      // 30% of the row on one value: more than any pool holds (algo 2 and 3 fall back)
-      run_topk_case(rng, 2, 60000, 2048, cluster, false, false, true, algo);
-    }
-    run_topk_case(rng, 300, 3000, 512, 0, false, true, false, algo);  // automatic cluster choice
-  }
-}
-
-// algo 2 and 3 on the benchmark's data (uniform logits in [-1, 1), 1/32 of a
-// row in the top 12-bit bucket: the pool paths, no fallback), one and several CTAs
-// per row, rows long enough for many ring chunks per CTA and a row stride
-// that is not a multiple of 4 floats.
-TEST(DsaGpu, TopkStreamingPoolMatchesReference) {
-  Rng rng(107);
-  for (const auto& [R, N, k, cluster] : {std::array<int, 4>{4, 131072, 2048, 2},
-                                         {3, 131071, 2048, 1},
-                                         {2, 262144, 2048, 8},
-                                         {5, 65541, 4096, 4},
-                                         {2, 100000, 64, 2}}) {
-    HostTensor logits = random_tensor(rng, DType::f32, {R, N}, -1, 1);
-    HostTensor ref(DType::i32, {R, k});
+  DeviceBuffer dl(logits), dlen(lens), dbt(bt);
+  for (TopkOrder order : {TopkOrder::best_first, TopkOrder::by_position}) {
+    HostTensor ref(DType::i32, {c.R, c.k});
     ref.poison();
-    HostTensor got = ref;
     TopkArgs a;
-    a.logits = logits.view(), a.k = k, a.indices = ref.view();
+    a.logits = logits.view(), a.k = c.k, a.indices = ref.view(), a.order = order;
+    if (c.lengths) a.lengths = lens.view();
+    if (c.translate) a.block_table = bt.view(), a.page_size = page, a.rows_per_request = rpr;
     ASSERT_MLA_OK(topk_indices(a));
-    for (int algo : topk_algos({2, 3, 4})) {
-      DeviceBuffer dl(logits), dout(got);
+    HostTensor got = ref;
+    DeviceBuffer dout(got);
+    TopkArgs g = a;
+    g.logits = dl.view(logits), g.indices = dout.view(got);
+    if (c.lengths) g.lengths = dlen.view(lens);
+    if (c.translate) g.block_table = dbt.view(bt);
+    std::vector<std::string> runs;
+    for (const tk::TopkPlan& plan : plans) runs.push_back(plan_name(plan));
+    if (with_auto) runs.push_back("automatic");
+    for (size_t i = 0; i < runs.size(); ++i) {
       dout.poison();
-      dsa::TopkParams p;
-      p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
-      p.width = N, p.k = k;
-      p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster;
-      p.algo = algo;
-      ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
+      if (i < plans.size())
+        ASSERT_MLA_OK(cuda::topk_indices(g, {}, plans[i]));
+      else
+        ASSERT_MLA_OK(topk_indices(g));
       MLA_CUDA_CHECK(cudaDeviceSynchronize());
       dout.to_host(got);
-      EXPECT_TRUE(same_bytes(ref, got))
-          << "algo " << algo << " R " << R << " N " << N << " k " << k << " cluster " << cluster;
+      int64_t bad = 0;
+      for (int64_t j = 0; j < ref.numel(); ++j)
+        if (ref.get(j) != got.get(j) && bad++ < 3)
+          ADD_FAILURE() << runs[i] << " " << fill_name(c.fill) << " R " << c.R << " N " << c.N
+                        << " k " << c.k
+                        << (order == TopkOrder::best_first ? " best_first" : " by_position")
+                        << (c.lengths ? " lengths" : "") << (c.translate ? " translate" : "")
+                        << ": row " << j / c.k << " entry " << j % c.k << " got " << got.get(j)
+                        << " want " << ref.get(j);
+      EXPECT_EQ(bad, 0);
     }
   }
 }
 
-TEST(DsaGpu, TopkCandidateOverflowFallsBackCorrectly) {
-  // Every logit in one 12-bit bucket (values in [1, 1.0001)): the candidate
-  // buffer overflows and later rounds re-read the row.
-  Rng rng(106);
-  const int R = 2, N = 60000, k = 1024;
-  HostTensor logits(DType::f32, {R, N});
-  for (int64_t i = 0; i < logits.numel(); ++i) logits.set(i, 1.0 + rng.uniform(0, 1e-4));
-  HostTensor ref(DType::i32, {R, k});
-  HostTensor got = ref;
-  TopkArgs a;
-  a.logits = logits.view(), a.k = k, a.indices = ref.view();
-  ASSERT_MLA_OK(topk_indices(a));
-  for (int algo : topk_algos({4, 3, 2, 1}))  // algo 2 falls back to algo 1 here (3, 4 need not)
-    for (int cluster : {1, 4}) {
-      DeviceBuffer dl(logits), dout(got);
-      dout.poison();
-      dsa::TopkParams p;
-      p.logits = static_cast<const float*>(dl.get()), p.logits_stride = N, p.num_rows = R,
-      p.width = N, p.k = k;
-      p.out = static_cast<int32_t*>(dout.get()), p.out_stride = k, p.cluster = cluster,
-      p.algo = algo;
-      ASSERT_MLA_OK(dsa::launch_topk(p, nullptr));
-      MLA_CUDA_CHECK(cudaDeviceSynchronize());
-      dout.to_host(got);
-      EXPECT_TRUE(same_bytes(ref, got)) << "algo " << algo << " cluster " << cluster;
+// Every fill on moderate rows, every kernel and cluster size.
+TEST(TopkGpu, AdversarialRowsMatchReference) {
+  Rng rng(1901);
+  for (Fill f :
+       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
+        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
+    run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048), true);
+}
+
+// Rows of 1K to 256K (odd widths: rows not 16-byte aligned), k 64 to 8192,
+// lengths, the page-table transform.
+TEST(TopkGpu, ShapesMatchReference) {
+  Rng rng(1902);
+  const Case cases[] = {
+      {7, 1000, 64, Fill::uniform, true, false},
+      {4, 1024, 2048, Fill::ties, true, true},
+      {5, 4099, 128, Fill::uniform, false, false},
+      {6, 9000, 2048, Fill::ties, true, true},
+      {3, 70001, 2048, Fill::uniform, true, true},
+      {3, 40000, 8192, Fill::ties, true, false},
+      {2, 65541, 4096, Fill::uniform, false, false},
+      {2, 262144, 2048, Fill::uniform, false, false},
+      {2, 100003, 8192, Fill::heavy_ties, false, false},
+      {300, 3000, 512, Fill::uniform, true, true},
+  };
+  for (const Case& c : cases) run_case(rng, c, plans_for(c.k), true);
+}
+
+// One row of 1M logits (decode at batch 1): the cluster split, k 2048 and 8192.
+TEST(TopkGpu, MillionLogitRow) {
+  Rng rng(1903);
+  run_case(rng, {1, 1 << 20, 2048, Fill::uniform, false, false}, plans_for(2048), true);
+  run_case(rng, {1, 1 << 20, 8192, Fill::ties, false, false}, plans_for(8192), true);
+  run_case(rng, {2, 1000003, 2048, Fill::sorted_up, false, false},
+           {{tk::Kernel::select_1024, 8}, {tk::Kernel::select_512, 1}}, true);
+}
+
+// Small shapes for compute-sanitizer (racecheck, memcheck, synccheck): both
+// kernels, one CTA and a cluster per row, both orders, compactions
+// (sorted_up), ties at the threshold, the transform.
+TEST(TopkGpu, SmallForSanitizer) {
+  Rng rng(1904);
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1},
+                                           {tk::Kernel::select_1024, 4},
+                                           {tk::Kernel::select_512, 2},
+                                           {tk::Kernel::select_256, 2},
+                                           {tk::Kernel::select_512_deep, 1}};
+  run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
+  run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
+}
+
+// 100 calls in a row give the same bytes (ties at the threshold, a cluster
+// split and a compaction-heavy row, both orders).
+TEST(TopkGpu, RepeatedCallsBitIdentical) {
+  Rng rng(1905);
+  const int64_t R = 8, N = 131072;
+  const int k = 2048;
+  HostTensor logits = make_logits(rng, R, N, Fill::ties);
+  for (int64_t p = 0; p < N; ++p) logits.set(R * N - N + p, double(p % 977));  // a sawtooth row
+  DeviceBuffer dl(logits);
+  HostTensor first(DType::i32, {R, k}), got(DType::i32, {R, k});
+  for (const tk::TopkPlan plan :
+       {tk::TopkPlan{tk::Kernel::select_1024, 4}, tk::TopkPlan{tk::Kernel::select_512, 1}})
+    for (TopkOrder order : {TopkOrder::best_first, TopkOrder::by_position}) {
+      DeviceBuffer dout(first);
+      TopkArgs a;
+      a.logits = dl.view(logits), a.k = k, a.indices = dout.view(first), a.order = order;
+      for (int it = 0; it < 100; ++it) {
+        dout.poison();
+        ASSERT_MLA_OK(cuda::topk_indices(a, {}, plan));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        dout.to_host(it == 0 ? first : got);
+        if (it > 0)
+          ASSERT_EQ(std::memcmp(first.storage.data(), got.storage.data(), size_t(R) * k * 4), 0)
+              << plan_name(plan) << " call " << it;
+      }
     }
 }
 
-TEST(DsaGpu, TopkRejectsBadK) {
-  dsa::TopkParams p;
-  p.num_rows = 1, p.k = 100;
-  Status st = dsa::launch_topk(p, nullptr);
+TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
+  HostTensor logits(DType::f32, {2, 100});
+  HostTensor idx(DType::i32, {2, 8192});
+  DeviceBuffer dl(logits), dout(idx);
+  TopkArgs a;
+  a.logits = dl.view(logits), a.k = 8192, a.indices = dout.view(idx);
+  Status st = cuda::topk_indices(a, {}, {tk::Kernel::select_512, 1});
   EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
-  EXPECT_NE(st.message().find("100"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("8192"), std::string::npos) << st.message();
+  st = cuda::topk_indices(a, {}, {tk::Kernel::select_1024, 3});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("cluster = 3"), std::string::npos) << st.message();
+  a.order = static_cast<TopkOrder>(7);
+  st = topk_indices(a);
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
+}
+
+// The plan: rows that fill the GPU run one CTA each; few long rows are split.
+TEST(TopkGpu, ChooseSplitsFewLongRows) {
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 32768, 4096, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(4096, 32768, 8192, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(1, 1 << 20, 2048, 132).cluster, 8);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(1, 4096, 2048, 132).cluster, 1);  // too short to split
 }
 
 }  // namespace

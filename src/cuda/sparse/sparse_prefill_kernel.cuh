@@ -1,0 +1,511 @@
+// Sparse prefill attention on Hopper (sm_90a): the contract of
+// sparse_prefill_params.hpp. Work item = (query token, block of 64 heads);
+// persistent CTAs (one per SM) take items blockIdx.x, + gridDim.x, ... in
+// order, so the two head blocks of a token run at the same time on
+// neighbouring SMs and the second gather hits L2. Three warpgroups:
+//
+// producer (warpgroup 2): per item, Q (64 x 576, rows past h_q zero) into its
+//   buffer once the previous item's last S products have completed, then the
+//   token's key rows gathered by index with 16-byte cp.async into two SW128
+//   tile buffers (a rectangular TMA box cannot gather): tile 2i into buffer 0,
+//   2i + 1 into buffer 1, each buffer in two halves (L: blocks 0..3, R: blocks
+//   4..8) with their own ready/free barriers, refilled in the order they free
+//   up. The buffers run on across items, so the next item's Q and first tiles
+//   load while the current one finishes. Each thread's copies are tracked by
+//   the barrier they fill (cp.async.mbarrier.arrive.noinc: the producer never
+//   blocks on its own copies). Invalid entries are zero-filled (never read),
+//   so that 0 * garbage cannot reach P.V.
+//
+// math (warpgroups 0, 1): warpgroup 0 owns output columns 0..255 (O_L) and
+//   computes S0 = Q K0^T of tile 2i; warpgroup 1 owns columns 256..511 (O_R)
+//   and computes S1 = Q K1^T of tile 2i + 1 (wgmma m64n64, all 576 columns).
+//   Per pair, with m the running row max (log2 domain):
+//     wg0: m0 = max(m, rowmax S0); O_L, l0 rescaled to m0; P0 = exp2(S0 - m0);
+//          hands m0 over; O_L += P0 V0_L (P0 from registers);
+//     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
+//          hands m1 over; O_R += P1 V1_R; P1 into shared memory;
+//     wg0: P0 * exp2(m0 - m1) into K0's rope block (S0 is done with it);
+//          O_L, l0 rescaled to m1;
+//     wg1: O_R += (P0 scaled) V0_R;   wg0: O_L += P1 V1_L.
+//   Both end the pair at max m1 (so l0 + l1 is the row sum at the end), and
+//   each warpgroup's softmax runs while the other's products occupy the tensor
+//   cores. The S of the next pair is issued as soon as its first half lands.
+//
+// Barriers (scripts/models/sparse_prefill_barriers.py models the protocol; gp
+// is the CTA's running pair count over its items, k its item count):
+//   ready[b][h] (128 arrivals: every producer thread, when its copies land):
+//     math waits parity gp & 1.
+//   free[b][h] (4 arrivals: lane 0 of each warp of the warpgroup that reads
+//     the half last, once that product completed): L0 and L1 by warpgroup 0
+//     (its P0 V0_L and P1 V1_L), R0 and R1 by warpgroup 1 (P0 V0_R, P1 V1_R,
+//     which also read P0 in R0's rope block); the producer waits parity
+//     (gp & 1) ^ 1 (the first round passes at once).
+//   q_full (128 arrivals, as ready): Q of item k; math waits parity k & 1.
+//   q_empty (8 arrivals: every math warp once its last S of item k completed,
+//     at once for an item without keys): the producer waits parity
+//     (k & 1) ^ 1 before loading Q of item k.
+//   named barriers (256 threads; one warpgroup arrives, the other syncs):
+//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written),
+//     kBarP1 (P1 written; warpgroup 1 arrives after its P1 V1_R and the
+//     write, warpgroup 0's P1 V1_L of the previous pair completed before it
+//     arrived at kBarM0), kBarSum (row sums of an item, both sync).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/common/mbarrier.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/sparse/sparse_prefill_config.hpp"
+#include "cuda/sparse/sparse_prefill_params.hpp"
+
+namespace mla::cuda::sparse {
+
+// Byte offset of the 16-byte piece `chunk` (0..71) of row `r` in a tile of
+// SW128 blocks of `block_bytes` (block = 64 columns, piece j of row r at j ^ (r % 8)).
+__device__ __forceinline__ uint32_t sw128_offset(int r, int chunk, int block_bytes) {
+  return uint32_t((chunk >> 3) * block_bytes + r * 128 + (((chunk & 7) ^ (r & 7)) << 4));
+}
+
+// One work item: a token's block of up to 64 heads and its list.
+struct Item {
+  int token, h0, rows, n, pairs;
+  const int32_t* list;
+};
+__device__ __forceinline__ Item make_item(const SparsePrefillParams& p, int item) {
+  using C = SparsePrefillConfig;
+  const int head_blocks = (p.h_q + C::kRows - 1) / C::kRows;
+  Item it;
+  it.token = item / head_blocks;
+  it.h0 = (item % head_blocks) * C::kRows;
+  it.rows = min(C::kRows, p.h_q - it.h0);
+  it.n = p.topk_length == nullptr ? p.topk : min(max(p.topk_length[it.token], 0), p.topk);
+  it.pairs = (it.n + 2 * C::kKeys - 1) / (2 * C::kKeys);
+  it.list = p.indices + int64_t(it.token) * p.idx_ss;
+  return it;
+}
+
+// Validity of the 64 entries of tile t as a bit mask (bit k: entry 64 t + k
+// is used and names a row of kv). Every lane of the warp gets the mask.
+__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, const Item& it,
+                                                    int t, int lane) {
+  const int j0 = t * 64 + lane, j1 = j0 + 32;
+  const int r0 = j0 < it.n ? it.list[j0] : -1, r1 = j1 < it.n ? it.list[j1] : -1;
+  const uint32_t lo = __ballot_sync(0xffffffffu, r0 >= 0 && r0 < p.s_kv);
+  const uint32_t hi = __ballot_sync(0xffffffffu, r1 >= 0 && r1 < p.s_kv);
+  return uint64_t(lo) | (uint64_t(hi) << 32);
+}
+
+// S[64 x 64] (+)= Q[:, blocks b0 .. b1) K[:, same]^T, both K-major SW128
+// tiles; `zero`: the first product overwrites S instead of adding to it.
+__device__ __forceinline__ void issue_s(float (&s)[8][4], uint32_t q_addr, uint32_t k_addr, int b0,
+                                        int b1, bool zero) {
+  using C = SparsePrefillConfig;
+#pragma unroll
+  for (int blk = b0; blk < b1; ++blk)
+#pragma unroll
+    for (int sub = 0; sub < 4; ++sub)
+      wgmma::m64n64k16_ss(s, wgmma::desc_sw128(q_addr + blk * C::kQBlockBytes + sub * 32, 16, 1024),
+                          wgmma::desc_sw128(k_addr + blk * C::kKBlockBytes + sub * 32, 16, 1024),
+                          !zero || blk > b0 || sub > 0);
+}
+
+// O (+)= P[64 x 64] V[64 keys x 256 columns from block v_block]: P from
+// registers (the S accumulator layout repacked as k16 A fragments) ...
+__device__ __forceinline__ void issue_pv_rs(float (&o)[32][4], const uint32_t (&pa)[4][4],
+                                            uint32_t v_addr) {
+  using C = SparsePrefillConfig;
+#pragma unroll
+  for (int kk = 0; kk < C::kKeys / 16; ++kk)
+    wgmma::m64n256k16_rs_tb(o, pa[kk],
+                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+}
+// ... or from a shared SW128 block.
+__device__ __forceinline__ void issue_pv_ss(float (&o)[32][4], uint32_t p_addr, uint32_t v_addr) {
+  using C = SparsePrefillConfig;
+#pragma unroll
+  for (int kk = 0; kk < C::kKeys / 16; ++kk)
+    wgmma::m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
+                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+}
+
+// Producer: Q of item `it` (this thread's 36 pieces), tracked by q_full.
+__device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item& it,
+                                       unsigned char* sQ, uint64_t* q_full, int ptid) {
+  using C = SparsePrefillConfig;
+  const __nv_bfloat16* const q =
+      static_cast<const __nv_bfloat16*>(p.q) + int64_t(it.token) * p.q_ss + int64_t(it.h0) * p.q_sh;
+  for (int i = ptid; i < C::kRows * C::kChunks; i += 128) {
+    const int r = i / C::kChunks, chunk = i % C::kChunks;
+    const bool valid = r < it.rows;
+    ptx::cp_async_16(sQ + sw128_offset(r, chunk, C::kQBlockBytes),
+                     q + (valid ? int64_t(r) * p.q_sh + chunk * 8 : 0), valid);
+  }
+  ptx::cp_async_mbar_arrive_noinc(q_full);
+}
+
+// Producer: blocks [b0, b1) of this thread's 4 key rows of a tile (rows
+// kgrp + 16 pass, piece `sub` of each block), once `free_bar` allows; tracked
+// by `ready`. row[pass] < 0: zero-filled.
+__device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
+                                            const int (&row)[SparsePrefillConfig::kPasses],
+                                            unsigned char* tile, int b0, int b1, uint64_t* ready,
+                                            uint64_t* free_bar, uint32_t free_parity, int ptid) {
+  using C = SparsePrefillConfig;
+  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  ptx::mbar_wait(free_bar, free_parity);
+  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
+#pragma unroll
+  for (int pass = 0; pass < C::kPasses; ++pass) {
+    const int key = kgrp + pass * C::kKeysPerPass;
+    const bool valid = row[pass] >= 0;
+    const __nv_bfloat16* const src = kv + (valid ? int64_t(row[pass]) * p.kv_row_stride : 0);
+#pragma unroll 1
+    for (int blk = b0; blk < b1; ++blk) {
+      const int chunk = blk * 8 + sub;
+      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
+    }
+  }
+  ptx::cp_async_mbar_arrive_noinc(ready);
+}
+
+// The rows of kv this producer thread copies for tile t (-1: none / invalid).
+__device__ __forceinline__ void tile_rows(const SparsePrefillParams& p, const Item& it, int t,
+                                          int ptid, int (&row)[SparsePrefillConfig::kPasses]) {
+  using C = SparsePrefillConfig;
+  const int kgrp = ptid / C::kThreadsPerKey;
+#pragma unroll
+  for (int pass = 0; pass < C::kPasses; ++pass) {
+    const int j = t * C::kKeys + kgrp + pass * C::kKeysPerPass;
+    const int r = j < it.n ? it.list[j] : -1;
+    row[pass] = r >= 0 && r < p.s_kv ? r : -1;
+  }
+}
+
+// Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked,
+// in the log2 domain; returns the two row maxima (quad-reduced).
+__device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid, float scale_log2,
+                                               int c, float& mx0, float& mx1) {
+  mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool ok = (valid >> (i * 8 + 2 * c + e)) & 1;
+      s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
+      s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
+      mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
+    }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+}
+
+// A row whose max is still -inf (no valid key yet) exponentiates against 0: P = 0.
+__device__ __forceinline__ float safe_max(float m) {
+  return m == -INFINITY ? 0.f : m;
+}
+
+// P = exp2(S - m) in place; adds the row sums to l0 / l1 (thread partials).
+__device__ __forceinline__ void exp_rows(float (&s)[8][4], float m0, float m1, float& l0,
+                                         float& l1) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s[i][0] = ptx::fast_exp2(s[i][0] - m0), s[i][1] = ptx::fast_exp2(s[i][1] - m0);
+    s[i][2] = ptx::fast_exp2(s[i][2] - m1), s[i][3] = ptx::fast_exp2(s[i][3] - m1);
+    l0 += s[i][0] + s[i][1], l1 += s[i][2] + s[i][3];
+  }
+}
+
+// P (accumulator layout) as bf16 k16 A fragments: step kk holds columns
+// 16 kk .. 16 kk + 15 = accumulator blocks 2 kk and 2 kk + 1.
+__device__ __forceinline__ void pack_a(const float (&s)[8][4], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// P * (f0 rows g, f1 rows g + 8) as bf16 into a K-major SW128 block (the A
+// operand of an SS product): row r, key k at r*128 + ((k/8) ^ (r%8))*16 + (k%8)*2.
+__device__ __forceinline__ void store_p(const float (&s)[8][4], float f0, float f1,
+                                        unsigned char* block, int r0, int c) {
+  const int r1 = r0 + 8;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int within = 4 * c;  // (key % 8) * 2 bytes, key = 8 i + 2 c
+    *reinterpret_cast<uint32_t*>(block + r0 * 128 + ((i ^ (r0 & 7)) << 4) + within) =
+        ptx::pack_bf16x2(s[i][0] * f0, s[i][1] * f0);
+    *reinterpret_cast<uint32_t*>(block + r1 * 128 + ((i ^ (r1 & 7)) << 4) + within) =
+        ptx::pack_bf16x2(s[i][2] * f1, s[i][3] * f1);
+  }
+}
+
+// Keeps the compiler from reusing the A-fragment registers of an RS product
+// before the wait that completes it (the asm names them as inputs only).
+__device__ __forceinline__ void hold_a(uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[i][e])::"memory");
+}
+
+__device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
+  if (a0 != 1.f || a1 != 1.f) {  // rare once the row maxima settle
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i][0] *= a0, o[i][1] *= a0, o[i][2] *= a1, o[i][3] *= a1;
+  }
+}
+
+enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5 };
+
+__global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
+    sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
+  using C = SparsePrefillConfig;
+  using namespace ptx;
+  extern __shared__ unsigned char smem_raw[];
+  // Swizzle atoms must sit on 1024-byte boundaries (the hardware swizzles by address).
+  unsigned char* const sQ = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  unsigned char* const sK = sQ + C::kSmemQ;  // [buffer][block]
+  unsigned char* const sP = sK + C::kBuffers * C::kSmemK;
+  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [row]
+  float* const red_sum = s_max + C::kRows;                        // [item & 1][wg][row]
+  uint64_t* const ready = reinterpret_cast<uint64_t*>(red_sum + 2 * C::kMathWgs * C::kRows);
+  uint64_t* const free_bar = ready + C::kBuffers * C::kHalves;  // [buffer * 2 + half]
+  uint64_t* const q_full = free_bar + C::kBuffers * C::kHalves;
+  uint64_t* const q_empty = q_full + 1;
+  constexpr int L = 0, R = 1;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  if (tid == 0) {
+    for (int i = 0; i < C::kBuffers * C::kHalves; ++i) {
+      mbar_init(&ready[i], 128);
+      mbar_init(&free_bar[i], 4);
+    }
+    mbar_init(q_full, 128);
+    mbar_init(q_empty, C::kMathThreads / 32);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == C::kMathWgs) {  // ---- producer ----
+    wgmma::setmaxnreg_dec<C::kProducerRegs>();
+    const int ptid = tid - C::kMathThreads;
+    int gp = 0, k = 0;
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
+      const Item it = make_item(p, item);
+      mbar_wait(q_empty, (k & 1) ^ 1);
+      load_q(p, it, sQ, q_full, ptid);
+      for (int i = 0; i < it.pairs; ++i, ++gp) {
+        int row0[C::kPasses], row1[C::kPasses];
+        tile_rows(p, it, 2 * i, ptid, row0);
+        tile_rows(p, it, 2 * i + 1, ptid, row1);
+        const uint32_t par = (gp & 1) ^ 1;
+        unsigned char* const k0 = sK;
+        unsigned char* const k1 = sK + C::kSmemK;
+        // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
+        // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
+        gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
+        gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
+                    ptid);
+        gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
+                    ptid);
+        gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
+      }
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- math warpgroups ----
+  wgmma::setmaxnreg_inc<C::kMathRegs>();
+  // The warpgroup index through a shuffle: provably warp-uniform for ptxas,
+  // which otherwise treats the two warpgroups' wgmma paths as divergent and
+  // serialises them.
+  const int w = __shfl_sync(0xffffffffu, wg, 0), lane = tid % 32, warp = (tid % 128) / 32;
+  const int c = lane % 4;
+  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;  // the two accumulator rows of this thread
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const uint32_t q_addr = smem_addr(sQ);
+  const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
+  unsigned char* const p0_block = sK + C::kRopeBlock * C::kKBlockBytes;  // in buffer 0
+  const uint32_t p0_addr = smem_addr(p0_block), p1_addr = smem_addr(sP);
+  auto release = [&](uint64_t* bar) {  // after this warp's products reading it completed
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  int gp = 0, k = 0;
+  for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
+    const Item it = make_item(p, item);
+    float o[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float s[8][4];
+    uint32_t pa[4][4];
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows r0, r1; log2 domain
+    mbar_wait(q_full, k & 1);
+
+    if (w == 0) {
+      // ---------------- warpgroup 0: tiles 2i, output columns 0..255 ----------------
+      uint64_t valid = 0;
+      auto issue_s0 = [&](int pair_gp) {  // S0 of the pair; returns with it complete
+        mbar_wait(&ready[0 + L], pair_gp & 1);
+        wgmma::fence_proxy_async();
+        wgmma::fence();
+        issue_s(s, q_addr, k0_addr, 0, C::kLBlocks, true);
+        wgmma::commit();
+      };
+      if (it.pairs > 0) {
+        valid = tile_valid_mask(p, it, 0, lane);
+        issue_s0(gp);
+        mbar_wait(&ready[0 + R], gp & 1);
+        wgmma::fence_proxy_async();
+        issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_regs(s);
+      }
+      if (it.pairs <= 1) release(q_empty);
+      for (int i = 0; i < it.pairs; ++i, ++gp) {
+        float mx0, mx1;
+        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);  // m0 of the pair, per row
+        const float ns0 = safe_max(n0), ns1 = safe_max(n1);
+        const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
+        scale_o(o, a0, a1);
+        l0 *= a0, l1 *= a1;
+        exp_rows(s, ns0, ns1, l0, l1);
+        __syncwarp();
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM0, C::kMathThreads);
+        pack_a(s, pa);
+        wgmma::fence();
+        issue_pv_rs(o, pa, k0_addr);  // O_L += P0 V0_L
+        wgmma::commit();
+        named_barrier_sync(kBarM1, C::kMathThreads);
+        const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
+        const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
+        store_p(s, b0, b1, p0_block, r0, c);
+        wgmma::fence_proxy_async();
+        named_barrier_arrive(kBarP0, C::kMathThreads);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        hold_a(pa);
+        release(&free_bar[0 + L]);
+        scale_o(o, b0, b1);
+        l0 *= b0, l1 *= b1;
+        m0 = x0, m1 = x1;
+        named_barrier_sync(kBarP1, C::kMathThreads);
+        wgmma::fence();
+        issue_pv_ss(o, p1_addr, k1_addr);  // O_L += P1 V1_L
+        wgmma::commit();
+        if (i + 1 < it.pairs) {
+          valid = tile_valid_mask(p, it, 2 * i + 2, lane);
+          issue_s0(gp + 1);
+          wgmma::wait<1>();  // P1 V1_L done
+          wgmma::fence_regs(o);
+          release(&free_bar[2 + L]);
+          mbar_wait(&ready[0 + R], (gp + 1) & 1);
+          wgmma::fence_proxy_async();
+          issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_regs(s);
+          if (i + 2 == it.pairs) release(q_empty);
+        } else {
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          release(&free_bar[2 + L]);
+        }
+      }
+    } else {
+      // ---------------- warpgroup 1: tiles 2i + 1, output columns 256..511 ----------------
+      if (it.pairs == 0) release(q_empty);
+      for (int i = 0; i < it.pairs; ++i, ++gp) {
+        const uint64_t valid = tile_valid_mask(p, it, 2 * i + 1, lane);
+        mbar_wait(&ready[2 + R], gp & 1);  // R1 frees first: start there
+        wgmma::fence_proxy_async();
+        wgmma::fence();
+        issue_s(s, q_addr, k1_addr, C::kLBlocks, C::kQkBlocks, true);
+        mbar_wait(&ready[2 + L], gp & 1);
+        wgmma::fence_proxy_async();
+        issue_s(s, q_addr, k1_addr, 0, C::kLBlocks, false);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_regs(s);
+        if (i + 1 == it.pairs) release(q_empty);
+        float mx0, mx1;
+        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        named_barrier_sync(kBarM0, C::kMathThreads);
+        const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
+        const float ns0 = safe_max(n0), ns1 = safe_max(n1);
+        const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
+        scale_o(o, a0, a1);
+        l0 *= a0, l1 *= a1;
+        exp_rows(s, ns0, ns1, l0, l1);
+        m0 = n0, m1 = n1;
+        __syncwarp();
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM1, C::kMathThreads);
+        pack_a(s, pa);
+        wgmma::fence();
+        issue_pv_rs(o, pa, k1_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P1 V1_R
+        wgmma::commit();
+        store_p(s, 1.f, 1.f, sP, r0, c);
+        wgmma::fence_proxy_async();
+        named_barrier_sync(kBarP0, C::kMathThreads);
+        issue_pv_ss(o, p0_addr, k0_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P0 V0_R
+        wgmma::commit();
+        named_barrier_arrive(kBarP1, C::kMathThreads);
+        wgmma::wait<1>();
+        wgmma::fence_regs(o);
+        hold_a(pa);
+        release(&free_bar[2 + R]);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        release(&free_bar[0 + R]);
+      }
+    }
+
+    // Row sums: the quad's partials, then the other warpgroup's (both end at the same max).
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    float* const sums = red_sum + (k & 1) * C::kMathWgs * C::kRows;
+    if (c == 0) sums[w * C::kRows + r0] = l0, sums[w * C::kRows + r1] = l1;
+    named_barrier_sync(kBarSum, C::kMathThreads);
+    l0 += sums[(1 - w) * C::kRows + r0], l1 += sums[(1 - w) * C::kRows + r1];
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.out) + int64_t(it.token) * p.out_ss +
+                               int64_t(it.h0) * p.out_sh;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = w * C::kVColsPerWg + i * 8 + 2 * c;
+      if (r0 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r0) * p.out_sh + col) =
+            pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+      if (r1 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r1) * p.out_sh + col) =
+            pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+    }
+    if (w == 0 && c == 0) {
+      constexpr float kLn2 = 0.6931471805599453f;
+      float* const lse = p.lse + int64_t(it.token) * p.lse_ss + int64_t(it.h0) * p.lse_sh;
+      if (r0 < it.rows)
+        lse[int64_t(r0) * p.lse_sh] = l0 > 0.f ? (m0 + log2f(l0)) * kLn2 : -INFINITY;
+      if (r1 < it.rows)
+        lse[int64_t(r1) * p.lse_sh] = l1 > 0.f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
+    }
+  }
+}
+
+}  // namespace mla::cuda::sparse

@@ -1,0 +1,644 @@
+// Token top-k by a streaming threshold select. One CTA (or each CTA of a
+// cluster, over its contiguous segment) reads its logits once, in chunks in
+// position order, and keeps in shared memory every logit that can still be
+// among the k best:
+//
+//   stream   a logit enters the buffer when its key (topk_key) is above the
+//            bound B. Entries are appended at slots from prefix sums (warp
+//            ballots, then the warps' counts), never from atomics, so the
+//            buffer is always in ascending position and its content does not
+//            depend on timing.
+//   compact  when a chunk's entries would overflow the buffer (kCap), a radix
+//            select over the buffer (11, 11, 10 bits; shared-memory
+//            histograms) finds a bucket holding the k-th best key; the entries
+//            at or above its low end, fewer than kCap2, are kept (stable) and
+//            B rises to that low end. At least k kept entries are at or above
+//            B and all lie before any later logit, so a later logit at or
+//            below B can never be among the k best. When ties at one key keep
+//            more than kCap2 entries, the k best are kept exactly (ties by
+//            lower position: the first in buffer order) and B is the k-th key.
+//            After a compaction at most kCap2 entries remain and a whole chunk
+//            fits: the buffer never overflows, whatever the logits.
+//   finish   the same select with limit k leaves exactly the k best (or all
+//            candidates, when fewer). With a cluster, the select runs over the
+//            sum of the CTAs' histograms (distributed shared memory); each CTA
+//            learns from the others' counts how many of its ties it keeps and
+//            where its entries go (segments are in rank order, so positions
+//            and ties stay ordered across CTAs).
+//   output   best first: the leader sorts (key desc, position asc) in shared
+//            memory (stable radix sort); otherwise the entries are written as they are,
+//            in ascending position. Positions become cache slots on the way.
+//
+// Every shared-memory hand-over between threads is ordered by a CTA or cluster
+// barrier; nothing is asynchronous (loads go to registers), so there is no
+// protocol to race. Output slots come from prefix sums and a total order on
+// (key, position), so the bits written depend only on the input.
+#pragma once
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "cuda/topk/topk_params.hpp"
+
+namespace mla::cuda::topk {
+
+namespace cg = cooperative_groups;
+
+// A tile of the kernel: threads, CTAs per SM, logits per thread per chunk
+// (kVecs float4), chunks in flight per thread (kDepth: registers), the buffer
+// (kCap entries) and the compaction target (kCap2 entries, the largest k).
+template <int Threads, int CtasPerSm, int Depth, int Cap, int Cap2, int DigitBits = 11>
+struct Tile {
+  static constexpr int kThreads = Threads;
+  static constexpr int kCtasPerSm = CtasPerSm;
+  static constexpr int kWarps = Threads / 32;
+  static constexpr int kVecs = 2;
+  static constexpr int kDepth = Depth;
+  static constexpr int kChunk = Threads * 4 * kVecs;
+  static constexpr int kCap = Cap;
+  static constexpr int kCap2 = Cap2;
+  static constexpr int kDigitBits = DigitBits;  // select histograms: 2^kDigitBits bins
+  static constexpr int kBins = 1 << DigitBits;
+  static_assert(kBins >= kThreads && kBins % kThreads == 0,
+                "each thread owns a whole number (>= 1) of bins in the select's scan");
+  static_assert(kWarps <= 32, "the warps' counts are scanned by one warp");
+  static_assert(kCap >= kCap2 + kChunk,
+                "after a compaction (<= kCap2 entries) a whole chunk must fit the buffer");
+  static_assert(kCap - kCap2 >= kWarps * 256,
+                "the sort's counts (256 per warp) fit in key[kCap2..kCap), past the k entries");
+};
+// Tile for `kernel` (one place: the launch and the static checks below read it).
+template <Kernel K>
+struct TileOf;
+template <>
+struct TileOf<Kernel::select_1024> {
+  using type = Tile<1024, 1, 2, 16384, 8192>;
+};
+template <>
+struct TileOf<Kernel::select_512> {
+  using type = Tile<512, 2, 2, 8192, 4096>;
+};
+template <>
+struct TileOf<Kernel::select_256> {
+  using type = Tile<256, 4, 2, 4096, 2048, 10>;
+};
+template <>
+struct TileOf<Kernel::select_512_deep> {
+  using type = Tile<512, 1, 6, 16384, 8192>;
+};
+template <Kernel K>
+constexpr bool tile_matches() {
+  using T = typename TileOf<K>::type;
+  return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
+}
+static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
+                  tile_matches<Kernel::select_256>() && tile_matches<Kernel::select_512_deep>(),
+              "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
+
+template <class T>
+struct Smem {
+  uint32_t key[T::kCap];
+  uint32_t pos[T::kCap];
+  // Compaction target; after the last compaction, where the cluster's leader
+  // gathers the CTAs' entries, and the sort's second buffer.
+  uint32_t key2[T::kCap2];
+  uint32_t pos2[T::kCap2];
+  uint32_t hist[T::kBins];
+  uint32_t chunk_count[2][32];  // warps' entries in a chunk (by parity of the exchange)
+  uint32_t warp_a[32], warp_b[32];
+  uint32_t found_bin, found_above, found_count, total;
+  uint32_t rank_gt, rank_eq;          // this CTA's entries above / at the cluster's threshold
+  uint32_t rank_n, rank_lo, rank_hi;  // this CTA's entries, their min and max key
+};
+
+// Order-preserving map float -> uint32: a larger logit has a larger key, -0
+// and +0 share one key (they compare equal), and -inf and every NaN map to 0,
+// below every candidate (key > 0 for every candidate, so a bound of 0 admits
+// exactly the candidates).
+__device__ __forceinline__ uint32_t topk_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0u;
+  const uint32_t key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  // -inf -> 0x007fffff; negative NaNs below it, positive NaNs above +inf's 0xff800000.
+  return (key <= 0x007fffffu || key > 0xff800000u) ? 0u : key;
+}
+
+// The float f_B with (f > f_B) == (topk_key(f) > B) for every float f, for a
+// bound B that is 0 or a candidate's key (>= 0x00800000, <= +inf's key): the
+// stream compares raw logits and maps only the entering ones to keys. f > f_B
+// is false for NaN, as topk_key(NaN) = 0 is never above a bound.
+__device__ __forceinline__ float key_bound_as_float(uint32_t b) {
+  if (b == 0u) return -INFINITY;  // every candidate: not -inf, not NaN
+  // Keys just below +0's (0x80000000) belong to -0 and the negative denormals;
+  // -0 shares +0's key, so "above 0x7fffffff" means ">= -0": above the
+  // smallest negative denormal.
+  if (b == 0x7fffffffu) return __uint_as_float(0x80000001u);
+  return __uint_as_float((b & 0x80000000u) ? (b & 0x7fffffffu) : ~b);
+}
+
+__device__ __forceinline__ uint32_t lanemask_lt() {
+  uint32_t m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t o = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += o;
+  }
+  return v;
+}
+
+// Exclusive prefix over the CTA's threads of v (thread order); *total gets the
+// sum. One barrier; `scratch` (kWarps words) must not be read by anyone else
+// until the caller's next barrier.
+template <class T>
+__device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t* scratch,
+                                                        uint32_t* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t incl = warp_inclusive_sum(v);
+  if (lane == 31) scratch[warp] = incl;
+  __syncthreads();
+  const uint32_t w = lane < T::kWarps ? scratch[lane] : 0u;
+  const uint32_t wincl = warp_inclusive_sum(w);
+  *total = __shfl_sync(0xffffffffu, wincl, T::kWarps - 1);
+  return __shfl_sync(0xffffffffu, wincl - w, warp) + incl - v;
+}
+
+// Which entries a compaction keeps: key > thr, and the first `need` entries
+// (in buffer order: lowest positions) with key == thr. `bound` is the new
+// entry bound, `kept` how many entries are kept (over the cluster for a
+// cluster-wide select).
+struct Cut {
+  uint32_t thr, need, kept, bound;
+};
+
+// Barrier over the CTA, or over the cluster when the data crosses CTAs.
+__device__ __forceinline__ void sync_scope(bool cluster_wide) {
+  if (cluster_wide)
+    cg::this_cluster().sync();
+  else
+    __syncthreads();
+}
+
+// Radix select over the buffers' first n entries: this CTA's alone, or the
+// cluster's (histograms summed over the ranks) when cluster_wide. Returns the
+// cut that keeps at least k entries (or all, when there are at most `limit`)
+// and at most `limit` (limit >= k), stopping at the first digit round that
+// gets there; when the digits run out, ties are cut to exactly k. The digits
+// start below the bits all keys share (from their min and max), so the first
+// round spreads a buffer whose keys sit in a narrow range (after compactions,
+// all of them) over up to 2048 bins instead of a few contended ones. Starts
+// and ends with the CTA's buffer stable (callers' barriers); uses hist,
+// warp_a/b, found_*, total and (cluster) rank_*.
+template <class T>
+__device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bool cluster_wide) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int cs = cluster_wide ? int(cg::this_cluster().num_blocks()) : 1;
+  // Count, min and max of the keys (of the cluster's, through each rank's).
+  uint32_t lo = 0xffffffffu, hi = 0u;
+#pragma unroll 4
+  for (uint32_t i = tid; i < n; i += T::kThreads) lo = min(lo, s.key[i]), hi = max(hi, s.key[i]);
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
+  __syncthreads();
+  lo = __reduce_min_sync(0xffffffffu, lane < T::kWarps ? s.warp_a[lane] : 0xffffffffu);
+  hi = __reduce_max_sync(0xffffffffu, lane < T::kWarps ? s.warp_b[lane] : 0u);
+  uint32_t total = n;
+  if (cluster_wide) {
+    cg::cluster_group cluster = cg::this_cluster();
+    if (tid == 0) s.rank_n = n, s.rank_lo = lo, s.rank_hi = hi;
+    cluster.sync();
+    total = 0;
+    for (int q = 0; q < cs; ++q) {
+      total += *cluster.map_shared_rank(&s.rank_n, q);
+      lo = min(lo, *cluster.map_shared_rank(&s.rank_lo, q));
+      hi = max(hi, *cluster.map_shared_rank(&s.rank_hi, q));
+    }
+  }
+  if (total <= limit) {  // every candidate fits
+    __syncthreads();     // warp_a/b read by every warp before anyone writes them again
+    return Cut{0u, 0u, total, 0u};
+  }
+  // Bits [0, width) vary among the keys; the ones above are the common prefix.
+  int width = lo == hi ? 0 : 32 - __clz(lo ^ hi);
+  uint32_t prefix_mask = width == 32 ? 0u : ~((1u << width) - 1u);
+  uint32_t prefix = lo & prefix_mask, above = 0;
+#pragma unroll 1
+  while (width > 0) {
+    const int bits = min(width, T::kDigitBits), shift = width - bits, bins = 1 << bits;
+    // Other ranks may still read this CTA's hist (or rank_*) of the previous
+    // step; this CTA's own readers passed the barrier after the scan.
+    if (cluster_wide) cg::this_cluster().sync();
+    for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
+    __syncthreads();
+    const uint32_t n32 = (n + 31u) & ~31u;  // whole warps per iteration: ballots see every lane
+#pragma unroll 4
+    for (uint32_t i = tid; i < n32; i += T::kThreads) {
+      const uint32_t key = i < n ? s.key[i] : 0u;
+      const bool match = i < n && (key & prefix_mask) == prefix;
+      const uint32_t bin = (key >> shift) & uint32_t(bins - 1);
+      // One atomic per bin and warp (match.any groups the lanes by bin): the
+      // keys of a buffer cluster in few bins (ties, the top of a range), and
+      // same-address atomics of one instruction would serialise.
+      const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
+      if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
+    }
+    sync_scope(cluster_wide);
+    // Thread t owns kPer bins, from the top: thread 0 the highest.
+    constexpr int kPer = T::kBins / T::kThreads;
+    const int top = bins - 1 - tid * kPer;
+    uint32_t c[kPer];
+    uint32_t sum = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      c[j] = 0u;
+      if (top - j >= 0) {
+        if (cluster_wide) {
+          for (int q = 0; q < cs; ++q)
+            c[j] += cg::this_cluster().map_shared_rank(s.hist, q)[top - j];
+        } else {
+          c[j] = s.hist[top - j];
+        }
+      }
+      sum += c[j];
+    }
+    uint32_t in_prefix;
+    const uint32_t before = above + block_exclusive_sum<T>(sum, s.warp_a, &in_prefix);
+    if (before < k && before + sum >= k) {
+      uint32_t acc = before;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (acc + c[j] >= k) {
+          s.found_bin = uint32_t(top - j), s.found_above = acc, s.found_count = c[j];
+          break;
+        }
+        acc += c[j];
+      }
+    }
+    __syncthreads();
+    const uint32_t low = prefix | (s.found_bin << shift);
+    const uint32_t f_above = s.found_above, f_count = s.found_count;
+    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
+    above = f_above;
+    prefix = low;
+    prefix_mask |= uint32_t(bins - 1) << shift;
+    width = shift;
+  }
+  return Cut{prefix, k - above, k, prefix};
+}
+
+// Keeps, in order, the entries of key[0..n) that cut (thr, need) keeps; returns
+// their count. Warp w takes a contiguous range of entries, 32 at a time, so the
+// order of the kept ones is the buffer's. Ends with a barrier.
+template <class T>
+__device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t per = ((n + T::kWarps - 1) / T::kWarps + 31u) & ~31u;
+  const uint32_t b0 = min(n, warp * per), b1 = min(n, b0 + per);
+  uint32_t gt = 0, eq = 0;
+#pragma unroll 4
+  for (uint32_t base = b0; base < b1; base += 32) {
+    const uint32_t i = base + lane;
+    const uint32_t key = i < b1 ? s.key[i] : 0u;
+    gt += __popc(__ballot_sync(0xffffffffu, i < b1 && key > thr));
+    eq += __popc(__ballot_sync(0xffffffffu, i < b1 && key == thr));
+  }
+  if (lane == 0) s.warp_a[warp] = gt, s.warp_b[warp] = eq;
+  __syncthreads();
+  const uint32_t g = lane < T::kWarps ? s.warp_a[lane] : 0u;
+  const uint32_t e = lane < T::kWarps ? s.warp_b[lane] : 0u;
+  const uint32_t gi = warp_inclusive_sum(g), ei = warp_inclusive_sum(e);
+  const uint32_t kept = __shfl_sync(0xffffffffu, gi, T::kWarps - 1) +
+                        min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
+  uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);
+  uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
+  const uint32_t lt = lanemask_lt();
+#pragma unroll 4
+  for (uint32_t base = b0; base < b1; base += 32) {
+    const uint32_t i = base + lane;
+    const bool in = i < b1;
+    const uint32_t key = in ? s.key[i] : 0u;
+    const uint32_t eb = __ballot_sync(0xffffffffu, in && key == thr);
+    const bool keep = in && (key > thr || (key == thr && eq_before + __popc(eb & lt) < need));
+    const uint32_t kb = __ballot_sync(0xffffffffu, keep);
+    if (keep) {
+      const uint32_t o = out + __popc(kb & lt);
+      s.key2[o] = key, s.pos2[o] = s.pos[i];
+    }
+    out += __popc(kb);
+    eq_before += __popc(eb);
+  }
+  __syncthreads();
+#pragma unroll 4
+  for (uint32_t i = threadIdx.x; i < kept; i += T::kThreads)
+    s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
+  __syncthreads();
+  return kept;
+}
+
+// The position's output value: itself, or its global cache slot.
+__device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row, uint32_t pos) {
+  if (p.block_table == nullptr) return int32_t(pos);
+  const int32_t* bt = p.block_table + (row / p.rows_per_request) * p.block_table_stride;
+  const uint32_t page = pos / uint32_t(p.page_size);
+  if (page >= p.max_pages) return -1;  // past the row: no slot (mla/topk.hpp)
+  return bt[page] * p.page_size + int32_t(pos % uint32_t(p.page_size));
+}
+
+// Stable LSD radix sort of n <= kCap2 (key, position) pairs, in position order,
+// by descending key: 8-bit digits (inverted, so larger keys come first),
+// skipping the digits every key shares. A pass ranks each entry among the
+// entries of its warp's range with the same digit (match.any, a running count
+// per warp and digit), scans the counts digit-major, and scatters; stable, so
+// ties keep ascending position. Ping-pongs between (k0, p0) and (k1, p1);
+// `table` holds kWarps * 256 counts. Returns 0 or 1: the buffer holding the
+// result. Starts after a barrier that makes (k0, p0) complete.
+template <class T>
+__device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_t* p1,
+                               uint32_t* table, uint32_t n, uint32_t* scratch_a,
+                               uint32_t* scratch_b) {
+  constexpr int W = T::kWarps, kRounds = T::kCap2 / (32 * W), kPer = 256 * W / T::kThreads;
+  static_assert(kRounds * 32 * W >= T::kCap2 && kPer * T::kThreads == 256 * W,
+                "every entry has a round; every count a thread");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t lt = lanemask_lt();
+  // Which digits vary: the bits where the keys' AND and OR differ.
+  uint32_t a = 0xffffffffu, o = 0u;
+#pragma unroll 4
+  for (uint32_t i = tid; i < n; i += T::kThreads) a &= k0[i], o |= k0[i];
+  a = __reduce_and_sync(0xffffffffu, a), o = __reduce_or_sync(0xffffffffu, o);
+  if (lane == 0) scratch_a[warp] = a, scratch_b[warp] = o;
+  __syncthreads();
+  a = __reduce_and_sync(0xffffffffu, lane < W ? scratch_a[lane] : 0xffffffffu);
+  o = __reduce_or_sync(0xffffffffu, lane < W ? scratch_b[lane] : 0u);
+  const uint32_t varying = a ^ o;
+  const uint32_t per = ((n + W - 1) / W + 31u) & ~31u;  // this warp's range: [warp * per, +per)
+  const uint32_t b0 = warp * per;
+  int cur = 0;
+#pragma unroll 1
+  for (int shift = 0; shift < 32; shift += 8) {
+    if (((varying >> shift) & 0xffu) == 0u) continue;  // uniform over the CTA
+    const uint32_t* sk = cur ? k1 : k0;
+    const uint32_t* sp = cur ? p1 : p0;
+    uint32_t* dk = cur ? k0 : k1;
+    uint32_t* dp = cur ? p0 : p1;
+    for (int i = tid; i < 256 * W; i += T::kThreads) table[i] = 0u;
+    __syncthreads();
+    uint32_t rank[kRounds];
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      if (uint32_t(r) * 32u >= per) break;  // the same for every warp
+      const uint32_t i = b0 + uint32_t(r) * 32u + lane;
+      const bool in = i < n;
+      const uint32_t d = in ? 255u - ((sk[i] >> shift) & 0xffu) : 256u;
+      const uint32_t peers = __match_any_sync(0xffffffffu, d);
+      const int leader = __ffs(peers) - 1;
+      uint32_t base = 0;
+      if (in && lane == leader) {
+        base = table[warp * 256 + d];
+        table[warp * 256 + d] = base + uint32_t(__popc(peers));
+      }
+      rank[r] = __shfl_sync(0xffffffffu, base, leader) + uint32_t(__popc(peers & lt));
+      __syncwarp();
+    }
+    __syncthreads();
+    // Exclusive offsets, digit-major: count (d, w) sits at table[w * 256 + d].
+    uint32_t c[kPer], sum = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int l = tid * kPer + j;
+      c[j] = table[(l % W) * 256 + l / W];
+      sum += c[j];
+    }
+    uint32_t total;
+    uint32_t off = block_exclusive_sum<T>(sum, scratch_a, &total);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int l = tid * kPer + j;
+      table[(l % W) * 256 + l / W] = off;
+      off += c[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      if (uint32_t(r) * 32u >= per) break;
+      const uint32_t i = b0 + uint32_t(r) * 32u + lane;
+      if (i < n) {
+        const uint32_t key = sk[i];
+        const uint32_t o2 = table[warp * 256 + (255u - ((key >> shift) & 0xffu))] + rank[r];
+        dk[o2] = key, dp[o2] = sp[i];
+      }
+    }
+    __syncthreads();
+    cur ^= 1;
+  }
+  return cur;
+}
+
+// Writes the row's k outputs from positions pos[0..n) (-1 past n).
+template <class T>
+__device__ void write_row(const uint32_t* pos, uint32_t n, const TopkParams& p, int64_t row) {
+  int32_t* out = p.out + row * p.out_stride;
+  for (int j = threadIdx.x; j < p.k; j += T::kThreads)
+    out[j] = uint32_t(j) < n ? output_value(p, row, pos[j]) : -1;
+}
+
+// Best first: sorts (k0, p0)[0..n) by descending key (ties in their position
+// order) and writes the row. (k1, p1) and the count table are scratch.
+template <class T>
+__device__ void sort_and_write(Smem<T>& s, uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_t* p1,
+                               uint32_t n, const TopkParams& p, int64_t row) {
+  __syncthreads();  // (k0, p0) complete
+  const int which = radix_sort_desc<T>(k0, p0, k1, p1, s.key + T::kCap2, n, s.warp_a, s.warp_b);
+  write_row<T>(which ? p1 : p0, n, p, row);
+}
+
+// Where this CTA's logits are: the row, its valid length, and the segment
+// [v0, v1) of 16-byte vectors, counted from the row's first 16-byte boundary
+// at or below its start (`mis` floats before it), that this rank reads.
+// Vectors [vf0, vf1) lie wholly inside [0, len). 32-bit counts: the API keeps
+// rows below 2^31 logits.
+struct Segment {
+  const float* row;
+  const float4* vec;  // row - mis: vector v is vec[v]
+  int len, mis;
+  uint32_t v0, v1, vf0, vf1;
+};
+
+// The logits of vector v (positions 4v - mis .. 4v + 3 - mis); positions
+// outside [0, len) read as -inf (never entered).
+__device__ __forceinline__ float4 load_vec(const Segment& g, uint32_t v) {
+  if (v >= g.v1) return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+  if (v >= g.vf0 && v < g.vf1) return __ldg(g.vec + v);
+  const int p0 = int(4 * v) - g.mis;
+  float f[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) f[e] = (p0 + e >= 0 && p0 + e < g.len) ? g.row[p0 + e] : -INFINITY;
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+
+// Where a CTA's time goes, for the benchmark's `topk-probe` (bench/bench_dsa.cu
+// defines a probe that records clock64 stamps): the library instantiates
+// NoProbe, whose calls compile to nothing. Stamps: 0 start, 1 stream done,
+// 2 own k best done, 3 output begins, 4 end; sums: 5 cycles in compactions,
+// 6 compactions, 7 entries after the stream.
+struct NoProbe {
+  __device__ __forceinline__ void mark(int) const {}
+  __device__ __forceinline__ long long now() const { return 0; }
+  __device__ __forceinline__ void add(int, long long) const {}
+};
+
+template <class T, class Probe = NoProbe>
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
+    topk_kernel(const TopkParams p, const Probe probe = Probe{}) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem<T>& s = *reinterpret_cast<Smem<T>*>(smem_raw);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / cs;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t k = uint32_t(p.k);
+
+  probe.mark(0);
+  Segment g;
+  g.row = p.logits + row * p.logits_stride;
+  g.len = int(p.width);
+  if (p.lengths != nullptr) g.len = min(max(p.lengths[row], 0), int(p.width));
+  g.mis = int((reinterpret_cast<uintptr_t>(g.row) >> 2) & 3);
+  g.vec = reinterpret_cast<const float4*>(g.row - g.mis);
+  const uint32_t nvec = (uint32_t(g.len) + uint32_t(g.mis) + 3u) / 4u;
+  const uint32_t per_rank = (nvec + cs - 1) / cs;
+  g.v0 = min(nvec, uint32_t(rank) * per_rank);
+  g.v1 = min(nvec, g.v0 + per_rank);
+  g.vf0 = g.mis > 0 ? 1u : 0u;
+  g.vf1 = uint32_t(g.len + g.mis) / 4;
+
+  // ---- stream: chunk c holds vectors v0 + c * kThreads * kVecs + tid * kVecs + j.
+  constexpr int V = T::kVecs, D = T::kDepth;
+  constexpr uint32_t kChunkVecs = uint32_t(T::kThreads) * V;
+  const uint32_t chunks = (g.v1 - g.v0 + kChunkVecs - 1) / kChunkVecs;
+  const uint32_t vbase = g.v0 + uint32_t(tid) * V;
+  float4 ring[D][V];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+#pragma unroll
+    for (int j = 0; j < V; ++j) ring[d][j] = load_vec(g, vbase + uint32_t(d) * kChunkVecs + j);
+
+  uint32_t fill = 0, parity = 0;
+  float bound_f = key_bound_as_float(0u);  // a logit enters iff logit > bound_f
+#pragma unroll 1
+  for (uint32_t c0 = 0; c0 < chunks; c0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const uint32_t c = c0 + d;
+      if (c >= chunks) break;
+      float x[V * 4];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        x[4 * j + 0] = ring[d][j].x, x[4 * j + 1] = ring[d][j].y;
+        x[4 * j + 2] = ring[d][j].z, x[4 * j + 3] = ring[d][j].w;
+        ring[d][j] = load_vec(g, vbase + (c + D) * kChunkVecs + j);
+      }
+      uint32_t total, start;
+#pragma unroll 1
+      for (;;) {
+        uint32_t mine = 0;
+#pragma unroll
+        for (int e = 0; e < V * 4; ++e) mine += x[e] > bound_f;
+        // Slots from prefix sums: lanes in order within the warp, warps in
+        // order within the chunk, so entries land in position order.
+        const uint32_t incl = warp_inclusive_sum(mine);
+        if (lane == 31) s.chunk_count[parity][warp] = incl;
+        __syncthreads();
+        const uint32_t w = lane < T::kWarps ? s.chunk_count[parity][lane] : 0u;
+        parity ^= 1u;
+        const uint32_t wincl = warp_inclusive_sum(w);
+        total = __shfl_sync(0xffffffffu, wincl, T::kWarps - 1);
+        start = fill + __shfl_sync(0xffffffffu, wincl - w, warp) + incl - mine;
+        if (fill + total <= uint32_t(T::kCap)) break;
+        const long long t0 = probe.now();
+        // Keep at most 2k (at most kCap2): a tighter bound lets fewer later
+        // logits in, so fewer compactions and a smaller final select.
+        const Cut cut = select_cut<T>(s, fill, k, min(2 * k, uint32_t(T::kCap2)), false);
+        fill = compact<T>(s, fill, cut.thr, cut.need);
+        bound_f = key_bound_as_float(cut.bound);
+        probe.add(5, probe.now() - t0), probe.add(6, 1);
+      }
+      if (total == 0u) continue;
+      const uint32_t p0 =
+          4 * (vbase + c * kChunkVecs) - uint32_t(g.mis);  // >= 0 where x is a logit
+#pragma unroll
+      for (int e = 0; e < V * 4; ++e)
+        if (x[e] > bound_f) s.key[start] = topk_key(x[e]), s.pos[start] = p0 + e, ++start;
+      fill += total;
+    }
+  }
+  __syncthreads();
+
+  probe.mark(1), probe.add(7, fill);
+
+  // ---- finish, one CTA per row: its k best (its entries are in position order).
+  if (cs == 1) {
+    const Cut cut = select_cut<T>(s, fill, k, k, false);
+    if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
+    probe.mark(2);
+    probe.mark(3);
+    if (p.best_first)
+      sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
+    else
+      write_row<T>(s.pos, fill, p, row);
+    probe.mark(4);
+    return;
+  }
+
+  // ---- cluster: the k best of the CTAs' entries (the select runs once, over
+  // the sum of the CTAs' histograms; each CTA then keeps its share).
+  probe.mark(2);
+  const Cut cut = select_cut<T>(s, fill, k, k, true);
+  {
+    uint32_t gt = 0, eq = 0;
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      gt += s.key[i] > cut.thr, eq += s.key[i] == cut.thr;
+    uint32_t gt_all, eq_all;
+    (void)block_exclusive_sum<T>(gt, s.warp_a, &gt_all);
+    (void)block_exclusive_sum<T>(eq, s.warp_b, &eq_all);
+    if (tid == 0) s.rank_gt = gt_all, s.rank_eq = eq_all;
+  }
+  cluster.sync();  // every rank's counts are visible
+  // Ranks in order: rank q keeps its entries above the threshold and as many
+  // of its ties as remain after the ties of ranks below it.
+  uint32_t eq_run = 0, out_base = 0, out_total = 0, my_need = 0;
+  for (int q = 0; q < cs; ++q) {
+    const uint32_t gq = *cluster.map_shared_rank(&s.rank_gt, q);
+    const uint32_t eqq = *cluster.map_shared_rank(&s.rank_eq, q);
+    const uint32_t left = cut.need - min(cut.need, eq_run);
+    if (q == rank) out_base = out_total, my_need = left;
+    out_total += gq + min(eqq, left);
+    eq_run += eqq;
+  }
+  fill = compact<T>(s, fill, cut.thr, my_need);
+  cluster.sync();  // counts read everywhere; the leader's sort buffer is free
+  if (p.best_first) {
+    uint32_t* lead_key = cluster.map_shared_rank(s.key2, 0);
+    uint32_t* lead_pos = cluster.map_shared_rank(s.pos2, 0);
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      lead_key[out_base + i] = s.key[i], lead_pos[out_base + i] = s.pos[i];
+  } else {
+    int32_t* out = p.out + row * p.out_stride;
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      out[out_base + i] = output_value(p, row, s.pos[i]);
+    if (rank == 0)
+      for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
+  }
+  cluster.sync();  // the leader's entries are complete, in rank (so position) order
+  probe.mark(3);
+  if (rank == 0 && p.best_first)
+    sort_and_write<T>(s, s.key2, s.pos2, s.key, s.pos, out_total, p, row);
+  probe.mark(4);
+}
+
+}  // namespace mla::cuda::topk

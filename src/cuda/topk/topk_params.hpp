@@ -1,0 +1,95 @@
+// Kernel-level interface of the token top-k (mla/topk.hpp): POD params, the
+// kernels of the family, and the one function that chooses among them.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mla/status.hpp"
+
+namespace mla::cuda::topk {
+
+// The semantics of mla/topk.hpp (the CPU reference defines them): candidates
+// of row r are the positions p < len_r (len_r = lengths ? lengths[r] clamped to
+// [0, width] : width) whose logit is neither -inf nor NaN; the k best by
+// descending logit, ties lower position first, are written to out[r][0..k),
+// best first or in ascending position, translated to global cache slots
+// block_table[r / rows_per_request][p / page_size] * page_size + p % page_size
+// when block_table is given; -1 pads rows with fewer than k candidates.
+struct TopkParams {
+  const float* logits = nullptr;
+  int64_t logits_stride = 0;  // elements between rows
+  int64_t num_rows = 0;
+  int64_t width = 0;
+  int k = 2048;
+  const int32_t* lengths = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  // Columns of block_table: a selected position past max_pages * page_size (a
+  // length the host cannot check) has no slot and is written as -1, never
+  // read past the row.
+  int64_t max_pages = INT64_MAX;
+  int page_size = 64;
+  int rows_per_request = 1;
+  int32_t* out = nullptr;
+  int64_t out_stride = 0;
+  bool best_first = true;  // false: the same set in ascending position
+};
+
+// One kernel (a streaming threshold select, topk_kernel.cuh) in four tiles.
+// A row is read once; a cluster of `cluster` CTAs may share one row.
+enum class Kernel {
+  select_1024,      // 1024 threads, 1 CTA per SM, 2 chunks in flight per thread, k up to 8192
+  select_512,       // 512 threads, 2 CTAs per SM, 2 chunks in flight, k up to 4096
+  select_256,       // 256 threads, 4 CTAs per SM, 2 chunks in flight, k up to 2048
+  select_512_deep,  // 512 threads, 1 CTA per SM, 6 chunks in flight, k up to 8192
+};
+inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256,
+                                      Kernel::select_512_deep};
+inline const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::select_1024: return "select_1024";
+    case Kernel::select_512: return "select_512";
+    case Kernel::select_256: return "select_256";
+    case Kernel::select_512_deep: return "select_512_deep";
+  }
+  return "?";
+}
+// The largest k a kernel takes (its shared-memory buffers are sized for it).
+constexpr int max_k(Kernel k) {
+  return k == Kernel::select_512 ? 4096 : k == Kernel::select_256 ? 2048 : 8192;
+}
+constexpr int ctas_per_sm(Kernel k) {
+  return k == Kernel::select_512 ? 2 : k == Kernel::select_256 ? 4 : 1;
+}
+
+struct TopkPlan {
+  Kernel kernel = Kernel::select_1024;
+  int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
+};
+
+// Many rows: the smallest tile that takes k, several CTAs per SM, so one
+// row's selection work overlaps other rows' reads. Fewer rows than CTA slots:
+// the 1024-thread tile, and a row split over a cluster while that still fills
+// more of the GPU (each CTA keeps at least 8K logits, so the merge of the
+// CTAs' selections stays small against the read).
+constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
+  TopkPlan plan;
+  if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
+    plan.kernel = Kernel::select_256;
+  else if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count)
+    plan.kernel = Kernel::select_512;
+  else
+    plan.kernel = Kernel::select_1024;
+  const int64_t slots = int64_t(sm_count) * ctas_per_sm(plan.kernel);
+  while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width / (plan.cluster * 2) >= 8192)
+    plan.cluster *= 2;
+  return plan;
+}
+
+// Launches `kernel` over clusters of `cluster` CTAs per row (1, 2, 4 or 8).
+// The caller has checked k (a multiple of 64, at most max_k(kernel)) and the
+// pointers; width and num_rows fit the grid.
+Status launch_topk(const TopkParams& p, Kernel kernel, int cluster, cudaStream_t stream);
+
+}  // namespace mla::cuda::topk
