@@ -596,7 +596,6 @@ int main(int argc, char** argv) {
     namespace tk = mla::cuda::topk;
     bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1);
     bench_topk_probe<tk::Kernel::select_1024>(128, 131072, 1, false);
-    bench_topk_probe<tk::Kernel::select_512_deep>(128, 131072, 1);
     bench_topk_probe<tk::Kernel::select_256>(4096, 32768, 1);
     bench_topk_probe<tk::Kernel::select_512>(4096, 32768, 1);
     bench_topk_probe<tk::Kernel::select_1024>(128, 32768, 1);

@@ -18,15 +18,16 @@ def fake_results():
     return out
 
 
-def test_quick_suites_cover_perf_md():
+def test_quick_suites_cover_the_benchmark_suites():
     got = suites.all_cases(quick=True)
     assert list(got) == ["decode-128", "decode-tp", "decode-varlen", "sparse-decode", "topk",
-                         "indexer-decode", "prefill"]
+                         "indexer-decode", "prefill", "sparse-prefill"]
     full = suites.all_cases(quick=False)
     assert set(got) <= set(full) and "decode-long" in full
     # docs/benchmarks.md: sparse-decode b 128/64, h 128/64/32/16, s_q 1/2, bf16 and fp8 at top-2048.
     assert len(full["sparse-decode"]) == 2 * 4 * 2 * 2
-    assert {(c.rows, c.n) for c in full["topk"]} == {(128, 128 * 1024), (4096, 32 * 1024)}
+    assert {(c.rows, c.n) for c in full["topk"]} == {(128, 128 * 1024), (4096, 32 * 1024),
+                                                   (1, 1024 * 1024)}
     assert [c.x for c in full["prefill"] if c.prefix] == [20 * 1024, 68 * 1024]
 
 

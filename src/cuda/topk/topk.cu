@@ -39,8 +39,6 @@ Status launch_topk(const TopkParams& p, Kernel kernel, int cluster, cudaStream_t
       return launch_tile<TileOf<Kernel::select_512>::type>(p, cluster, stream);
     case Kernel::select_256:
       return launch_tile<TileOf<Kernel::select_256>::type>(p, cluster, stream);
-    case Kernel::select_512_deep:
-      return launch_tile<TileOf<Kernel::select_512_deep>::type>(p, cluster, stream);
   }
   return Status::Ok();
 }

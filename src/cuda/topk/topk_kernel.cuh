@@ -82,17 +82,13 @@ template <>
 struct TileOf<Kernel::select_256> {
   using type = Tile<256, 4, 2, 4096, 2048, 10>;
 };
-template <>
-struct TileOf<Kernel::select_512_deep> {
-  using type = Tile<512, 1, 6, 16384, 8192>;
-};
 template <Kernel K>
 constexpr bool tile_matches() {
   using T = typename TileOf<K>::type;
   return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
 }
 static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
-                  tile_matches<Kernel::select_256>() && tile_matches<Kernel::select_512_deep>(),
+                  tile_matches<Kernel::select_256>(),
               "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
 
 template <class T>
@@ -581,11 +577,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
 
   probe.mark(1), probe.add(7, fill);
 
-  // ---- finish, one CTA per row: its k best (its entries are in position order).
-  if (cs == 1) {
+  // ---- finish: this CTA's k best (its entries are in position order). With a
+  // cluster this shrinks each CTA's part before the merge: the cluster-wide
+  // select over whole buffers measured slower (distributed-memory histograms).
+  {
     const Cut cut = select_cut<T>(s, fill, k, k, false);
     if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
-    probe.mark(2);
+  }
+  probe.mark(2);
+  if (cs == 1) {
     probe.mark(3);
     if (p.best_first)
       sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
@@ -595,9 +595,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     return;
   }
 
-  // ---- cluster: the k best of the CTAs' entries (the select runs once, over
-  // the sum of the CTAs' histograms; each CTA then keeps its share).
-  probe.mark(2);
+  // ---- cluster: the k best of the CTAs' k best.
   const Cut cut = select_cut<T>(s, fill, k, k, true);
   {
     uint32_t gt = 0, eq = 0;

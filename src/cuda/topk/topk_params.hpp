@@ -36,22 +36,19 @@ struct TopkParams {
   bool best_first = true;  // false: the same set in ascending position
 };
 
-// One kernel (a streaming threshold select, topk_kernel.cuh) in four tiles.
+// One kernel (a streaming threshold select, topk_kernel.cuh) in three tiles.
 // A row is read once; a cluster of `cluster` CTAs may share one row.
 enum class Kernel {
-  select_1024,      // 1024 threads, 1 CTA per SM, 2 chunks in flight per thread, k up to 8192
-  select_512,       // 512 threads, 2 CTAs per SM, 2 chunks in flight, k up to 4096
-  select_256,       // 256 threads, 4 CTAs per SM, 2 chunks in flight, k up to 2048
-  select_512_deep,  // 512 threads, 1 CTA per SM, 6 chunks in flight, k up to 8192
+  select_1024,  // 1024 threads, 1 CTA per SM, k up to 8192
+  select_512,   // 512 threads, 2 CTAs per SM, k up to 4096
+  select_256,   // 256 threads, 4 CTAs per SM, k up to 2048
 };
-inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256,
-                                      Kernel::select_512_deep};
+inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256};
 inline const char* kernel_name(Kernel k) {
   switch (k) {
     case Kernel::select_1024: return "select_1024";
     case Kernel::select_512: return "select_512";
     case Kernel::select_256: return "select_256";
-    case Kernel::select_512_deep: return "select_512_deep";
   }
   return "?";
 }

@@ -418,6 +418,17 @@ TEST_P(SparseGpu, AllKeysEqualsDenseDecode) {
     a.softmax_scale = 0.1352f, a.out = dout.view(out), a.lse = dlse.view(lse);
     DecodeRun run;
     size_t need = 0;
+    // A kernel that does not take decode (prefill) must refuse it by name.
+    const cuda::sparse::Problem problem{.fp8 = f == KvFormat::fp8_ds_mla,
+                                        .h_q = h,
+                                        .tokens = B,
+                                        .page_size = 64,
+                                        .flat_index = true};
+    if (GetParam() != Kernel::automatic && !cuda::sparse::kernel_takes(GetParam(), problem)) {
+      expect_refused(run.size(a, GetParam(), &need), GetParam());
+      expect_refused(run.call(a, GetParam(), Workspace{}), GetParam());
+      continue;
+    }
     ASSERT_MLA_OK(run.size(a, GetParam(), &need));
     DeviceBuffer ws(need);
     ASSERT_MLA_OK(run.call(a, GetParam(), Workspace{ws.get(), need}));
