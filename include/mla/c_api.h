@@ -73,7 +73,13 @@ enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1 };
 
 #define MLA_MAX_DIMS 6
 
-/* A non-owning view of a strided array (mirror of mla::TensorView). */
+/* A non-owning view of a strided array (mirror of mla::TensorView). The rules
+ * of mla/tensor.hpp hold for every view: its element count, offsets and byte
+ * extent must fit 64-bit arithmetic (else MLA_ERR_INVALID_SHAPE naming it);
+ * empty views (a dim of 0) may have any strides and a NULL data pointer, and
+ * an op whose outputs are empty does nothing; an output may not overlap an
+ * input or another output; an input is only read (read-only memory is fine),
+ * even though `data` is not const. */
 typedef struct mla_tensor {
   void* data;
   int32_t dtype;       /* MLA_DTYPE_* */
@@ -89,6 +95,14 @@ MLA_C_EXPORT int32_t mla_abi_version(void);
 MLA_C_EXPORT const char* mla_version(void);
 /* 1 when the library was built with the CUDA kernels. */
 MLA_C_EXPORT int32_t mla_built_with_cuda(void);
+/* Checked mode for this thread (mla::ExecContext::check_device_values): when on,
+ * calls on CUDA tensors copy the small index tensors they read (block tables,
+ * lengths, slots, index lists) to the host, synchronise the stream and check
+ * their values as the CPU path does, so a bad page id or length is an error
+ * (MLA_ERR_OUT_OF_RANGE naming it) instead of a guarded kernel's NaN rows or
+ * skipped tokens. Off by default: it costs a copy and a sync per call. */
+MLA_C_EXPORT void mla_set_check_device_values(int32_t on);
+MLA_C_EXPORT int32_t mla_check_device_values(void);
 /* The message of the last failed call on this thread ("" if none). */
 MLA_C_EXPORT const char* mla_last_error_message(void);
 /* "invalid_shape", ...: the name of a status code. */

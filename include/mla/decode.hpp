@@ -27,6 +27,17 @@ inline constexpr int kCudaDecodeMaxSq = 256;
 // Causal masking among the s_q new tokens: new token i sees the first
 // len - (s_q - 1 - i) keys (FlashMLA's convention). A query that sees no key
 // (len 0, or len < s_q) gets out = 0 and lse = -inf.
+// B = 0 or s_q = 0: a no-op (workspace 0). out and lse may not overlap each
+// other nor any input (mla/tensor.hpp).
+// Non-finite values: a NaN or +-inf in a row's query, or in any cache entry
+// the row attends (the first len - (s_q - 1 - i) keys of its request), leaves
+// that row's out and lse without a finite answer (the reference gives NaN, or
+// for some orders of infinities a finite lse with a NaN out); every other row
+// is bit-identical to the run without it. Entries no row attends (past
+// cache_seqlens, unused pages, page padding) never affect any output.
+// CUDA tensors: a page id outside [0, num_pages) or a length outside [0,
+// max_pages * page_size] cannot be reported synchronously; that request's
+// rows get NaN (see src/api/decode_validate.hpp), the others are unaffected.
 struct DecodeArgs {
   TensorView q;
   KvCacheView kv;
@@ -55,6 +66,8 @@ Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts = {}, Worksp
 
 // Attention of every query over keys [kv_begin[b], kv_end[b]) only (the causal
 // limit still applies on top). out must be f32. Empty range: out 0, lse -inf.
+// No CUDA backend in any build (CPU tensors only: Errc::unsupported on CUDA);
+// the CUDA decode splits its keys internally (DecodeOptions, the workspace).
 struct DecodePartialArgs {
   DecodeArgs base;
   TensorView kv_begin;  // [B] i32
@@ -64,7 +77,10 @@ Status mla_decode_partial(const DecodePartialArgs& args, const ExecContext& ctx 
 
 // Merge S partial results by log-sum-exp:
 //   partial_out [S, R, D] f32, partial_lse [S, R] f32  ->  out [R, D] (f32/bf16), lse [R] f32.
-// Rows whose partials are all -inf get out 0 and lse -inf.
+// Rows whose partials are all -inf get out 0 and lse -inf. A NaN or +inf
+// partial lse, or a non-finite partial out whose lse is not -inf, makes the
+// row's out and lse NaN; a partial with lse -inf contributes nothing whatever
+// its out holds. No CUDA backend (CPU tensors only), like mla_decode_partial.
 struct MergeArgs {
   TensorView partial_out;
   TensorView partial_lse;

@@ -3,6 +3,20 @@
 // weights, and the logits
 //   I[t, s] = k_scale[s] * sum_h w'[t, h] * ReLU(q8[t, h] . k8[s])
 // that token top-k (mla/topk.hpp) turns into the index lists of sparse attention.
+//
+// Non-finite values (every backend; the CPU reference defines the bytes):
+//  - quantisation (keys and queries alike): the amax is taken over the finite
+//    values of the 128-vector only; +-inf is stored saturated (+-448 * s); NaN
+//    as the e4m3 NaN code, and a vector holding a NaN gets a NaN scale;
+//  - so a key with a NaN has NaN logits for every query, and a query head with
+//    a NaN has a NaN folded weight, so NaN logits for every key: top-k never
+//    selects NaN (mla/topk.hpp), so such a key is never attended and such a
+//    query selects nothing;
+//  - ReLU is max(dot, 0) with a NaN dot counting 0 (the kernels' fmaxf): it is
+//    the NaN scale that carries a NaN vector to its logits. A NaN code in the
+//    caller's own k8 with a finite k_scale (indexer_logits_prefill) therefore
+//    adds nothing, on every backend.
+// Empty shapes (B, s_q, T, N or max_len 0) are no-ops.
 #pragma once
 #include <cstdint>
 
@@ -66,6 +80,18 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& args, const ExecCo
 //   logits        out [B, s_q, max_len] f32
 // New token i of request b sees positions [0, len - (s_q - 1 - i)); every other
 // position up to max_len gets -inf. Dots are exact (fp64 over e4m3 values).
+// CUDA precision: the FP8 tensor-core dot products accumulate with a
+// reduced-precision adder (about 14 bits), so a CUDA logit differs from the
+// exact one by at most ~2^-14 of A = k_scale * sum_h |w'| * sum_d |q8 k8| (the
+// same sum by magnitude): measured on the H200 <= 1.5e-5 A, <= 3e-4 of the
+// row's largest |logit| (s_q 1-4, 16K keys; python/tests/
+// test_indexer_precision_gpu.py checks <= 2^-13 A). Top-k on CUDA logits may so
+// order near-ties (scores within that) differently from the CPU reference.
+// CPU tensors: page ids and lengths are checked (out_of_range). CUDA tensors
+// (the host cannot read them; ExecContext::check_device_values checks them):
+// a page id outside the cache scores 0 for each key it would hold, and a
+// length past max_pages * 64 has no keys past the block table's row (-inf;
+// the row is never read past its end).
 struct IndexerLogitsDecodeArgs {
   TensorView q8;
   TensorView w_folded;

@@ -52,6 +52,13 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name);
 //   k_rope [T, 64]   f32 or bf16
 //   slots  [T]       i64; -1 means "skip this token" (padding in the batch)
 // bf16 cache: values rounded to bf16. fp8 cache: quantised as docs/design.md section 2 says.
+// Non-finite values: a bf16 cache stores NaN and +-inf as they are. The fp8
+// cache's group scale comes from the group's finite values only, so one inf
+// or NaN never changes its 127 neighbours; +-inf is stored saturated as
+// +-448 * scale, NaN as the e4m3 NaN code (dequantised: NaN); k_rope is bf16,
+// NaN and +-inf kept. Attention over such an entry: mla/decode.hpp.
+// T = 0 is a no-op. The cache is written in place and may not overlap c_kv,
+// k_rope or slots.
 struct AppendKvArgs {
   TensorView c_kv;
   TensorView k_rope;
@@ -61,6 +68,8 @@ struct AppendKvArgs {
 Status append_kv(const AppendKvArgs& args, const ExecContext& ctx = {});
 
 // Read T tokens back (dequantised) as f32: c_kv [T, 512], k_rope [T, 64].
+// The cache is only read (a read-only buffer is fine). No CUDA backend (CPU
+// tensors only). c_kv and k_rope may not overlap the cache or each other.
 struct ReadKvArgs {
   KvCacheView cache;
   TensorView slots;   // [T] i64, every slot must be valid

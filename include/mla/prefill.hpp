@@ -43,6 +43,9 @@ Status decompress_kv(const DecompressKvArgs& args, const ExecContext& ctx = {});
 // On Hopper the kernel loads whole 128-key tiles by TMA, so the last tile of a
 // sequence holds the next sequence's first keys: masked (weight exactly 0),
 // but 0 * Inf is NaN, so every value of v (of every sequence) must be finite.
+// Non-finite values otherwise: a NaN or +-inf in a query row or in a key or
+// value the row sees leaves that row's out and lse without a finite answer
+// (CPU reference: rows that do not see it are unaffected). T = 0 is a no-op.
 struct MhaPrefillArgs {
   TensorView q;
   TensorView k;

@@ -11,6 +11,12 @@
 //    does): the softmax sees the key twice;
 //  - order does not matter (the result is a sum);
 //  - a query with no valid entry gets out = 0 and lse = -inf.
+// Empty batches (B = 0, s_q = 0) are no-ops. Non-finite values follow
+// mla/decode.hpp's rule with "attends" meaning "its list names": a NaN or
+// +-inf in a query row or in a selected entry leaves that row's out and lse
+// without a finite answer; entries no list names never matter. CUDA tensors:
+// an index outside the cache is treated as -1 (not read; it cannot be
+// reported synchronously).
 #pragma once
 #include <cstddef>
 

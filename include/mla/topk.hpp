@@ -17,7 +17,10 @@ inline constexpr int kTopkMax = 8192;
 // Semantics (the CPU reference defines them; every backend must match):
 //  - Candidates of row r are the positions p < lengths[r] whose score is not
 //    -inf. NaN counts as -inf (never selected): a masked or broken score must
-//    not pull a token into attention.
+//    not pull a token into attention. +inf is a candidate (the best score;
+//    ties among +inf by position). The indexer makes every logit of a key or
+//    query holding a NaN NaN (mla/indexer.hpp), so such keys are never chosen.
+//  - R = 0 is a no-op; N = 0 (or lengths[r] = 0) gives a row of -1.
 //  - Selection: descending score, ties broken by the lower position first, so
 //    the set is deterministic. Output order: best first (the first j entries
 //    are the top-j) or, when the caller does not need the order, the same set
@@ -27,6 +30,10 @@ inline constexpr int kTopkMax = 8192;
 //    cache slot block_table[b][p / page_size] * page_size + p % page_size, where
 //    b = r / rows_per_request (rows of one request are contiguous: the s_q new
 //    tokens of request b are rows b*s_q .. b*s_q + s_q - 1).
+//  - Device values: CPU tensors have lengths and page ids checked
+//    (out_of_range). On CUDA tensors (ExecContext::check_device_values checks
+//    them) a selected position past block_table's row (a length past max_pages
+//    * page_size) is written as -1, which sparse attention skips wherever it is.
 enum class TopkOrder {
   best_first,   // descending score, ties lower position first
   by_position,  // ascending position

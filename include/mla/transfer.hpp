@@ -67,10 +67,15 @@ enum class TransferOrder : int32_t {
 
 // The request: tokens [first_token, first_token + num_tokens) of every layer.
 // A chunked prefill sends each chunk's range as soon as it is written.
+// The plan holds runs per layer before any is copied: a layer count past any
+// model's (DeepSeek-V3: 61) is a caller's mistake, rejected before it sizes
+// billions of runs.
+inline constexpr int32_t kMaxTransferLayers = 1024;
+
 struct TransferRequest {
   int64_t first_token = 0;
   int64_t num_tokens = 0;
-  int32_t num_layers = 1;
+  int32_t num_layers = 1;                // 1 to kMaxTransferLayers
   KvFormat src_format = KvFormat::bf16;  // must equal dst_format: the transfer
   KvFormat dst_format = KvFormat::bf16;  // moves bytes, it does not convert
   TransferSide src_latent;

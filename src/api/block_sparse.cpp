@@ -30,7 +30,7 @@ Status validate_block_sparse_params(const BlockSparseParams& p) {
                  "params.stride = {} is past block_size = {}: compressed blocks would leave "
                  "tokens uncovered",
                  p.stride, p.block_size);
-  if (p.initial_blocks + p.local_blocks > p.num_selected_blocks)
+  if (int64_t(p.initial_blocks) + p.local_blocks > p.num_selected_blocks)
     return error(Errc::invalid_value,
                  "params.initial_blocks + local_blocks = {} + {} is past num_selected_blocks = {} "
                  "(the forced blocks count among the selected ones)",
@@ -114,9 +114,15 @@ Status block_sparse_select(const BlockSparseSelectArgs& a, const ExecContext& ct
     MLA_TRY(detail::expect_inner_contiguous(*t, name, 1));
     MLA_TRY(detail::expect_same_device(a.q, "q", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.indices, "indices"}, {&a.num_selected, "num_selected"}},
+                                  {{&a.q, "q"},
+                                   {&a.kv.data, "kv"},
+                                   {&a.block_table, "block_table"},
+                                   {&a.cache_seqlens, "cache_seqlens"}}));
   if (detail::on_cuda(a.q.device)) return detail::no_cuda_backend("block_sparse_select");
   MLA_TRY(detail::check_block_table_values(a.block_table, a.cache_seqlens, a.kv.page_size(),
                                            a.kv.num_pages(), /*max_len=*/-1));
+  if (a.indices.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to write
   return reference::block_sparse_select(a);
 }
 

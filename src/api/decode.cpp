@@ -4,6 +4,7 @@
 
 #include "api/backend.hpp"
 #include "api/decode_validate.hpp"
+#include "api/device_values.hpp"
 #include "reference/decode_ref.hpp"
 #include "reference/merge_ref.hpp"
 
@@ -19,6 +20,7 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
   *bytes = 0;
   MLA_TRY(detail::validate_decode_shapes(args));
   if (!detail::on_cuda(args.q.device)) return Status::Ok();  // the reference needs no scratch
+  if (args.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
 #ifdef MLA_DECODE_CUDA_BACKEND
   return cuda::decode_workspace_size(args, opts, bytes);
 #else
@@ -29,9 +31,20 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
 Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
                   const ExecContext& ctx) {
   MLA_TRY(detail::validate_decode_args(args));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (args.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(args.q.device)) {
     // block_table and cache_seqlens live on the GPU: the kernel guards them
-    // (see api/decode_validate.hpp); they cannot be read here without a sync.
+    // (see api/decode_validate.hpp); only the checked mode reads them here.
+    if (ctx.check_device_values) {
+      detail::HostCopy bt, sl;
+      MLA_TRY(bt.copy(args.block_table, "block_table", ctx));
+      MLA_TRY(sl.copy(args.cache_seqlens, "cache_seqlens", ctx));
+      DecodeArgs h = args;
+      h.block_table = bt.view();
+      h.cache_seqlens = sl.view();
+      MLA_TRY(detail::validate_decode_host_values(h));
+    }
 #ifdef MLA_DECODE_CUDA_BACKEND
     return cuda::mla_decode(args, opts, ws, ctx);
 #else
@@ -47,6 +60,7 @@ Status mla_decode_partial(const DecodePartialArgs& args, const ExecContext& ctx)
   MLA_TRY(detail::validate_decode_partial_args(args));
   if (detail::on_cuda(args.base.q.device)) return detail::no_cuda_backend("mla_decode_partial");
   MLA_TRY(detail::validate_decode_partial_host_values(args));
+  if (args.base.out.numel() == 0) return Status::Ok();  // empty step: nothing to write
   return reference::mla_decode_partial(args);
 }
 
@@ -54,6 +68,7 @@ Status merge_attn_partials(const MergeArgs& args, const ExecContext& ctx) {
   MLA_TRY(detail::validate_merge_args(args));
   if (detail::on_cuda(args.partial_lse.device))
     return detail::no_cuda_backend("merge_attn_partials");
+  if (args.out.numel() == 0 && args.lse.numel() == 0) return Status::Ok();  // no rows
   return reference::merge_attn_partials(args);
 }
 

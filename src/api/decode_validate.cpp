@@ -59,6 +59,11 @@ Status check_decode(const DecodeArgs& a) {
   MLA_TRY(expect_same_device(a.q, "q", a.lse, "lse"));
 
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
+  MLA_TRY(
+      expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}}, {{&a.q, "q"},
+                                                           {&a.kv.data, "kv"},
+                                                           {&a.block_table, "block_table"},
+                                                           {&a.cache_seqlens, "cache_seqlens"}}));
 
   if (cuda) {
     // The kernels move q, out and cache rows with 16-byte vector loads/stores.
@@ -116,7 +121,8 @@ Status validate_decode_partial_args(const DecodePartialArgs& a) {
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.base.q, "q", *t, name));
   }
-  return Status::Ok();
+  return expect_disjoint({{&a.base.out, "out"}, {&a.base.lse, "lse"}},
+                         {{&a.kv_begin, "kv_begin"}, {&a.kv_end, "kv_end"}});
 }
 
 Status validate_decode_partial_host_values(const DecodePartialArgs& a) {
@@ -175,7 +181,8 @@ Status validate_merge_args(const MergeArgs& a) {
     MLA_TRY(expect_same_device(a.partial_lse, "partial_lse", *t, name));
   }
   MLA_TRY(expect_inner_contiguous(a.partial_lse, "partial_lse", 0));
-  return Status::Ok();
+  return expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                         {{&a.partial_out, "partial_out"}, {&a.partial_lse, "partial_lse"}});
 }
 
 }  // namespace mla::detail

@@ -7,6 +7,9 @@
 
 #include "api/attention_checks.hpp"
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
+#include "api/paged_checks.hpp"
+#include "common/checked.hpp"
 #include "common/validate.hpp"
 #include "mla/sparse.hpp"
 #include "mla/topk.hpp"
@@ -24,13 +27,9 @@ namespace {
 
 // Every piece of the sparse path's scratch starts on a 256-byte boundary (the
 // kernels' vector loads and cp.async want 16; 256 is what cudaMalloc gives).
-constexpr size_t kAlign = 256;
+constexpr int64_t kAlign = 256;
 // Logits rows are padded to whole 64-float groups so each row starts aligned.
 constexpr int64_t kLogitsRowAlign = 64;
-
-size_t align_up(size_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
-}
 
 const char* path_name(DsaPath p) {
   switch (p) {
@@ -79,14 +78,20 @@ Status validate_common(const DsaDecodeArgs& a, const DsaPolicy& p) {
       expect_shape(a.index_w_folded, "index_w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
   MLA_TRY(expect_dtype(a.index_w_folded, "index_w_folded", {DType::f32}));
   MLA_TRY(validate_indexer_cache(a.index_cache, "index_cache"));
+  // Everything the stages check on these views is checked here, under the
+  // step's names (the stages name their own parameters: q8, block_table...).
   for (auto [t, name] :
        {std::pair{&a.index_q8, "index_q8"}, std::pair{&a.index_w_folded, "index_w_folded"},
-        std::pair{&a.index_cache.data, "index_cache"}})
+        std::pair{&a.index_cache.data, "index_cache"}}) {
+    MLA_TRY(detail::expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q, "q", *t, name));
+  }
+  if (detail::on_cuda(a.q.device)) MLA_TRY(detail::expect_aligned(a.index_q8, "index_q8", 16));
   if (a.index_block_table.defined()) {
     MLA_TRY(
         expect_shape(a.index_block_table, "index_block_table", {B, kAny}, "[B, max_index_pages]"));
     MLA_TRY(expect_dtype(a.index_block_table, "index_block_table", {DType::i32}));
+    MLA_TRY(detail::expect_inner_contiguous(a.index_block_table, "index_block_table", 1));
     MLA_TRY(expect_same_device(a.q, "q", a.index_block_table, "index_block_table"));
   } else {
     MLA_TRY(validate_kv_cache(a.kv, "kv"));
@@ -96,7 +101,18 @@ Status validate_common(const DsaDecodeArgs& a, const DsaPolicy& p) {
                    "(pages of {} tokens), but kv.page_size() = {}; pass the indexer's own table",
                    IndexerCacheLayout::kPageTokens, a.kv.page_size());
   }
-  return Status::Ok();
+  // Outputs: out and lse may share memory with no input nor each other (the
+  // dense and sparse stages check their own; the indexer inputs only meet
+  // here).
+  return detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                                 {{&a.q, "q"},
+                                  {&a.kv.data, "kv"},
+                                  {&a.block_table, "block_table"},
+                                  {&a.cache_seqlens, "cache_seqlens"},
+                                  {&a.index_q8, "index_q8"},
+                                  {&a.index_w_folded, "index_w_folded"},
+                                  {&a.index_cache.data, "index_cache"},
+                                  {&a.index_block_table, "index_block_table"}});
 }
 
 // CPU tensors only: the lengths the host may read. Each is in [0, max_seqlen].
@@ -108,7 +124,16 @@ Status check_host_lengths(const DsaDecodeArgs& a) {
       return error(Errc::out_of_range, "cache_seqlens[{}] = {} is past max_seqlen = {}", b, len,
                    a.max_seqlen);
   }
+  if (a.index_block_table.defined())
+    MLA_TRY(detail::check_block_table_values(
+        a.index_block_table, a.cache_seqlens, IndexerCacheLayout::kPageTokens,
+        a.index_cache.num_pages(), /*max_len=*/-1, "index_block_table", "index_cache"));
   return Status::Ok();
+}
+
+// No request or no new token: nothing to compute, no scratch, no launch.
+bool empty_step(const DsaDecodeArgs& a) {
+  return a.q.shape[0] == 0 || a.q.shape[1] == 0;
 }
 
 DsaPath choose_path(const DsaDecodeArgs& a, const DsaPolicy& p) {
@@ -148,8 +173,9 @@ TensorView view_at(void* data, DType dt, Device dev, std::initializer_list<int64
 // base: the views are then only shapes, which sparse_workspace_size accepts).
 struct SparsePlan {
   int64_t B = 0, s_q = 0, R = 0, width = 0, row_stride = 0;
-  size_t logits_off = 0, indices_off = 0, lengths_off = 0, sparse_off = 0, sparse_bytes = 0;
-  size_t total = 0;  // from an aligned base
+  int64_t logits_off = 0, indices_off = 0, lengths_off = 0, sparse_off = 0;
+  size_t sparse_bytes = 0;
+  int64_t total = 0;  // from an aligned base
   TensorView logits3, logits2, indices2, indices3, lengths;
   SparseDecodeArgs sparse;
 };
@@ -159,19 +185,21 @@ Status plan_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, char* base, Spars
   const bool cpu = !detail::on_cuda(dev);
   sp->B = a.q.shape[0];
   sp->s_q = a.q.shape[1];
-  sp->R = sp->B * sp->s_q;
+  sp->R = sp->B * sp->s_q;  // q's element count bounds it
   sp->width = a.max_seqlen;
-  sp->row_stride = std::max<int64_t>(
-      kLogitsRowAlign, (a.max_seqlen + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign);
-  size_t off = 0;
-  sp->logits_off = off;
-  off = align_up(off + size_t(sp->R) * size_t(sp->row_stride) * sizeof(float));
-  sp->indices_off = off;
-  off = align_up(off + size_t(sp->R) * size_t(p.topk) * sizeof(int32_t));
-  sp->lengths_off = off;
-  if (cpu) off = align_up(off + size_t(sp->R) * sizeof(int32_t));
-  sp->sparse_off = off;
-  auto at = [&](size_t o) -> void* { return base == nullptr ? nullptr : base + o; };
+  // max_seqlen is the caller's number: every size derived from it is checked
+  // (a wrapped logits size would make the indexer write past the workspace).
+  const std::string ms = fmt::format("max_seqlen = {}", a.max_seqlen);
+  MLA_TRY(detail::checked_round_up(std::max<int64_t>(a.max_seqlen, kLogitsRowAlign),
+                                   kLogitsRowAlign, ms + ": the logits row", &sp->row_stride));
+  detail::ByteLayout lay(kAlign);
+  MLA_TRY(lay.add({sp->R, sp->row_stride, int64_t(sizeof(float))},
+                  ms + ": the logits scratch B * s_q * round_up(max_seqlen, 64) * 4 bytes",
+                  &sp->logits_off));
+  MLA_TRY(lay.add({sp->R, p.topk, int64_t(sizeof(int32_t))},
+                  "the index lists B * s_q * policy.topk * 4 bytes", &sp->indices_off));
+  if (cpu) MLA_TRY(lay.add({sp->R, int64_t(sizeof(int32_t))}, "the row lengths", &sp->lengths_off));
+  auto at = [&](int64_t o) -> void* { return base == nullptr ? nullptr : base + o; };
   sp->logits3 = view_at(at(sp->logits_off), DType::f32, dev, {sp->B, sp->s_q, sp->width},
                         {sp->s_q * sp->row_stride, sp->row_stride, 1});
   sp->logits2 =
@@ -187,7 +215,9 @@ Status plan_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, char* base, Spars
   sp->sparse.out = a.out;
   sp->sparse.lse = a.lse;
   MLA_TRY(sparse_workspace_size(sp->sparse, &sp->sparse_bytes));
-  sp->total = off + sp->sparse_bytes;
+  MLA_TRY(lay.add_bytes(static_cast<int64_t>(sp->sparse_bytes), ms + ": the step's scratch",
+                        &sp->sparse_off));
+  sp->total = lay.bytes();
   return Status::Ok();
 }
 
@@ -196,7 +226,10 @@ Status workspace_for(const DsaDecodeArgs& a, const DsaPolicy& p, DsaPath path, s
   SparsePlan sp;
   MLA_TRY(plan_sparse(a, p, nullptr, &sp));  // views of shapes only: the ops' sizing reads no data
   // Slack so that any base address can be rounded up to the alignment.
-  *bytes = sp.total + kAlign - 1;
+  int64_t total = 0;
+  MLA_TRY(detail::checked_sum({sp.total, kAlign - 1},
+                              fmt::format("max_seqlen = {}: the workspace", a.max_seqlen), &total));
+  *bytes = static_cast<size_t>(total);
   return Status::Ok();
 }
 
@@ -235,8 +268,8 @@ Status run_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
   tk.k = p.topk;
   tk.indices = sp.indices2;
   tk.block_table = a.block_table;
-  tk.page_size = static_cast<int32_t>(a.kv.page_size());
-  tk.rows_per_request = static_cast<int32_t>(sp.s_q);
+  MLA_TRY(detail::checked_int32(a.kv.page_size(), "kv.page_size", &tk.page_size));
+  MLA_TRY(detail::checked_int32(sp.s_q, "q: s_q", &tk.rows_per_request));
   tk.num_pages = a.kv.num_pages();
   MLA_TRY(topk_indices(tk, ctx));
 
@@ -265,12 +298,14 @@ Status dsa_decode_workspace_size(const DsaDecodeArgs& a, const DsaPolicy& p, siz
         &s.index_cache.data, &s.index_block_table, &s.out, &s.lse})
     *t = detail::shape_only(*t);
   MLA_TRY(validate_common(s, p));
+  if (empty_step(s)) return Status::Ok();
   return workspace_for(s, p, choose_path(s, p), bytes);
 }
 
 Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
                   const ExecContext& ctx) {
   MLA_TRY(validate_common(a, p));
+  if (empty_step(a)) return Status::Ok();
   const DsaPath path = choose_path(a, p);
   size_t need = 0;
   MLA_TRY(workspace_for(a, p, path, &need));
@@ -280,7 +315,28 @@ Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
                  "(dsa_decode_workspace_size)",
                  ws.data == nullptr ? 0 : ws.bytes, ws.data == nullptr ? " (null)" : "",
                  path_name(path), need);
-  if (!detail::on_cuda(a.q.device)) MLA_TRY(check_host_lengths(a));
+  MLA_TRY(detail::expect_workspace_disjoint(ws.data, ws.bytes, a.q.device,
+                                            {{&a.q, "q"},
+                                             {&a.kv.data, "kv"},
+                                             {&a.block_table, "block_table"},
+                                             {&a.cache_seqlens, "cache_seqlens"},
+                                             {&a.index_q8, "index_q8"},
+                                             {&a.index_w_folded, "index_w_folded"},
+                                             {&a.index_cache.data, "index_cache"},
+                                             {&a.index_block_table, "index_block_table"},
+                                             {&a.out, "out"},
+                                             {&a.lse, "lse"}}));
+  if (!detail::on_cuda(a.q.device)) {
+    MLA_TRY(check_host_lengths(a));
+  } else if (ctx.check_device_values) {  // the stages then check their own tensors
+    detail::HostCopy sl, ibt;
+    MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+    MLA_TRY(ibt.copy(a.index_block_table, "index_block_table", ctx));
+    DsaDecodeArgs h = a;
+    h.cache_seqlens = sl.view();
+    h.index_block_table = ibt.view();
+    MLA_TRY(check_host_lengths(h));
+  }
   if (path == DsaPath::dense) return mla_decode(dense_args(a), p.dense_options, ws, ctx);
   return run_sparse(a, p, ws, ctx);
 }

@@ -2,6 +2,7 @@
 #include "mla/indexer.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/indexer/indexer_cuda.hpp"
 #endif
@@ -19,6 +20,20 @@ using detail::expect_same_device;
 using detail::expect_shape;
 using detail::kAny;
 using L = IndexerCacheLayout;
+
+namespace {
+// k_start, k_end [T]: 0 <= k_start[t] <= k_end[t] <= N (host views).
+Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int64_t N) {
+  for (int64_t t = 0; t < k_start.shape[0]; ++t) {
+    const int64_t lo = reference::read_int(k_start, {t}), hi = reference::read_int(k_end, {t});
+    if (lo < 0) return error(Errc::out_of_range, "k_start[{}] = {} is negative", t, lo);
+    if (hi < lo)
+      return error(Errc::out_of_range, "k_end[{}] = {} is before k_start[{}] = {}", t, hi, t, lo);
+    if (hi > N) return error(Errc::out_of_range, "k_end[{}] = {} is past N = {} keys", t, hi, N);
+  }
+  return Status::Ok();
+}
+}  // namespace
 
 Status validate_indexer_cache(const IndexerCacheView& cache, const char* name) {
   const TensorView& d = cache.data;
@@ -42,7 +57,17 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
   MLA_TRY(expect_inner_contiguous(a.keys, "keys", 1));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.slots, "slots"));
   MLA_TRY(expect_same_device(a.cache.data, "cache", a.keys, "keys"));
+  MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
+                                  {{&a.keys, "keys"}, {&a.slots, "slots"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.slots.shape[0] == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.keys.device)) {
+    if (ctx.check_device_values) {  // the kernel skips a slot outside the pool; this names it
+      detail::HostCopy sl;
+      MLA_TRY(sl.copy(a.slots, "slots", ctx));
+      MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(), L::kPageTokens,
+                                        /*allow_skip=*/true));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::append_indexer_keys(a, ctx);
 #else
@@ -80,6 +105,10 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
   for (auto [t, name] : {std::pair{&a.q, "q"}, std::pair{&a.q8, "q8"},
                          std::pair{&a.weights, "weights"}, std::pair{&a.w_folded, "w_folded"}})
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
+  MLA_TRY(detail::expect_disjoint({{&a.q8, "q8"}, {&a.w_folded, "w_folded"}},
+                                  {{&a.q, "q"}, {&a.weights, "weights"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.q.numel() == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.q.device)) {
 #ifdef MLA_HAS_CUDA
     return cuda::quantize_indexer_query(a, ctx);
@@ -94,7 +123,6 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   MLA_TRY(expect_shape(a.q8, "q8", {kAny, kAny, kIndexerHeads, kIndexerDim}, "[B, s_q, 64, 128]"));
   MLA_TRY(detail::expect_known_device(a.q8, "q8"));
   const int64_t B = a.q8.shape[0], s_q = a.q8.shape[1];
-  if (s_q < 1) return error(Errc::invalid_shape, "q8: s_q = {} must be at least 1", s_q);
   MLA_TRY(expect_dtype(a.q8, "q8", {DType::e4m3}));
   MLA_TRY(expect_shape(a.w_folded, "w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
   MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
@@ -112,7 +140,21 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.logits, "logits"}}, {{&a.q8, "q8"},
+                                                            {&a.w_folded, "w_folded"},
+                                                            {&a.cache.data, "cache"},
+                                                            {&a.block_table, "block_table"},
+                                                            {&a.cache_seqlens, "cache_seqlens"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
   if (detail::on_cuda(a.q8.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy bt, sl;
+      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+      MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+      MLA_TRY(detail::check_block_table_values(bt.view(), sl.view(), L::kPageTokens,
+                                               a.cache.num_pages(), a.logits.shape[2]));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_decode(a, ctx);
 #else
@@ -149,20 +191,28 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
     MLA_TRY(expect_inner_contiguous(*t, name, 1));
     MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.logits, "logits"}}, {{&a.q8, "q8"},
+                                                            {&a.w_folded, "w_folded"},
+                                                            {&a.k8, "k8"},
+                                                            {&a.k_scale, "k_scale"},
+                                                            {&a.k_start, "k_start"},
+                                                            {&a.k_end, "k_end"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
   if (detail::on_cuda(a.q8.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy lo, hi;
+      MLA_TRY(lo.copy(a.k_start, "k_start", ctx));
+      MLA_TRY(hi.copy(a.k_end, "k_end", ctx));
+      MLA_TRY(check_key_ranges(lo.view(), hi.view(), N));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_prefill(a, ctx);
 #else
     return detail::no_cuda_backend("indexer_logits_prefill");
 #endif
   }
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t lo = reference::read_int(a.k_start, {t}), hi = reference::read_int(a.k_end, {t});
-    if (lo < 0) return error(Errc::out_of_range, "k_start[{}] = {} is negative", t, lo);
-    if (hi < lo)
-      return error(Errc::out_of_range, "k_end[{}] = {} is before k_start[{}] = {}", t, hi, t, lo);
-    if (hi > N) return error(Errc::out_of_range, "k_end[{}] = {} is past N = {} keys", t, hi, N);
-  }
+  MLA_TRY(check_key_ranges(a.k_start, a.k_end, N));
   return reference::indexer_logits_prefill(a);
 }
 

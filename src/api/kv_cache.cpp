@@ -2,6 +2,7 @@
 #include "mla/kv_cache.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "api/paged_checks.hpp"
 #include "common/validate.hpp"
 #include "reference/kv_cache_ref.hpp"
@@ -66,7 +67,17 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  MLA_TRY(detail::expect_disjoint({{&a.cache.data, "cache"}},
+                                  {{&a.slots, "slots"}, {&a.c_kv, "c_kv"}, {&a.k_rope, "k_rope"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (T == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(dev.device)) {
+    if (ctx.check_device_values) {  // names a slot outside the pool the kernel would skip
+      detail::HostCopy sl;
+      MLA_TRY(sl.copy(a.slots, "slots", ctx));
+      MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(),
+                                        a.cache.page_size(), /*allow_skip=*/true));
+    }
 #ifdef MLA_HAS_CUDA
     // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
     return cuda::append_kv(a, ctx);
@@ -90,9 +101,12 @@ Status read_kv(const ReadKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_same_device(dev, "cache", a.slots, "slots"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.c_kv, "c_kv"));
   MLA_TRY(detail::expect_same_device(dev, "cache", a.k_rope, "k_rope"));
+  MLA_TRY(detail::expect_disjoint({{&a.c_kv, "c_kv"}, {&a.k_rope, "k_rope"}},
+                                  {{&a.cache.data, "cache"}, {&a.slots, "slots"}}));
   if (detail::on_cuda(dev.device)) return detail::no_cuda_backend("read_kv");
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
                                     /*allow_skip=*/false));
+  if (T == 0) return Status::Ok();  // no tokens: nothing to write
   return reference::read_kv(a);
 }
 

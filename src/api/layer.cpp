@@ -3,10 +3,15 @@
 // composition (src/cuda/layer: cuBLAS projections + our kernels).
 #include "mla/layer.hpp"
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <random>
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
+#include "api/rope_checks.hpp"
+#include "common/checked.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
 #include "mla/topk.hpp"
@@ -42,7 +47,7 @@ LayerConfig small_test_layer() {
 double layer_softmax_scale(const LayerConfig& c) {
   if (c.softmax_scale != 0) return c.softmax_scale;
   const double m = yarn_mscale(c.rope.factor, c.rope.mscale_all_dim);
-  return m * m / std::sqrt(double(c.d_nope + c.d_rope));
+  return m * m / std::sqrt(double(c.d_nope) + double(c.d_rope));
 }
 
 const char* layer_attention_name(LayerAttention a) noexcept {
@@ -78,7 +83,7 @@ Status validate_config(const LayerConfig& c) {
   if (!std::isfinite(c.softmax_scale) || c.softmax_scale < 0)
     return error(Errc::invalid_value,
                  "config.softmax_scale = {} must be finite and >= 0 (0: V3.2's)", c.softmax_scale);
-  return Status::Ok();
+  return detail::validate_rope_config(c.rope, "config.rope");
 }
 
 Status validate_topk(const LayerConfig& c) {
@@ -106,19 +111,35 @@ struct SeededUniform {
 Status layer_weight_shapes(const LayerConfig& c, LayerWeightShape (&s)[kLayerWeightCount]) {
   MLA_TRY(validate_config(c));
   const int64_t D = c.hidden, qr = c.q_lora_rank, H = c.heads, dc = c.kv_lora_rank;
+  // The config's numbers are the caller's: every derived dim and every
+  // weight's element count is checked (the fields are int32, their products not).
+  int64_t wq_b_rows = 0, wo_cols = 0;
+  MLA_TRY(detail::checked_product({H, int64_t(c.d_nope) + c.d_rope},
+                                  "config: wq_b rows heads * (d_nope + d_rope)", &wq_b_rows));
+  MLA_TRY(detail::checked_product({H, c.d_v}, "config: wo columns heads * d_v", &wo_cols));
   s[0] = {"wq_a", 2, {qr, D, 0}};
   s[1] = {"q_norm", 1, {qr, 0, 0}};
-  s[2] = {"wq_b", 2, {H * (c.d_nope + c.d_rope), qr, 0}};
+  s[2] = {"wq_b", 2, {wq_b_rows, qr, 0}};
   s[3] = {"wkv_a", 2, {dc + c.d_rope, D, 0}};
   s[4] = {"kv_norm", 1, {dc, 0, 0}};
   s[5] = {"w_uk", 3, {H, c.d_nope, dc}};
   s[6] = {"w_uv", 3, {H, c.d_v, dc}};
-  s[7] = {"wo", 2, {D, H * c.d_v, 0}};
+  s[7] = {"wo", 2, {D, wo_cols, 0}};
   s[8] = {"idx_wq_b", 2, {int64_t(kIndexerHeads) * kIndexerDim, qr, 0}};
   s[9] = {"idx_wk", 2, {kIndexerDim, D, 0}};
   s[10] = {"idx_k_norm_w", 1, {kIndexerDim, 0, 0}};
   s[11] = {"idx_k_norm_b", 1, {kIndexerDim, 0, 0}};
   s[12] = {"idx_w_proj", 2, {kIndexerHeads, D, 0}};
+  for (const LayerWeightShape& w : s) {
+    int64_t n = 0;
+    if (!detail::mul_ok(w.shape[0], w.ndim > 1 ? w.shape[1] : 1, &n) ||
+        !detail::mul_ok(n, w.ndim > 2 ? w.shape[2] : 1, &n))
+      return error(Errc::invalid_value,
+                   "config (hidden = {}, q_lora_rank = {}, heads = {}, d_nope = {}, d_v = {}): "
+                   "the element count of weights.{} {} overflows 64-bit arithmetic",
+                   c.hidden, c.q_lora_rank, c.heads, c.d_nope, c.d_v, w.name,
+                   fmt::format("[{}]", fmt::join(w.shape, w.shape + w.ndim, ", ")));
+  }
   return Status::Ok();
 }
 
@@ -155,7 +176,9 @@ Status check_weight(const LayerWeights& w, const LayerWeightShape& s, int i, boo
   return expect_dtype(t, n, {DType::f32, DType::f64, DType::bf16});
 }
 
-Status validate_forward(const LayerForwardArgs& a) {
+Status check_forward_values(const LayerForwardArgs& a);
+
+Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
   const LayerConfig& c = a.config;
   MLA_TRY(validate_config(c));
   const bool sparse = a.attention == LayerAttention::sparse;
@@ -170,9 +193,7 @@ Status validate_forward(const LayerForwardArgs& a) {
   MLA_TRY(expect_shape(a.hidden, "hidden", {kAny, kAny, c.hidden}, "[B, s_q, config.hidden]"));
   MLA_TRY(detail::expect_known_device(a.hidden, "hidden"));
   const Device dev = a.hidden.device;
-  const int64_t B = a.hidden.shape[0], s_q = a.hidden.shape[1];
-  if (B < 1 || s_q < 1)
-    return error(Errc::invalid_shape, "hidden: B = {} and s_q = {} must be >= 1", B, s_q);
+  const int64_t B = a.hidden.shape[0], s_q = a.hidden.shape[1];  // 0: an empty step
   MLA_TRY(expect_dtype(a.hidden, "hidden", {DType::f32, DType::f64, DType::bf16}));
   MLA_TRY(expect_shape(a.out, "out", {B, s_q, c.hidden}, "[B, s_q, config.hidden] (hidden's)"));
   MLA_TRY(expect_dtype(a.out, "out", {DType::f32, DType::f64, DType::bf16}));
@@ -207,20 +228,50 @@ Status validate_forward(const LayerForwardArgs& a) {
                    "share block_table and slots)",
                    a.kv.page_size(), IndexerCacheLayout::kPageTokens);
   }
-  if (detail::on_cuda(dev)) return Status::Ok();  // the data checks below read host memory
+  // Written: out and the two caches (in place, the new tokens' entries). Read:
+  // hidden, the weights, block_table, cache_seqlens. Weights are only read.
+  for (int i = 0; i < kLayerWeightCount; ++i) {
+    const std::string n = std::string("weights.") + shapes[i].name;
+    MLA_TRY(detail::expect_disjoint(
+        {{&a.out, "out"}, {&a.kv.data, "kv"}, {&a.index_cache.data, "index_cache"}},
+        {{&layer_weight(a.weights, i), n.c_str()}}));
+  }
+  MLA_TRY(detail::expect_disjoint(
+      {{&a.out, "out"}, {&a.kv.data, "kv"}, {&a.index_cache.data, "index_cache"}},
+      {{&a.hidden, "hidden"},
+       {&a.block_table, "block_table"},
+       {&a.cache_seqlens, "cache_seqlens"}}));
+  if (!detail::on_cuda(dev)) return check_forward_values(a);
+  if (!ctx.check_device_values) return Status::Ok();  // the kernels guard the device values
+  detail::HostCopy bt, sl;
+  MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+  MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
+  LayerForwardArgs h = a;
+  h.block_table = bt.view();
+  h.cache_seqlens = sl.view();
+  return check_forward_values(h);
+}
 
+// cache_seqlens and block_table values (host views): each request's length
+// holds its s_q new tokens and fits its row, and every page it reads exists
+// in both caches.
+Status check_forward_values(const LayerForwardArgs& a) {
+  const int64_t B = a.hidden.shape[0], s_q = a.hidden.shape[1];
+  const bool has_index = a.index_cache.data.defined();
   const int64_t page = a.kv.page_size(), max_pages = a.block_table.shape[1];
+  int64_t capacity = 0;  // dims of two views: saturate rather than wrap
+  if (!detail::mul_ok(max_pages, page, &capacity)) capacity = INT64_MAX;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = reference::read_int(a.cache_seqlens, {b});
     if (len < s_q)
       return error(Errc::out_of_range,
                    "cache_seqlens[{}] = {} is less than s_q = {} (the new tokens are in the cache)",
                    b, len, s_q);
-    if (len > max_pages * page)
+    if (len > capacity)
       return error(Errc::out_of_range,
                    "cache_seqlens[{}] = {} is past the capacity of block_table row {}: max_pages * "
                    "page_size = {}",
-                   b, len, b, max_pages * page);
+                   b, len, b, capacity);
     for (int64_t j = 0; j < (len + page - 1) / page; ++j) {
       const int64_t p = reference::read_int(a.block_table, {b, j});
       if (p < 0 || p >= a.kv.num_pages())
@@ -240,6 +291,14 @@ Status validate_forward(const LayerForwardArgs& a) {
 Status init_layer_weights(const LayerConfig& c, uint64_t seed, const LayerWeights& w) {
   LayerWeightShape shapes[kLayerWeightCount];
   MLA_TRY(layer_weight_shapes(c, shapes));
+  // Every weight is written: no two may share memory.
+  for (int i = 0; i < kLayerWeightCount; ++i)
+    for (int j = i + 1; j < kLayerWeightCount; ++j) {
+      const std::string ni = std::string("weights.") + shapes[i].name,
+                        nj = std::string("weights.") + shapes[j].name;
+      MLA_TRY(detail::expect_disjoint(
+          {{&layer_weight(w, i), ni.c_str()}, {&layer_weight(w, j), nj.c_str()}}, {}));
+    }
   for (int i = 0; i < kLayerWeightCount; ++i) {
     const TensorView& t = layer_weight(w, i);
     if (!t.defined() && i >= 8) continue;  // indexer weights are optional
@@ -280,9 +339,10 @@ Status init_layer_weights(const LayerConfig& c, uint64_t seed, const LayerWeight
 
 Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
   if (bytes == nullptr) return error(Errc::invalid_value, "bytes: null pointer");
-  MLA_TRY(validate_forward(a));
+  MLA_TRY(validate_forward(a, ExecContext{}));
   *bytes = 0;
   if (!detail::on_cuda(a.hidden.device)) return Status::Ok();  // the reference needs no scratch
+  if (a.hidden.numel() == 0) return Status::Ok();              // an empty step runs nothing
 #ifdef MLA_HAS_CUDA
   return cuda::layer_workspace_size(a, bytes);
 #else
@@ -291,7 +351,8 @@ Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
 }
 
 Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext& ctx) {
-  MLA_TRY(validate_forward(a));
+  MLA_TRY(validate_forward(a, ctx));
+  if (a.hidden.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to compute
   if (detail::on_cuda(a.hidden.device)) {
 #ifdef MLA_HAS_CUDA
     return cuda::layer_forward(a, ws, ctx);

@@ -4,6 +4,7 @@
 // dereference a slot or page outside the pool).
 #pragma once
 #include <cstdint>
+#include <limits>
 
 #include "common/validate.hpp"
 #include "reference/tensor_read.hpp"
@@ -13,7 +14,8 @@ namespace mla::detail {
 // slots [T]: each in [0, num_pages * page_size), or -1 where allow_skip.
 inline Status check_slot_values(const TensorView& slots, const char* name, int64_t num_pages,
                                 int64_t page_size, bool allow_skip) {
-  const int64_t capacity = num_pages * page_size;
+  int64_t capacity = 0;  // both dims of a checked view, yet saturate rather than wrap
+  if (__builtin_mul_overflow(num_pages, page_size, &capacity)) capacity = INT64_MAX;
   for (int64_t t = 0; t < slots.shape[0]; ++t) {
     const int64_t s = reference::read_int(slots, {t});
     if (s == -1 && allow_skip) continue;
@@ -29,19 +31,26 @@ inline Status check_slot_values(const TensorView& slots, const char* name, int64
 
 // cache_seqlens [B] in [0, min(max_len, max_pages * page_size)], and the block
 // table pages each request reads, block_table[b][0, ceil(len / page_size)), in
-// [0, num_pages). max_len < 0: no output-width limit.
+// [0, num_pages). max_len < 0: no output-width limit. `table` and `pool` name
+// the block table and the cache it addresses in the messages.
 inline Status check_block_table_values(const TensorView& block_table, const TensorView& seqlens,
-                                       int64_t page_size, int64_t num_pages, int64_t max_len) {
+                                       int64_t page_size, int64_t num_pages, int64_t max_len,
+                                       const char* table = "block_table",
+                                       const char* pool = "the cache") {
   using reference::read_int;
-  const int64_t max_pages = block_table.shape[1], capacity = max_pages * page_size;
+  const int64_t max_pages = block_table.shape[1];
+  // max_pages and page_size are shape dims of checked views, but their product
+  // is not a view's extent: saturate instead of wrapping (no length reaches it).
+  int64_t capacity = 0;
+  if (__builtin_mul_overflow(max_pages, page_size, &capacity)) capacity = INT64_MAX;
   for (int64_t b = 0; b < seqlens.shape[0]; ++b) {
     const int64_t len = read_int(seqlens, {b});
     if (len < 0) return error(Errc::out_of_range, "cache_seqlens[{}] = {} is negative", b, len);
     if (len > capacity)
       return error(Errc::out_of_range,
-                   "cache_seqlens[{}] = {} is past the capacity of block_table: max_pages * "
+                   "cache_seqlens[{}] = {} is past the capacity of {}: max_pages * "
                    "page_size = {} * {} = {}",
-                   b, len, max_pages, page_size, capacity);
+                   b, len, table, max_pages, page_size, capacity);
     if (max_len >= 0 && len > max_len)
       return error(Errc::out_of_range,
                    "cache_seqlens[{}] = {} is past max_len = {} (the last dim of logits)", b, len,
@@ -50,11 +59,13 @@ inline Status check_block_table_values(const TensorView& block_table, const Tens
     for (int64_t j = 0; j < pages; ++j) {
       const int64_t id = read_int(block_table, {b, j});
       if (id < 0 || id >= num_pages)
-        return error(Errc::out_of_range,
-                     "block_table[{}][{}] = {} is {} (request {} has cache_seqlens = {}, so it "
-                     "reads its first {} pages)",
-                     b, j, id, id < 0 ? "negative" : fmt::format("past num_pages = {}", num_pages),
-                     b, len, pages);
+        return error(
+            Errc::out_of_range,
+            "{}[{}][{}] = {} is {} (request {} has cache_seqlens = {}, so it "
+            "reads its first {} pages)",
+            table, b, j, id,
+            id < 0 ? "negative" : fmt::format("past num_pages = {} of {}", num_pages, pool), b, len,
+            pages);
     }
   }
   return Status::Ok();

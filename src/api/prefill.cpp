@@ -3,6 +3,7 @@
 #include "mla/prefill.hpp"
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "common/validate.hpp"
 #include "reference/mha_ref.hpp"
 #include "reference/tensor_read.hpp"
@@ -65,6 +66,10 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
     MLA_TRY(expect_layout(*t, name));
     MLA_TRY(detail::expect_same_device(a.c_kv, "c_kv", *t, name));
   }
+  MLA_TRY(detail::expect_disjoint({{&a.k_nope, "k_nope"}, {&a.v, "v"}},
+                                  {{&a.c_kv, "c_kv"}, {&a.w_uk, "w_uk"}, {&a.w_uv, "w_uv"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();
   if (detail::on_cuda(a.c_kv.device)) {
 #ifdef MLA_HAS_CUDA
     return cuda::decompress_kv(a, ctx);
@@ -113,7 +118,22 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
         std::pair{&a.lse, "lse"}})
     MLA_TRY(detail::expect_same_device(a.q, "q", *t, name));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
+  MLA_TRY(detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                                  {{&a.q, "q"},
+                                   {&a.k, "k"},
+                                   {&a.v, "v"},
+                                   {&a.cu_seqlens_q, "cu_seqlens_q"},
+                                   {&a.cu_seqlens_k, "cu_seqlens_k"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (T == 0) return Status::Ok();  // no query rows
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy cq, ck;
+      MLA_TRY(cq.copy(a.cu_seqlens_q, "cu_seqlens_q", ctx));
+      MLA_TRY(ck.copy(a.cu_seqlens_k, "cu_seqlens_k", ctx));
+      MLA_TRY(check_cu_seqlens(cq.view(), "cu_seqlens_q", T, "T (q's rows)"));
+      MLA_TRY(check_cu_seqlens(ck.view(), "cu_seqlens_k", Tk, "Tk (k's rows)"));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);
 #else

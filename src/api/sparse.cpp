@@ -3,6 +3,7 @@
 
 #include "api/attention_checks.hpp"
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #include "common/validate.hpp"
 #include "mla/dims.hpp"
 #include "reference/sparse_ref.hpp"
@@ -72,7 +73,9 @@ Status validate_decode_shapes(const SparseDecodeArgs& a) {
                               {&a.out, "out"},
                               {&a.lse, "lse"}}));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
-  return Status::Ok();
+  return detail::expect_disjoint(
+      {{&a.out, "out"}, {&a.lse, "lse"}},
+      {{&a.q, "q"}, {&a.kv.data, "kv"}, {&a.indices, "indices"}, {&a.topk_length, "topk_length"}});
 }
 
 // The index lists and topk_length, read on the host (CPU tensors only).
@@ -123,7 +126,8 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
       a.q,
       {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}, {&a.out, "out"}, {&a.lse, "lse"}}));
   MLA_TRY(detail::expect_softmax_scale(a.softmax_scale));
-  return Status::Ok();
+  return detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
+                                 {{&a.q, "q"}, {&a.kv, "kv"}, {&a.indices, "indices"}});
 }
 
 Status validate_prefill_values(const SparsePrefillArgs& a) {
@@ -154,6 +158,7 @@ Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
     *t = detail::shape_only(*t);
   MLA_TRY(validate_decode_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();  // the reference needs no scratch
+  if (s.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
 #ifdef MLA_HAS_CUDA
   return cuda::sparse_decode_workspace_size(s, bytes);
 #else
@@ -169,6 +174,7 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
     *t = detail::shape_only(*t);
   MLA_TRY(validate_prefill_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();
+  if (s.out.numel() == 0) return Status::Ok();
 #ifdef MLA_HAS_CUDA
   return cuda::sparse_prefill_workspace_size(s, bytes);
 #else
@@ -178,7 +184,18 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
 
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_decode_shapes(a));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {  // the kernel treats a bad index as -1; this names it
+      detail::HostCopy idx, len;
+      MLA_TRY(idx.copy(a.indices, "indices", ctx));
+      MLA_TRY(len.copy(a.topk_length, "topk_length", ctx));
+      SparseDecodeArgs h = a;
+      h.indices = idx.view();
+      h.topk_length = len.view();
+      MLA_TRY(validate_decode_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_decode(a, ws, ctx);
 #else
@@ -191,7 +208,16 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
 
 Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_prefill_shapes(a));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
   if (detail::on_cuda(a.q.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy idx;
+      MLA_TRY(idx.copy(a.indices, "indices", ctx));
+      SparsePrefillArgs h = a;
+      h.indices = idx.view();
+      MLA_TRY(validate_prefill_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_prefill(a, ws, ctx);
 #else

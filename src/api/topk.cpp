@@ -4,9 +4,11 @@
 #include <limits>
 
 #include "api/backend.hpp"
+#include "api/device_values.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/topk/topk_cuda.hpp"
 #endif
+#include "common/checked.hpp"
 #include "common/validate.hpp"
 #include "reference/tensor_read.hpp"
 #include "reference/topk_ref.hpp"
@@ -90,14 +92,28 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
     MLA_TRY(detail::expect_dtype(a.block_table, "block_table", {DType::i32}));
     MLA_TRY(detail::expect_inner_contiguous(a.block_table, "block_table", 1));
     MLA_TRY(detail::expect_same_device(a.logits, "logits", a.block_table, "block_table"));
-    if (a.block_table.shape[0] * a.rows_per_request != R)
-      return error(
-          Errc::invalid_shape,
-          "block_table: {} requests * rows_per_request {} = {} rows, but logits has R = {}",
-          a.block_table.shape[0], a.rows_per_request, a.block_table.shape[0] * a.rows_per_request,
-          R);
+    // An empty block_table may have any first dim: the product is checked.
+    int64_t rows = 0;
+    if (!detail::mul_ok(a.block_table.shape[0], a.rows_per_request, &rows) || rows != R)
+      return error(Errc::invalid_shape,
+                   "block_table: {} requests * rows_per_request {} rows, but logits has R = {}",
+                   a.block_table.shape[0], a.rows_per_request, R);
   }
+  MLA_TRY(detail::expect_disjoint(
+      {{&a.indices, "indices"}},
+      {{&a.logits, "logits"}, {&a.lengths, "lengths"}, {&a.block_table, "block_table"}}));
+  // Empty outputs: a no-op on every device (nothing to write, no launch).
+  if (R == 0) return Status::Ok();  // no rows
   if (detail::on_cuda(a.logits.device)) {
+    if (ctx.check_device_values) {
+      detail::HostCopy len, bt;
+      MLA_TRY(len.copy(a.lengths, "lengths", ctx));
+      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
+      TopkArgs h = a;
+      h.lengths = len.view();
+      h.block_table = bt.view();
+      MLA_TRY(check_topk_values(h));
+    }
 #ifdef MLA_HAS_CUDA
     return cuda::topk_indices(a, ctx);
 #else

@@ -6,7 +6,14 @@
 
 namespace mla::capi {
 const std::string& last_error();
+
+namespace {
+thread_local bool g_check_device_values = false;
 }
+bool check_device_values() {
+  return g_check_device_values;
+}
+}  // namespace mla::capi
 
 extern "C" {
 
@@ -28,6 +35,14 @@ int32_t mla_built_with_cuda(void) {
 #else
   return 0;
 #endif
+}
+
+void mla_set_check_device_values(int32_t on) {
+  mla::capi::g_check_device_values = on != 0;
+}
+
+int32_t mla_check_device_values(void) {
+  return mla::capi::g_check_device_values ? 1 : 0;
 }
 
 const char* mla_last_error_message(void) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/validate.hpp"
+
 namespace mla::capi {
 namespace {
 thread_local std::string g_last_error;
@@ -49,7 +51,9 @@ Status to_view(const mla_tensor* t, const char* name, TensorView* out) {
     out->shape[d] = t->shape[d];
     out->strides[d] = t->strides[d];
   }
-  return Status::Ok();
+  // Sizes arrive as raw int64: an element count or extent past int64 would
+  // wrap in every later computation, so it stops here, naming the argument.
+  return detail::expect_extent(*out, name);
 }
 
 Status to_kv_format(int32_t code, const char* name, KvFormat* out) {

@@ -55,8 +55,11 @@ Status expect_pointer(const void* p, const char* name);
 // full length in *length, so a caller with too small a buffer can retry.
 Status write_text(const std::string& text, char* buf, size_t buf_size, size_t* length);
 
+// This thread's checked mode (mla_set_check_device_values).
+bool check_device_values();
+
 inline ExecContext to_context(void* stream) {
-  return ExecContext{stream};
+  return ExecContext{stream, check_device_values()};
 }
 
 // Runs `body` (a callable returning Status), converting any exception that

@@ -42,8 +42,12 @@ TensorView TensorView::make(void* data, DType dtype, std::initializer_list<int64
 int64_t TensorView::numel() const noexcept {
   if (ndim < 0) return 0;
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
-  return n;
+  bool overflow = false;
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] <= 0) return 0;  // empty (a negative dim is rejected by the checks)
+    overflow |= __builtin_mul_overflow(n, shape[i], &n);
+  }
+  return overflow ? INT64_MAX : n;  // saturates: checked views never get here
 }
 
 bool TensorView::is_contiguous() const noexcept {

@@ -78,7 +78,10 @@ Status parse_calibration(std::string_view text, Calibration* out) {
     CalibrationEntry ce;
     ce.kernel = e["kernel"].get<std::string>();
     ce.format = e["format"].get<std::string>();
-    ce.h_q = e["h_q"].get<int>();
+    // Read wide, then range-checked below: get<int>() would wrap 2^32 + 8 to 8.
+    const int64_t h_q = e["h_q"].is_number_unsigned() && e["h_q"].get<uint64_t>() > INT64_MAX
+                            ? INT64_MAX
+                            : e["h_q"].get<int64_t>();
     ce.fraction_of_ceiling = e["fraction_of_ceiling"].get<double>();
     if (e.contains("overhead_us")) {
       if (!e["overhead_us"].is_number())
@@ -97,8 +100,10 @@ Status parse_calibration(std::string_view text, Calibration* out) {
     if (!one_of(ce.format, kFormats, &list))
       return bad(fmt::format("calibration: entries[{}].format = '{}' is not known; known: {}", i,
                              ce.format, list));
-    if (ce.h_q < 1 || ce.h_q > 1024)
-      return bad(fmt::format("calibration: entries[{}].h_q = {} must be in [1, 1024]", i, ce.h_q));
+    if (h_q < 1 || h_q > 1024)
+      return bad(fmt::format("calibration: entries[{}].h_q = {} must be in [1, 1024]", i,
+                             e["h_q"].dump()));
+    ce.h_q = static_cast<int>(h_q);
     if (!(ce.fraction_of_ceiling > 0 && ce.fraction_of_ceiling <= 1))
       return bad(
           fmt::format("calibration: entries[{}].fraction_of_ceiling = {} must be in (0, 1] "

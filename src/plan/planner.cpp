@@ -101,7 +101,15 @@ Status make_plan(const Workload& w, const Calibration* cal, Plan* out) {
   p.weights_bytes_per_gpu = weights_total / w.weight_shards;
   p.usable_hbm_bytes = g->hbm_bytes * w.mem_util;
   p.free_bytes = p.usable_hbm_bytes - p.weights_bytes_per_gpu;
-  p.min_weight_shards = static_cast<int>(std::floor(weights_total / p.usable_hbm_bytes)) + 1;
+  // A double past int's range cannot be cast (the old cast gave -2147483647
+  // for a tiny mem_util): more shards than any deployment has is an error.
+  const double min_shards = std::floor(weights_total / p.usable_hbm_bytes) + 1;
+  if (!(min_shards <= 1e6))
+    return Status(Errc::invalid_value,
+                  fmt::format("mem_util = {} leaves {:.3g} bytes of {}'s HBM usable: the weights "
+                              "({:.3g} bytes) would need {:.3g} shards",
+                              w.mem_util, p.usable_hbm_bytes, g->name, weights_total, min_shards));
+  p.min_weight_shards = static_cast<int>(min_shards);
   p.ridge_bf16 = p.ceilings.bf16_flops / p.ceilings.read_bw;
   p.ridge_fp8 = p.ceilings.fp8_flops / p.ceilings.read_bw;
   p.calibrated = cal != nullptr;

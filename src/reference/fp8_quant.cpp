@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "mla/numeric.hpp"
 
@@ -32,10 +33,20 @@ uint8_t quantize_e4m3(float v, float scale) {
 }
 
 namespace {
-float abs_max(const float* v, int n) {
+// The amax over the finite values only: one inf or NaN must not set the scale
+// of its whole group (an inf amax would give an inf scale and clip or zero
+// every other value). The inf itself then saturates to +-448 * s in
+// quantize_e4m3; a NaN stays NaN (fp8_quant.hpp).
+float finite_abs_max(const float* v, int n) {
   float a = 0.f;
-  for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(v[i]));
+  for (int i = 0; i < n; ++i)
+    if (std::isfinite(v[i])) a = std::max(a, std::fabs(v[i]));
   return a;
+}
+bool any_nan(const float* v, int n) {
+  for (int i = 0; i < n; ++i)
+    if (std::isnan(v[i])) return true;
+  return false;
 }
 }  // namespace
 
@@ -43,7 +54,7 @@ void quantize_fp8_ds_mla_entry(const float* c_kv512, const float* k_rope64, uint
   using L = Fp8DsMlaLayout;
   for (int g = 0; g < L::kNumScales; ++g) {
     const float* v = c_kv512 + g * L::kGroup;
-    const float s = fp8_ds_mla_scale(abs_max(v, L::kGroup));
+    const float s = fp8_ds_mla_scale(finite_abs_max(v, L::kGroup));
     for (int i = 0; i < L::kGroup; ++i) entry[g * L::kGroup + i] = quantize_e4m3(v[i], s);
     std::memcpy(entry + L::kScaleOffset + 4 * g, &s, 4);
   }
@@ -69,9 +80,13 @@ void dequantize_fp8_ds_mla_entry(const uint8_t* entry, double* out576) {
 }
 
 void quantize_indexer_vector(const float* v128, uint8_t* codes128, float* scale) {
-  const float s = indexer_scale(abs_max(v128, kIndexerDim));
+  const float s = indexer_scale(finite_abs_max(v128, kIndexerDim));
   for (int i = 0; i < kIndexerDim; ++i) codes128[i] = quantize_e4m3(v128[i], s);
-  *scale = s;
+  // A vector with a NaN gets a NaN scale: every logit it takes part in is
+  // NaN (the scale multiplies the ReLU sum, which a NaN code alone would not
+  // reach: ReLU maps a NaN dot to 0), so top-k never selects the key, and a
+  // NaN query selects nothing.
+  *scale = any_nan(v128, kIndexerDim) ? std::numeric_limits<float>::quiet_NaN() : s;
 }
 
 }  // namespace mla::reference

@@ -8,6 +8,15 @@
 //   lightning indexer        s = 2^ceil(log2(max(amax, 1e-4) / 448))
 // They differ only in where the 1e-4 floor applies; both are kept exactly as
 // the primary sources write them.
+//
+// Non-finite values (every backend must produce the same bytes):
+//  - amax is taken over the finite values of the group / vector only, so one
+//    inf or NaN never changes the scale of its neighbours;
+//  - +-inf saturates to +-448 (the code 0x7e / 0xfe), i.e. +-448 * s;
+//  - NaN stays NaN: the code 0x7f (e4m3fn's NaN);
+//  - an indexer vector (key token or query head) holding a NaN also gets a NaN
+//    scale, so its logits are NaN whatever the ReLU does, and top-k
+//    (mla/topk.hpp: NaN is never selected) drops the key / selects nothing.
 #pragma once
 #include <cstdint>
 
@@ -28,7 +37,8 @@ float fp8_ds_mla_scale(float amax);
 // Scale of one indexer vector (a key token, or a query head), from its amax.
 float indexer_scale(float amax);
 
-// e4m3(clamp(v / s, -448, 448)): round to nearest even, -0 stays 0x80.
+// e4m3(clamp(v / s, -448, 448)): round to nearest even, -0 stays 0x80; inf
+// saturates to +-448, NaN gives 0x7f.
 uint8_t quantize_e4m3(float v, float scale);
 
 // One fp8_ds_mla entry (656 bytes, layout in mla/kv_cache.hpp) from 576 values

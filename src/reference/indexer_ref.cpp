@@ -42,7 +42,9 @@ double indexer_logit(const double* q8, const double* w, const double* k8, double
   for (int h = 0; h < kIndexerHeads; ++h) {
     double dot = 0.0;
     for (int d = 0; d < kIndexerDim; ++d) dot += q8[h * kIndexerDim + d] * k8[d];
-    acc += w[h] * (dot > 0.0 ? dot : 0.0);  // ReLU
+    // ReLU as the kernels' fmaxf: a NaN dot counts 0. NaN keys and queries are
+    // dropped through their NaN scale instead (mla/indexer.hpp).
+    acc += w[h] * (dot > 0.0 ? dot : 0.0);
   }
   return k_scale * acc;
 }

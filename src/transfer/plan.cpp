@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/checked.hpp"
 #include "common/validate.hpp"
 #include "mla/indexer.hpp"
 #include "mla/transfer.hpp"
@@ -43,6 +44,13 @@ Status check_side(TransferCache c, bool src, const TransferSide& s, const Transf
     return error(Errc::invalid_value, "{}.page_size = {} must be >= 1", n, s.page_size);
   if (s.num_pages < 0)
     return error(Errc::invalid_value, "{}.num_pages = {} is negative", n, s.num_pages);
+  // Every byte offset the plan computes is below num_pages * page_stride (+
+  // num_layers * layer_stride): with those checked, none of them wraps.
+  int64_t pool = 0;
+  if (c == TransferCache::latent)
+    MLA_TRY(detail::checked_product({s.page_size, kv_entry_bytes(f)},
+                                    fmt::format("{}.page_size: page bytes page_size * entry", n),
+                                    &pool));
   const int64_t pb = page_bytes(c, s, f);
   if (s.page_stride != 0 && s.page_stride < pb)
     return error(Errc::invalid_stride,
@@ -52,6 +60,14 @@ Status check_side(TransferCache c, bool src, const TransferSide& s, const Transf
   if (s.layer_stride < 0)
     return error(Errc::invalid_stride, "{}.layer_stride = {} is negative", n, s.layer_stride);
   const int64_t ps = page_stride(c, s, f);
+  int64_t layers_bytes = 0;
+  MLA_TRY(detail::checked_product(
+      {s.num_pages, ps}, fmt::format("{}.num_pages: pool bytes num_pages * page_stride", n),
+      &pool));
+  MLA_TRY(detail::checked_product(
+      {int64_t(r.num_layers), s.layer_stride},
+      fmt::format("{}.layer_stride: layer bytes num_layers * layer_stride", n), &layers_bytes));
+  MLA_TRY(detail::checked_sum({pool, layers_bytes}, fmt::format("{}: the pools' bytes", n), &pool));
   if (s.layer_stride != 0 && r.num_layers > 1) {
     // Layers must not overlap: layer-major (a layer's whole pool, then the
     // next) or page-major (a page holds every layer's slice).
@@ -64,8 +80,10 @@ Status check_side(TransferCache c, bool src, const TransferSide& s, const Transf
                    "page-major ones)",
                    n, s.layer_stride, s.num_pages * ps, ps, r.num_layers * s.layer_stride);
   }
-  const int64_t end = r.first_token + r.num_tokens;
-  const int64_t capacity = static_cast<int64_t>(s.pages.size()) * s.page_size;
+  const int64_t end = r.first_token + r.num_tokens;  // checked in check_request
+  int64_t capacity = 0;  // saturates: no token range reaches past it then
+  if (!detail::mul_ok(static_cast<int64_t>(s.pages.size()), s.page_size, &capacity))
+    capacity = INT64_MAX;
   if (end > capacity)
     return error(Errc::out_of_range,
                  "first_token + num_tokens = {} is past the capacity of {}: {} pages * {} = {}",
@@ -82,12 +100,15 @@ Status check_side(TransferCache c, bool src, const TransferSide& s, const Transf
 }
 
 Status check_request(const TransferRequest& r) {
-  if (r.num_layers < 1)
-    return error(Errc::invalid_value, "num_layers = {} must be >= 1", r.num_layers);
+  if (r.num_layers < 1 || r.num_layers > kMaxTransferLayers)
+    return error(Errc::invalid_value, "num_layers = {} must be in [1, {}]", r.num_layers,
+                 kMaxTransferLayers);
   if (r.first_token < 0)
     return error(Errc::out_of_range, "first_token = {} is negative", r.first_token);
   if (r.num_tokens < 0)
     return error(Errc::out_of_range, "num_tokens = {} is negative", r.num_tokens);
+  int64_t end = 0;
+  MLA_TRY(detail::checked_sum({r.first_token, r.num_tokens}, "first_token + num_tokens", &end));
   if (r.src_format != r.dst_format)
     return error(Errc::invalid_value,
                  "src_format = {} does not match dst_format = {} (a transfer moves bytes; it does "

@@ -341,8 +341,8 @@ TEST(IndexerValidation, Errors) {
   d.w_folded.shape[2] = 32;
   expect_error(indexer_logits_decode(d), Errc::invalid_shape, "w_folded");
   d.w_folded.shape[2] = 64;
-  d.q8.shape[1] = 0;
-  expect_error(indexer_logits_decode(d), Errc::invalid_shape, "s_q = 0");
+  d.q8.shape[1] = 0;  // a valid empty step, but w_folded is not [B, 0, 64]
+  expect_error(indexer_logits_decode(d), Errc::invalid_shape, "w_folded");
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ TEST_P(TopkRandom, MatchesStableSort) {
   a.indices = TensorView::make(out.data(), DType::i32, {p.R, p.k});
   ASSERT_TRUE(topk_indices(a).ok());
   for (int64_t r = 0; r < p.R; ++r) {
-    const auto want = naive_topk(&s[r * p.N], lens[r], p.k);
+    const auto want = naive_topk(s.data() + r * p.N, lens[r], p.k);  // N = 0: s is empty
     for (int j = 0; j < p.k; ++j) ASSERT_EQ(out[r * p.k + j], want[j]) << "row " << r << " j " << j;
   }
 }

@@ -129,6 +129,7 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   p.seqlens = static_cast<const int32_t*>(a.cache_seqlens.data);
   p.block_table = static_cast<const int32_t*>(a.block_table.data);
   p.block_table_stride = a.block_table.strides[0];
+  p.max_pages = a.block_table.shape[1];
   p.cache = cache_ptr(a.cache);
   MLA_TRY(detail::expect_aligned(a.cache.data, "cache", 16));
   p.width = a.logits.shape[2];

@@ -49,7 +49,8 @@ struct DecodeRun {
     pg0 = int64_t(blockIdx.x) * pages_per_cta;
     const int64_t pg1 = min(pg0 + pages_per_cta, width_pages);
     c1 = min(p.width, pg1 * kPageKeys);
-    const int64_t len_pages = len > 0 ? (len + kPageKeys - 1) / kPageKeys : 0;
+    const int64_t len_pages =
+        len > 0 ? min((len + kPageKeys - 1) / kPageKeys, p.max_pages) : 0;  // never past the row
     nload = int(max(int64_t(0), min(len_pages, pg1) - pg0));
     // Row of this launch's first token of request b, and how many of the
     // request's new tokens come after this launch's last one (causal limits).

@@ -81,6 +81,9 @@ struct IndexerLogitsParams {
   const int32_t* seqlens = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
+  // Columns of block_table: a length past max_pages * 64 (which the host
+  // cannot see) has no keys past the table's row: -inf there, never read on.
+  int64_t max_pages = INT64_MAX;
   IndexerCachePtr cache;
   // prefill
   const uint8_t* flat_keys = nullptr;

@@ -30,17 +30,23 @@ __device__ __forceinline__ void load4(const void* base, int64_t off, float* v) {
 // A 128-vector spread 4 per lane over a warp -> 4 e4m3 codes per lane and the
 // vector's power-of-two scale s = 2^ceil(log2(max(amax, 1e-4) / 448)); v / s is
 // exact, then clamp and round to nearest even (reference::quantize_indexer_vector).
+// Non-finite values as reference/fp8_quant.hpp: amax over the finite values,
+// inf saturates, NaN stays NaN, and a vector holding a NaN gets a NaN scale.
 __device__ __forceinline__ uint32_t quantize_warp_vector(const float* v, float* scale) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  auto mag = [](float x) { return isfinite(x) ? fabsf(x) : 0.f; };
+  float amax = fmaxf(fmaxf(mag(v[0]), mag(v[1])), fmaxf(mag(v[2]), mag(v[3])));
   amax = warp_max(amax);
+  const bool nan =
+      __any_sync(0xffffffffu, isnan(v[0]) || isnan(v[1]) || isnan(v[2]) || isnan(v[3]));
   const float s = pow2_ceil_bits(fmaxf(amax, 1e-4f) / 448.f);
   uint32_t codes = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float x = fminf(fmaxf(v[i] / s, -448.f), 448.f);
+    // fmaxf/fminf would turn NaN into -448; the conversion keeps it NaN.
+    const float x = isnan(v[i]) ? v[i] : fminf(fmaxf(v[i] / s, -448.f), 448.f);
     codes |= uint32_t(f32_to_e4m3(x)) << (8 * i);
   }
-  *scale = s;
+  *scale = nan ? __int_as_float(0x7fc00000) : s;
   return codes;
 }
 

@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const Appe
   if constexpr (kFp8Cache) {
     float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 16; ++i)  // finite values only (reference/fp8_quant.hpp)
+      amax = fmaxf(amax, isfinite(v[i]) ? fabsf(v[i]) : 0.f);
 #pragma unroll
     for (int m = 1; m < 8; m *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
     const float s = fp8_ds_mla_scale(amax);

@@ -40,6 +40,7 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx, topk::TopkPlan pl
   if (a.block_table.defined()) {
     p.block_table = static_cast<const int32_t*>(a.block_table.data);
     p.block_table_stride = a.block_table.strides[0];
+    p.max_pages = a.block_table.shape[1];
     p.page_size = a.page_size;
     p.rows_per_request = a.rows_per_request;
   }

@@ -340,7 +340,9 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
 __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row, uint32_t pos) {
   if (p.block_table == nullptr) return int32_t(pos);
   const int32_t* bt = p.block_table + (row / p.rows_per_request) * p.block_table_stride;
-  return bt[pos / uint32_t(p.page_size)] * p.page_size + int32_t(pos % uint32_t(p.page_size));
+  const uint32_t page = pos / uint32_t(p.page_size);
+  if (page >= p.max_pages) return -1;  // past the row: no slot (mla/topk.hpp)
+  return bt[page] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
 // Stable LSD radix sort of n <= kCap2 (key, position) pairs, in position order,

@@ -25,6 +25,10 @@ struct TopkParams {
   const int32_t* lengths = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
+  // Columns of block_table: a selected position past max_pages * page_size (a
+  // length the host cannot check) has no slot and is written as -1, never
+  // read past the row.
+  int64_t max_pages = INT64_MAX;
   int page_size = 64;
   int rows_per_request = 1;
   int32_t* out = nullptr;

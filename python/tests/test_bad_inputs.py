@@ -1,0 +1,345 @@
+"""The bad-input table of issue 20 through the Python API and raw ctypes (CPU):
+each repro of the campaign is a test. A crash-prone repro runs in its own
+process, so a regression shows as a failed test, not a dead test session.
+
+Tests marked xfail(strict=True) are repros the Python binding itself must fix
+(integer wrapping in ctypes, writability of inputs, non-array arguments): they
+fail today, and the marker must go when the binding is fixed (strict: an
+unexpected pass fails the suite)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import mla
+
+from conftest import make_paged_problem
+
+SCALE = 0.07
+BINDING = "the Python binding (helper engines) must fix this"
+
+
+def run_isolated(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with this session's mla; returns the result."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def indexer_side(rng, num_pages, B, s_q):
+    icache = mla.empty_indexer_cache(num_pages)
+    keys = (rng.standard_normal((num_pages * 64, 128)) * 2).astype(np.float32)
+    mla.append_indexer_keys(keys, np.arange(num_pages * 64, dtype=np.int64), icache)
+    q8, wf = mla.quantize_indexer_query(
+        rng.standard_normal((B, s_q, 64, 128)).astype(np.float32),
+        rng.standard_normal((B, s_q, 64)).astype(np.float32))
+    return icache, q8, wf
+
+
+# ---- sizes ------------------------------------------------------------------------------
+
+
+def test_dsa_decode_max_seqlen_2_pow_62_is_an_error_not_a_heap_overflow():
+    r = run_isolated("""
+        import numpy as np, mla, sys
+        sys.path.insert(0, %r)
+        from conftest import make_paged_problem
+        rng = np.random.default_rng(0)
+        q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 64, [70, 100])
+        icache = mla.empty_indexer_cache(cache.shape[0])
+        keys = np.ones((cache.shape[0] * 64, 128), np.float32)
+        mla.append_indexer_keys(keys, np.arange(cache.shape[0] * 64, dtype=np.int64), icache)
+        q8, wf = mla.quantize_indexer_query(np.ones((2, 1, 64, 128), np.float32),
+                                            np.ones((2, 1, 64), np.float32))
+        pol = mla.DsaPolicy(topk=64, path="sparse")
+        try:
+            mla.dsa_decode(q, cache, bt, sl, 2**62, q8, wf, icache, 0.07, policy=pol,
+                           workspace=np.zeros(8704, np.uint8))
+        except mla.InvalidValueError as e:
+            print("ERR", e)
+    """ % os.path.dirname(__file__))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ERR" in r.stdout and "max_seqlen = 4611686018427387904" in r.stdout, r.stdout
+
+
+class MlaTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32),
+                ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 6),
+                ("strides", ctypes.c_int64 * 6)]
+
+
+def test_c_abi_view_extent_overflow_is_an_error():
+    # Raw ctypes, in its own process: this crashed before the extents were checked.
+    r = run_isolated("""
+        import ctypes, numpy as np, mla
+        lib = ctypes.CDLL(mla.library_path())
+        class T(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32),
+                        ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                        ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 6),
+                        ("strides", ctypes.c_int64 * 6)]
+        buf = np.zeros(4096, np.float32)
+        lo = T(buf.ctypes.data, 0, 1, 0, 2)
+        lo.shape[0], lo.shape[1], lo.strides[0], lo.strides[1] = 2**62, 64, 64, 1
+        ix = T(buf.ctypes.data, 6, 1, 0, 2)
+        ix.shape[0], ix.shape[1], ix.strides[0], ix.strides[1] = 2**62, 64, 64, 1
+        f = lib.mla_topk_indices
+        f.restype = ctypes.c_int32
+        rc = f(ctypes.byref(lo), None, 64, ctypes.byref(ix), None, 64, 1, ctypes.c_int64(-1), None)
+        lib.mla_last_error_message.restype = ctypes.c_char_p
+        print("RC", rc, lib.mla_last_error_message().decode())
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "RC 1 " in r.stdout and "logits" in r.stdout and "overflows" in r.stdout, r.stdout
+
+
+def test_layer_weight_shapes_overflow():
+    cfg = mla.LayerConfig.small_test()
+    cfg.heads = 2**31 - 1
+    cfg.d_nope = 2**31 - 1
+    with pytest.raises(mla.InvalidValueError, match="2147483647"):
+        mla.layer_weight_shapes(cfg)
+
+
+def test_block_sparse_forced_block_sum_overflow():
+    p = mla.BlockSparseParams(initial_blocks=2**31 - 1, local_blocks=1)
+    with pytest.raises(mla.InvalidValueError, match="initial_blocks"):
+        mla.validate_block_sparse_params(p)
+
+
+def test_calibration_h_q_is_not_wrapped():
+    cal = ('{"gpu": "h200", "entries": [{"kernel": "decode", "format": "bf16", '
+           '"h_q": 4294967304, "fraction_of_ceiling": 0.5}]}')
+    with pytest.raises(mla.InvalidValueError, match="h_q = 4294967304"):
+        mla.plan_json(calibration=cal)
+
+
+def test_min_weight_shards_never_negative():
+    try:
+        plan = mla.make_plan(mem_util=1e-300)
+    except mla.InvalidValueError as e:
+        assert "mem_util" in str(e)
+    else:
+        assert plan["min_weight_shards"] >= 1
+
+
+@pytest.mark.xfail(strict=True, reason=f"ctypes wraps 2**64 + 16 to 16; {BINDING}")
+def test_batch_past_int64_is_rejected_not_wrapped():
+    with pytest.raises((mla.InvalidValueError, OverflowError)):
+        mla.make_plan(batch=2**64 + 16)
+
+
+@pytest.mark.xfail(strict=True, reason=f"ctypes wraps heads = 2**32 + 8 to 8; {BINDING}")
+def test_heads_past_int32_is_rejected_not_wrapped():
+    cfg = mla.LayerConfig.small_test()
+    cfg.heads = 2**32 + 8
+    with pytest.raises((mla.InvalidValueError, OverflowError)):
+        mla.layer_weight_shapes(cfg)
+
+
+@pytest.mark.xfail(strict=True,
+                   reason=f"k = 2**31 sizes indices [R, k] before any check; {BINDING}")
+def test_topk_k_2_pow_31_fails_before_any_allocation(monkeypatch):
+    import mla._arrays as arrays
+
+    def no_alloc(like, shape, dtype):
+        raise AssertionError(f"allocated {shape} {dtype} before checking k")
+
+    monkeypatch.setattr(arrays, "empty", no_alloc)
+    with pytest.raises(mla.InvalidValueError, match="k = 2147483648"):
+        mla.topk_indices(np.zeros((1, 128), np.float32), k=2**31)
+
+
+# ---- overlapping outputs ----------------------------------------------------------------------
+
+
+def decode_problem(rng, lengths=(20, 30), s_q=1):
+    return make_paged_problem(rng, len(lengths), s_q, 16, 16, list(lengths))
+
+
+def test_stride_zero_out_is_rejected(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    base = np.zeros((2, 1, 1, 512), np.float32)
+    out = np.lib.stride_tricks.as_strided(base, (2, 1, 16, 512), (2048, 2048, 0, 4),
+                                          writeable=True)
+    with pytest.raises(mla.StrideError, match="out"):
+        mla.mla_decode(q, cache, bt, sl, SCALE, out=out)
+
+
+def test_out_aliasing_the_kv_cache_is_rejected(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    out = cache.reshape(-1)[:2 * 16 * 1024].view(np.float32).reshape(2, 1, 16, 512)
+    with pytest.raises(mla.InvalidValueError, match="overlaps input kv"):
+        mla.mla_decode(q, cache, bt, sl, SCALE, out=out)
+
+
+def test_lse_aliasing_out_is_rejected(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    out = np.zeros((2, 1, 16, 512), np.float32)
+    lse = out.reshape(-1)[:32].reshape(2, 16, 1)
+    with pytest.raises(mla.InvalidValueError, match="overlaps output lse|overlaps output out"):
+        mla.mla_decode(q, cache, bt, sl, SCALE, out=out, lse=lse)
+
+
+# ---- empty batches and rows ----------------------------------------------------------------------
+
+
+def test_decode_empty_batch_and_empty_step(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    out, lse = mla.mla_decode(q[:0], cache, bt[:0], sl[:0], SCALE)
+    assert out.shape == (0, 1, 16, 512) and lse.shape == (0, 16, 1)
+    out, lse = mla.mla_decode(q[:, :0], cache, bt, sl, SCALE)
+    assert out.shape == (2, 0, 16, 512) and lse.shape == (2, 16, 0)
+
+
+def test_empty_arrays_with_zero_strides(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    z = lambda a: np.lib.stride_tricks.as_strided(a, a.shape, (0,) * a.ndim, writeable=True)
+    out = z(np.zeros((0, 1, 16, 512), np.float32))
+    lse = z(np.zeros((0, 16, 1), np.float32))
+    mla.mla_decode(z(q[:0]), cache, z(bt[:0]), z(sl[:0]), SCALE, out=out, lse=lse)
+
+
+def test_sparse_and_dsa_empty_batch(rng):
+    q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 64, [70, 100])
+    out, lse = mla.sparse_decode(q[:0], cache, np.zeros((0, 1, 64), np.int32), SCALE)
+    assert out.shape == (0, 1, 16, 512)
+    icache, q8, wf = indexer_side(rng, cache.shape[0], 2, 1)
+    pol = mla.DsaPolicy(topk=64, path="sparse")
+    assert mla.dsa_decode_workspace_size(q[:0], cache, bt[:0], sl[:0], 1 << 20, q8[:0], wf[:0],
+                                         icache, SCALE, policy=pol) == 0
+    out, lse = mla.dsa_decode(q[:0], cache, bt[:0], sl[:0], 1 << 20, q8[:0], wf[:0], icache,
+                              SCALE, policy=pol)
+    assert out.shape == (0, 1, 16, 512) and lse.shape == (0, 16, 1)
+
+
+def test_topk_zero_rows_and_zero_columns():
+    assert mla.topk_indices(np.zeros((0, 128), np.float32), k=64).shape == (0, 64)
+    idx = mla.topk_indices(np.zeros((3, 0), np.float32), k=64)
+    assert idx.shape == (3, 64) and (idx == -1).all()
+
+
+def test_empty_tokens_in_cache_ops(rng):
+    _, cache, _, _ = decode_problem(rng)
+    mla.append_kv(np.zeros((0, 512), np.float32), np.zeros((0, 64), np.float32),
+                  np.zeros(0, np.int64), cache)
+    c_kv, k_rope = mla.read_kv(cache, np.zeros(0, np.int64))
+    assert c_kv.shape == (0, 512) and k_rope.shape == (0, 64)
+
+
+# ---- inputs are only read --------------------------------------------------------------------------
+
+
+def read_only(a):
+    a = a.copy()
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.xfail(strict=True, reason=f"the kv cache is passed as writable; {BINDING}")
+def test_read_only_kv_cache_in_decode(rng):
+    q, cache, bt, sl = decode_problem(rng)
+    mla.mla_decode(q, read_only(cache), bt, sl, SCALE)
+
+
+@pytest.mark.xfail(strict=True, reason=f"the kv cache is passed as writable; {BINDING}")
+def test_read_only_kv_cache_in_read_kv(rng):
+    _, cache, _, _ = decode_problem(rng)
+    mla.read_kv(read_only(cache), np.arange(4, dtype=np.int64))
+
+
+@pytest.mark.xfail(strict=True, reason=f"layer weights are passed as writable; {BINDING}")
+def test_read_only_layer_weights(rng):
+    cfg = mla.LayerConfig.small_test()
+    w = {k: read_only(v) for k, v in mla.init_layer_weights(cfg, seed=1).items()}
+    cache = mla.empty_kv_cache(4, 64)
+    mla.layer_forward(cfg, w, np.zeros((1, 1, cfg.hidden)), cache, np.zeros((1, 1), np.int32),
+                      np.ones(1, np.int32))
+
+
+# ---- non-finite values ------------------------------------------------------------------------------
+
+
+def test_fp8_cache_inf_saturates_only_itself(rng):
+    cache = mla.empty_kv_cache(1, 16, "fp8_ds_mla")
+    c_kv = (rng.uniform(-0.1, 0.1, (1, 512))).astype(np.float32)
+    c_kv[0, 5] = np.inf
+    c_kv[0, 130] = np.nan
+    mla.append_kv(c_kv, np.zeros((1, 64), np.float32), np.zeros(1, np.int64), cache)
+    back, _ = mla.read_kv(cache, np.zeros(1, np.int64))
+    assert np.isnan(back[0, 130])
+    amax = np.abs(np.delete(c_kv[0, :128], 5)).max()
+    assert back[0, 5] > 0 and back[0, 5] <= 448 * 2 * amax / 448 * 1.0001 + 1e-30
+    mask = np.ones(512, bool)
+    mask[[5, 130]] = False
+    assert np.allclose(back[0, mask], c_kv[0, mask], atol=amax / 16)
+
+
+def test_nan_indexer_key_is_never_selected():
+    icache = mla.empty_indexer_cache(1)
+    keys = np.tile(np.arange(64, dtype=np.float32)[:, None] * 0.01, (1, 128))
+    keys[3] = 1.0  # would score highest
+    keys[3, 7] = np.nan
+    mla.append_indexer_keys(keys, np.arange(64, dtype=np.int64), icache)
+    q8, wf = mla.quantize_indexer_query(np.ones((1, 1, 64, 128), np.float32),
+                                        np.ones((1, 1, 64), np.float32))
+    logits = mla.indexer_logits_decode(q8, wf, icache, np.zeros((1, 1), np.int32),
+                                       np.array([64], np.int32), max_len=64)
+    assert np.isnan(logits[0, 0, 3])
+    idx = mla.topk_indices(logits.reshape(1, 64), k=64)
+    assert 3 not in idx[0] and idx[0, -1] == -1
+
+
+# ---- wrong types and names ---------------------------------------------------------------------------
+
+
+def test_non_array_argument_is_a_typed_error_naming_it(rng):
+    _, cache, bt, sl = decode_problem(rng)
+    with pytest.raises(mla.DTypeError, match="q: str is not an array"):
+        mla.mla_decode("not an array", cache, bt, sl, SCALE)
+
+
+WRONG_TYPES = {
+    "policy": (lambda: mla.dsa_decode_path(100, "bogus"), "policy"),
+    "config": (lambda: mla.layer_weight_shapes("cfg"), "config"),
+    "config.rope": (lambda: mla.layer_weight_shapes(mla.LayerConfig(rope=None)), "rope"),
+    "softmax_scale": (lambda: mla.sparse_decode(np.zeros((1, 1, 16, 576), np.float32),
+                                                mla.empty_kv_cache(1, 64),
+                                                np.zeros((1, 1, 64), np.int32), "x"),
+                      "softmax_scale"),
+    "request": (lambda: mla.plan_transfer("x"), "request"),
+}
+
+
+@pytest.mark.xfail(strict=True, reason=f"AttributeError/TypeError naming no argument; {BINDING}")
+@pytest.mark.parametrize("what", sorted(WRONG_TYPES))
+def test_wrong_type_is_a_typed_error_naming_the_argument(what):
+    call, name = WRONG_TYPES[what]
+    with pytest.raises(mla.MlaError, match=name):
+        call()
+
+
+def test_dsa_errors_name_index_block_table(rng):
+    q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 16, [70, 100])
+    icache, q8, wf = indexer_side(rng, 4, 2, 1)
+    ibt = np.array([[0, 1], [2, 1000]], np.int32)
+    pol = mla.DsaPolicy(topk=64, path="sparse")
+    with pytest.raises(mla.OutOfRangeError, match=r"index_block_table\[1\]\[1\] = 1000"):
+        mla.dsa_decode(q, cache, bt, sl, 128, q8, wf, icache, SCALE, index_block_table=ibt,
+                       policy=pol)
+
+
+def test_layer_errors_name_config_rope_factor():
+    cfg = mla.LayerConfig.small_test()
+    cfg.rope.factor = -1.0
+    with pytest.raises(mla.InvalidValueError, match=r"config\.rope\.factor = -1"):
+        mla.layer_weight_shapes(cfg)

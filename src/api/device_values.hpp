@@ -1,0 +1,32 @@
+// The checked mode (ExecContext::check_device_values): host copies of the
+// small index tensors an op reads on the device, so the CPU path's value
+// checks can run on them before a CUDA launch.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "mla/status.hpp"
+#include "mla/tensor.hpp"
+
+namespace mla::detail {
+
+// Whether the op must check device values on the host before launching.
+inline bool checked_launch(const TensorView& t, const ExecContext& ctx) {
+  return ctx.check_device_values && t.device.type == DeviceType::cuda;
+}
+
+// A host view of `t` with t's shape and strides: t itself for CPU tensors and
+// undefined views; for CUDA tensors a copy of the bytes t spans, read on
+// ctx.stream, which is then synchronised. Only for validated (extent-checked)
+// views.
+class HostCopy {
+ public:
+  Status copy(const TensorView& t, const char* name, const ExecContext& ctx);
+  const TensorView& view() const { return view_; }
+
+ private:
+  std::vector<uint64_t> storage_;
+  TensorView view_;
+};
+
+}  // namespace mla::detail
