@@ -245,13 +245,11 @@ def read_only(a):
     return a
 
 
-@pytest.mark.xfail(strict=True, reason=f"the kv cache is passed as writable; {BINDING}")
 def test_read_only_kv_cache_in_decode(rng):
     q, cache, bt, sl = decode_problem(rng)
     mla.mla_decode(q, read_only(cache), bt, sl, SCALE)
 
 
-@pytest.mark.xfail(strict=True, reason=f"the kv cache is passed as writable; {BINDING}")
 def test_read_only_kv_cache_in_read_kv(rng):
     _, cache, _, _ = decode_problem(rng)
     mla.read_kv(read_only(cache), np.arange(4, dtype=np.int64))
@@ -320,8 +318,15 @@ WRONG_TYPES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=f"AttributeError/TypeError naming no argument; {BINDING}")
-@pytest.mark.parametrize("what", sorted(WRONG_TYPES))
+# softmax_scale goes through the compiled call machinery, which names it; the others are
+# pure-Python entry points the binding still has to check.
+_NAMED_BY_THE_BINDING = {"softmax_scale"}
+
+
+@pytest.mark.parametrize("what", [
+    w if w in _NAMED_BY_THE_BINDING else pytest.param(w, marks=pytest.mark.xfail(
+        strict=True, reason=f"AttributeError/TypeError naming no argument; {BINDING}"))
+    for w in sorted(WRONG_TYPES)])
 def test_wrong_type_is_a_typed_error_naming_the_argument(what):
     call, name = WRONG_TYPES[what]
     with pytest.raises(mla.MlaError, match=name):
