@@ -15,7 +15,7 @@ def main(argv=None) -> int:
     c.add_argument("--only", action="append", default=None, metavar="TEXT",
                    help="keep only the cases whose label contains TEXT (repeatable: any of them)")
     c.add_argument("--suite", action="append", default=None,
-                   help="suite(s) from PERF.md: decode-128, decode-tp, decode-varlen, "
+                   help="suite(s) from docs/benchmarks.md: decode-128, decode-tp, decode-varlen, "
                         "decode-long, sparse-decode, topk, indexer-decode, prefill, sparse-prefill "
                         "(default: all)")
     c.add_argument("--peers", default="auto",

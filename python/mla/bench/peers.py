@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-SCALE = 0.135234  # DeepSeek-V3.2 (DESIGN.md)
+SCALE = 0.135234  # DeepSeek-V3.2 (docs/design.md)
 
 
 class NotApplicable(Exception):

@@ -150,7 +150,7 @@ def build_mla_indexer_decode(torch, x: IndexerDecodeInputs):
 
 
 def build_torch_indexer_decode(torch, x: IndexerDecodeInputs):
-    """bf16 bmm + ReLU + weighted sum over heads (PERF.md's PyTorch peer), over keys
+    """bf16 bmm + ReLU + weighted sum over heads (docs/benchmarks.md's PyTorch peer), over keys
     dequantised to bf16 and gathered into a dense array outside the timing:
     I[t, s] = k_scale[s] * sum_h w'[t, h] * ReLU(q8[t, h] . k8[s])."""
     c = x.case

@@ -1,5 +1,5 @@
 """Non-absorbed causal prefill under test: ours (mla.mha_prefill) and PyTorch's
-scaled_dot_product_attention on its cuDNN backend (PERF.md's peer), built as in
+scaled_dot_product_attention on its cuDNN backend (docs/benchmarks.md's peer), built as in
 peers.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PERF.md's benchmark suites as shapes (/work/shared/PERF.md, 'The suite')."""
+"""The benchmark suites of docs/benchmarks.md as shapes."""
 
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ class PrefillCase(_Case):
 
 
 def dsa_and_prefill_cases(quick: bool) -> dict[str, list]:
-    """PERF.md's sparse-decode, topk, indexer (decode) and prefill suites."""
+    """The sparse-decode, topk, indexer (decode) and prefill suites."""
     fmts = ["bf16", "fp8_ds_mla"]
     if quick:
         return {

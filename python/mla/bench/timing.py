@@ -1,5 +1,5 @@
 """CUDA-event timing with an L2 flush before every run, and the GPU's ceilings
-measured in the same run (PERF.md 'How to time')."""
+measured in the same run (docs/benchmarks.md, how we time)."""
 
 from __future__ import annotations
 
