@@ -181,12 +181,12 @@ int32_t mla_execute_copy_plan(const mla_copy_run* runs, size_t num_runs,
   });
 }
 
-int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn getenv, void* user) {
+int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn lookup, void* user) {
   return guarded([&] {
     MLA_TRY(expect_pointer(out, "out"));
     LaunchInfo li;
     std::function<const char*(const char*)> get;
-    if (getenv != nullptr) get = [&](const char* name) { return getenv(name, user); };
+    if (lookup != nullptr) get = [&](const char* name) { return lookup(name, user); };
     MLA_TRY(launch_info_from_env(&li, get));
     if (li.master_addr.size() >= MLA_MASTER_ADDR_MAX)
       return Status(Errc::invalid_value, fmt::format("MASTER_ADDR = \"{}\" is longer than {} bytes",
