@@ -122,3 +122,32 @@ def pytest_terminal_summary(terminalreporter):
             reason = hit[0].longrepr[2] if isinstance(hit[0].longrepr, tuple) else ""
             terminalreporter.write_sep("!", f"{len(hit)} {what} TESTS SKIPPED: {reason}",
                                        yellow=True)
+
+
+# ---- GPU tests (torch CUDA tensors) ------------------------------------------------------------
+
+
+def gpu_skip_reason():
+    """Why the GPU tests cannot run here, or None when they can."""
+    import mla
+
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    if not mla.built_with_cuda():
+        return f"{mla.library_path()} was built without CUDA"
+    return None
+
+
+def cuda(a):
+    """NumPy (ml_dtypes too) -> torch CUDA tensor, bit for bit."""
+    import torch
+
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
+    if a.dtype.name == "float8_e4m3fn":
+        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()

@@ -12,36 +12,14 @@ import pytest
 import mla
 from mla import flash_mla_compat as fm
 
-from conftest import BF16, make_paged_problem
+from conftest import BF16, cuda, gpu_skip_reason, make_paged_problem
 
 
-def _gpu_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA GPU"
-    if not mla.built_with_cuda():
-        return f"{mla.library_path()} was built without CUDA"
-    return None
-
-
-REASON = _gpu_reason()
+REASON = gpu_skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"GPU tests not run: {REASON}")
 
 SCALE = 0.135234
 
-
-def cuda(a):
-    """NumPy (ml_dtypes too) -> torch CUDA tensor, bit for bit."""
-    import torch
-
-    if a.dtype == BF16:
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
-    if a.dtype.name == "float8_e4m3fn":
-        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).cuda()
-    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
 
 
 def host(t):
