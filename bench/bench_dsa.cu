@@ -586,6 +586,7 @@ int main(int argc, char** argv) {
       for (tk::Kernel kern : tk::kKernels)
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
+          if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
           const tk::TopkPlan plan{kern, cs};
           bench_topk(tm, R, N, 2048, true, &plan);
         }

@@ -271,6 +271,9 @@ Status run_sparse(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
   MLA_TRY(detail::checked_int32(a.kv.page_size(), "kv.page_size", &tk.page_size));
   MLA_TRY(detail::checked_int32(sp.s_q, "q: s_q", &tk.rows_per_request));
   tk.num_pages = a.kv.num_pages();
+  // Sparse attention sums over the list in any order (mla/sparse.hpp), so the
+  // step skips the best-first sort.
+  tk.order = TopkOrder::by_position;
   MLA_TRY(topk_indices(tk, ctx));
 
   // 3. Sparse attention over the lists (-1 entries skipped).

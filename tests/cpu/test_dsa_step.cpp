@@ -89,6 +89,7 @@ Outputs hand_pipeline(const DsaStepProblem& p, int64_t max_seqlen, int32_t topk)
   tk.page_size = static_cast<int32_t>(p.dense.shape.cache.page_size);
   tk.rows_per_request = static_cast<int32_t>(s_q);
   tk.num_pages = p.dense.cache.num_pages;
+  tk.order = TopkOrder::by_position;  // as the step asks (sparse attention takes any order)
   st = topk_indices(tk);
   EXPECT_TRUE(st.ok()) << st.to_string();
 

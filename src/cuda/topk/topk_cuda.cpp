@@ -27,6 +27,11 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx, topk::TopkPlan pl
                  a.k, topk::max_k(plan.kernel), topk::kernel_name(plan.kernel));
   if (plan.cluster != 1 && plan.cluster != 2 && plan.cluster != 4 && plan.cluster != 8)
     return error(Errc::invalid_value, "top-k cluster = {} must be 1, 2, 4 or 8", plan.cluster);
+  if (!topk::fits(plan.kernel, p.width, plan.cluster))
+    return error(Errc::invalid_value,
+                 "logits: N = {} positions split over a cluster of {} do not fit the {} top-k "
+                 "kernel's {} logits per CTA",
+                 p.width, plan.cluster, topk::kernel_name(plan.kernel), topk::kResidentFloats);
   if (p.width > (int64_t(1) << 31) - 4)
     return error(Errc::unsupported, "logits: N = {} positions do not fit the i32 indices", p.width);
   if (p.num_rows * plan.cluster > 0x7fffffffLL)

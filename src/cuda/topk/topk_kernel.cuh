@@ -82,13 +82,17 @@ template <>
 struct TileOf<Kernel::select_256> {
   using type = Tile<256, 4, 2, 4096, 2048, 10>;
 };
+template <>
+struct TileOf<Kernel::resident_512> {
+  using type = Tile<512, 1, 2, 6144, 2048>;
+};
 template <Kernel K>
 constexpr bool tile_matches() {
   using T = typename TileOf<K>::type;
   return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
 }
 static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
-                  tile_matches<Kernel::select_256>(),
+                  tile_matches<Kernel::select_256>() && tile_matches<Kernel::resident_512>(),
               "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
 
 template <class T>
@@ -180,6 +184,47 @@ __device__ __forceinline__ void sync_scope(bool cluster_wide) {
     __syncthreads();
 }
 
+// The bin of hist[0..bins) (one digit's counts; summed over the cluster's
+// ranks when cs > 1) holding the k-th largest entry, counting `above` entries
+// that lie above every bin: sets s.found_bin, s.found_above (entries above
+// that bin) and s.found_count. Requires above < k <= above + the bins' sum and
+// a barrier after the counts were made; reads hist before its first barrier
+// (so the caller may clear it after this returns) and ends with a barrier.
+template <class T>
+__device__ void find_bin(Smem<T>& s, int bins, uint32_t above, uint32_t k, int cs) {
+  // Thread t owns kPer bins, from the top: thread 0 the highest.
+  constexpr int kPer = T::kBins / T::kThreads;
+  const int top = bins - 1 - int(threadIdx.x) * kPer;
+  uint32_t c[kPer];
+  uint32_t sum = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    c[j] = 0u;
+    if (top - j >= 0) {
+      if (cs > 1) {
+        for (int q = 0; q < cs; ++q) c[j] += cg::this_cluster().map_shared_rank(s.hist, q)[top - j];
+      } else {
+        c[j] = s.hist[top - j];
+      }
+    }
+    sum += c[j];
+  }
+  uint32_t in_prefix;
+  const uint32_t before = above + block_exclusive_sum<T>(sum, s.warp_a, &in_prefix);
+  if (before < k && before + sum >= k) {
+    uint32_t acc = before;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (acc + c[j] >= k) {
+        s.found_bin = uint32_t(top - j), s.found_above = acc, s.found_count = c[j];
+        break;
+      }
+      acc += c[j];
+    }
+  }
+  __syncthreads();
+}
+
 // Radix select over the buffers' first n entries: this CTA's alone, or the
 // cluster's (histograms summed over the ranks) when cluster_wide. Returns the
 // cut that keeps at least k entries (or all, when there are at most `limit`)
@@ -244,38 +289,7 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
       if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
     }
     sync_scope(cluster_wide);
-    // Thread t owns kPer bins, from the top: thread 0 the highest.
-    constexpr int kPer = T::kBins / T::kThreads;
-    const int top = bins - 1 - tid * kPer;
-    uint32_t c[kPer];
-    uint32_t sum = 0;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      c[j] = 0u;
-      if (top - j >= 0) {
-        if (cluster_wide) {
-          for (int q = 0; q < cs; ++q)
-            c[j] += cg::this_cluster().map_shared_rank(s.hist, q)[top - j];
-        } else {
-          c[j] = s.hist[top - j];
-        }
-      }
-      sum += c[j];
-    }
-    uint32_t in_prefix;
-    const uint32_t before = above + block_exclusive_sum<T>(sum, s.warp_a, &in_prefix);
-    if (before < k && before + sum >= k) {
-      uint32_t acc = before;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        if (acc + c[j] >= k) {
-          s.found_bin = uint32_t(top - j), s.found_above = acc, s.found_count = c[j];
-          break;
-        }
-        acc += c[j];
-      }
-    }
-    __syncthreads();
+    find_bin<T>(s, bins, above, k, cs);
     const uint32_t low = prefix | (s.found_bin << shift);
     const uint32_t f_above = s.found_above, f_count = s.found_count;
     if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
@@ -477,6 +491,98 @@ __device__ __forceinline__ float4 load_vec(const Segment& g, uint32_t v) {
   return make_float4(f[0], f[1], f[2], f[3]);
 }
 
+// Rank `rank` of `cs`'s segment of `row`: the vectors [v0, v1) of an even
+// split of the row's valid length.
+__device__ __forceinline__ Segment segment_of(const TopkParams& p, int64_t row, int cs, int rank) {
+  Segment g;
+  g.row = p.logits + row * p.logits_stride;
+  g.len = int(p.width);
+  if (p.lengths != nullptr) g.len = min(max(p.lengths[row], 0), int(p.width));
+  g.mis = int((reinterpret_cast<uintptr_t>(g.row) >> 2) & 3);
+  g.vec = reinterpret_cast<const float4*>(g.row - g.mis);
+  const uint32_t nvec = (uint32_t(g.len) + uint32_t(g.mis) + 3u) / 4u;
+  const uint32_t per_rank = (nvec + cs - 1) / cs;
+  g.v0 = min(nvec, uint32_t(rank) * per_rank);
+  g.v1 = min(nvec, g.v0 + per_rank);
+  g.vf0 = g.mis > 0 ? 1u : 0u;
+  g.vf1 = uint32_t(g.len + g.mis) / 4;
+  return g;
+}
+
+// After the stream: this CTA's candidates are key/pos[0..fill), in position
+// order, and hold its k best (or all its candidates); the buffer is stable (a
+// barrier since the last write). Selects the row's k best (over the cluster
+// when the row is split) and writes the row.
+template <class T, class Probe>
+__device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64_t row,
+                           const Probe& probe) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int tid = threadIdx.x;
+  const uint32_t k = uint32_t(p.k);
+
+  // ---- finish: this CTA's k best (its entries are in position order). With a
+  // cluster this shrinks each CTA's part before the merge: the cluster-wide
+  // select over whole buffers measured slower (distributed-memory histograms).
+  {
+    const Cut cut = select_cut<T>(s, fill, k, k, false);
+    if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
+  }
+  probe.mark(2);
+  if (cs == 1) {
+    probe.mark(3);
+    if (p.best_first)
+      sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
+    else
+      write_row<T>(s.pos, fill, p, row);
+    probe.mark(4);
+    return;
+  }
+
+  // ---- cluster: the k best of the CTAs' k best.
+  const Cut cut = select_cut<T>(s, fill, k, k, true);
+  {
+    uint32_t gt = 0, eq = 0;
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      gt += s.key[i] > cut.thr, eq += s.key[i] == cut.thr;
+    uint32_t gt_all, eq_all;
+    (void)block_exclusive_sum<T>(gt, s.warp_a, &gt_all);
+    (void)block_exclusive_sum<T>(eq, s.warp_b, &eq_all);
+    if (tid == 0) s.rank_gt = gt_all, s.rank_eq = eq_all;
+  }
+  cluster.sync();  // every rank's counts are visible
+  // Ranks in order: rank q keeps its entries above the threshold and as many
+  // of its ties as remain after the ties of ranks below it.
+  uint32_t eq_run = 0, out_base = 0, out_total = 0, my_need = 0;
+  for (int q = 0; q < cs; ++q) {
+    const uint32_t gq = *cluster.map_shared_rank(&s.rank_gt, q);
+    const uint32_t eqq = *cluster.map_shared_rank(&s.rank_eq, q);
+    const uint32_t left = cut.need - min(cut.need, eq_run);
+    if (q == rank) out_base = out_total, my_need = left;
+    out_total += gq + min(eqq, left);
+    eq_run += eqq;
+  }
+  fill = compact<T>(s, fill, cut.thr, my_need);
+  cluster.sync();  // counts read everywhere; the leader's sort buffer is free
+  if (p.best_first) {
+    uint32_t* lead_key = cluster.map_shared_rank(s.key2, 0);
+    uint32_t* lead_pos = cluster.map_shared_rank(s.pos2, 0);
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      lead_key[out_base + i] = s.key[i], lead_pos[out_base + i] = s.pos[i];
+  } else {
+    int32_t* out = p.out + row * p.out_stride;
+    for (uint32_t i = tid; i < fill; i += T::kThreads)
+      out[out_base + i] = output_value(p, row, s.pos[i]);
+    if (rank == 0)
+      for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
+  }
+  cluster.sync();  // the leader's entries are complete, in rank (so position) order
+  probe.mark(3);
+  if (rank == 0 && p.best_first)
+    sort_and_write<T>(s, s.key2, s.pos2, s.key, s.pos, out_total, p, row);
+  probe.mark(4);
+}
+
 // Where a CTA's time goes, for the benchmark's `topk-probe` (bench/bench_dsa.cu
 // defines a probe that records clock64 stamps): the library instantiates
 // NoProbe, whose calls compile to nothing. Stamps: 0 start, 1 stream done,
@@ -500,18 +606,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   const uint32_t k = uint32_t(p.k);
 
   probe.mark(0);
-  Segment g;
-  g.row = p.logits + row * p.logits_stride;
-  g.len = int(p.width);
-  if (p.lengths != nullptr) g.len = min(max(p.lengths[row], 0), int(p.width));
-  g.mis = int((reinterpret_cast<uintptr_t>(g.row) >> 2) & 3);
-  g.vec = reinterpret_cast<const float4*>(g.row - g.mis);
-  const uint32_t nvec = (uint32_t(g.len) + uint32_t(g.mis) + 3u) / 4u;
-  const uint32_t per_rank = (nvec + cs - 1) / cs;
-  g.v0 = min(nvec, uint32_t(rank) * per_rank);
-  g.v1 = min(nvec, g.v0 + per_rank);
-  g.vf0 = g.mis > 0 ? 1u : 0u;
-  g.vf1 = uint32_t(g.len + g.mis) / 4;
+  const Segment g = segment_of(p, row, cs, rank);
 
   // ---- stream: chunk c holds vectors v0 + c * kThreads * kVecs + tid * kVecs + j.
   constexpr int V = T::kVecs, D = T::kDepth;
@@ -576,67 +671,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   __syncthreads();
 
   probe.mark(1), probe.add(7, fill);
-
-  // ---- finish: this CTA's k best (its entries are in position order). With a
-  // cluster this shrinks each CTA's part before the merge: the cluster-wide
-  // select over whole buffers measured slower (distributed-memory histograms).
-  {
-    const Cut cut = select_cut<T>(s, fill, k, k, false);
-    if (cut.kept < fill) fill = compact<T>(s, fill, cut.thr, cut.need);
-  }
-  probe.mark(2);
-  if (cs == 1) {
-    probe.mark(3);
-    if (p.best_first)
-      sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, fill, p, row);
-    else
-      write_row<T>(s.pos, fill, p, row);
-    probe.mark(4);
-    return;
-  }
-
-  // ---- cluster: the k best of the CTAs' k best.
-  const Cut cut = select_cut<T>(s, fill, k, k, true);
-  {
-    uint32_t gt = 0, eq = 0;
-    for (uint32_t i = tid; i < fill; i += T::kThreads)
-      gt += s.key[i] > cut.thr, eq += s.key[i] == cut.thr;
-    uint32_t gt_all, eq_all;
-    (void)block_exclusive_sum<T>(gt, s.warp_a, &gt_all);
-    (void)block_exclusive_sum<T>(eq, s.warp_b, &eq_all);
-    if (tid == 0) s.rank_gt = gt_all, s.rank_eq = eq_all;
-  }
-  cluster.sync();  // every rank's counts are visible
-  // Ranks in order: rank q keeps its entries above the threshold and as many
-  // of its ties as remain after the ties of ranks below it.
-  uint32_t eq_run = 0, out_base = 0, out_total = 0, my_need = 0;
-  for (int q = 0; q < cs; ++q) {
-    const uint32_t gq = *cluster.map_shared_rank(&s.rank_gt, q);
-    const uint32_t eqq = *cluster.map_shared_rank(&s.rank_eq, q);
-    const uint32_t left = cut.need - min(cut.need, eq_run);
-    if (q == rank) out_base = out_total, my_need = left;
-    out_total += gq + min(eqq, left);
-    eq_run += eqq;
-  }
-  fill = compact<T>(s, fill, cut.thr, my_need);
-  cluster.sync();  // counts read everywhere; the leader's sort buffer is free
-  if (p.best_first) {
-    uint32_t* lead_key = cluster.map_shared_rank(s.key2, 0);
-    uint32_t* lead_pos = cluster.map_shared_rank(s.pos2, 0);
-    for (uint32_t i = tid; i < fill; i += T::kThreads)
-      lead_key[out_base + i] = s.key[i], lead_pos[out_base + i] = s.pos[i];
-  } else {
-    int32_t* out = p.out + row * p.out_stride;
-    for (uint32_t i = tid; i < fill; i += T::kThreads)
-      out[out_base + i] = output_value(p, row, s.pos[i]);
-    if (rank == 0)
-      for (int j = int(out_total) + tid; j < p.k; j += T::kThreads) out[j] = -1;
-  }
-  cluster.sync();  // the leader's entries are complete, in rank (so position) order
-  probe.mark(3);
-  if (rank == 0 && p.best_first)
-    sort_and_write<T>(s, s.key2, s.pos2, s.key, s.pos, out_total, p, row);
-  probe.mark(4);
+  finish_row<T>(s, fill, p, row, probe);
 }
 
 }  // namespace mla::cuda::topk

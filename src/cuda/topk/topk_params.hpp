@@ -36,28 +36,46 @@ struct TopkParams {
   bool best_first = true;  // false: the same set in ascending position
 };
 
-// One kernel (a streaming threshold select, topk_kernel.cuh) in three tiles.
-// A row is read once; a cluster of `cluster` CTAs may share one row.
+// Two kernels. The streaming threshold select (topk_kernel.cuh) in three
+// tiles reads rows of any length; the resident select (topk_resident.cuh)
+// holds a row, or a cluster rank's segment of it, of at most kResidentFloats
+// logits in shared memory. A cluster of `cluster` CTAs may share one row.
 enum class Kernel {
-  select_1024,  // 1024 threads, 1 CTA per SM, k up to 8192
-  select_512,   // 512 threads, 2 CTAs per SM, k up to 4096
-  select_256,   // 256 threads, 4 CTAs per SM, k up to 2048
+  select_1024,   // 1024 threads, 1 CTA per SM, k up to 8192
+  select_512,    // 512 threads, 2 CTAs per SM, k up to 4096
+  select_256,    // 256 threads, 4 CTAs per SM, k up to 2048
+  resident_512,  // 512 threads, 1 CTA per SM (persistent), k up to 2048
 };
-inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256};
+inline constexpr Kernel kKernels[] = {Kernel::select_1024, Kernel::select_512, Kernel::select_256,
+                                      Kernel::resident_512};
 inline const char* kernel_name(Kernel k) {
   switch (k) {
     case Kernel::select_1024: return "select_1024";
     case Kernel::select_512: return "select_512";
     case Kernel::select_256: return "select_256";
+    case Kernel::resident_512: return "resident_512";
   }
   return "?";
 }
 // The largest k a kernel takes (its shared-memory buffers are sized for it).
 constexpr int max_k(Kernel k) {
-  return k == Kernel::select_512 ? 4096 : k == Kernel::select_256 ? 2048 : 8192;
+  return k == Kernel::select_512                                    ? 4096
+         : k == Kernel::select_256 || k == Kernel::resident_512 ? 2048
+                                                                     : 8192;
 }
 constexpr int ctas_per_sm(Kernel k) {
   return k == Kernel::select_512 ? 2 : k == Kernel::select_256 ? 4 : 1;
+}
+
+// The resident kernel's segment capacity: logits per CTA held in shared memory.
+inline constexpr int64_t kResidentFloats = 36864;
+// Whether `kernel` takes rows of `width` logits split over `cluster` CTAs: a
+// rank's segment (whole 16-byte vectors from the row's first 16-byte boundary,
+// at most 3 logits before the row) must fit the resident kernel's capacity.
+constexpr bool fits(Kernel kernel, int64_t width, int cluster) {
+  if (kernel != Kernel::resident_512) return true;
+  const int64_t vecs = (width + 3 + 3) / 4;
+  return (vecs + cluster - 1) / cluster <= kResidentFloats / 4;
 }
 
 struct TopkPlan {
@@ -65,13 +83,21 @@ struct TopkPlan {
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
 };
 
-// Many rows: the smallest tile that takes k, several CTAs per SM, so one
-// row's selection work overlaps other rows' reads. Fewer rows than CTA slots:
-// the 1024-thread tile, and a row split over a cluster while that still fills
-// more of the GPU (each CTA keeps at least 8K logits, so the merge of the
-// CTAs' selections stays small against the read).
+// k up to 2048 and rows that, split over the fewest CTAs (1, 2, 4 or 8) whose
+// segments fit shared memory and give at least one CTA per SM: the resident
+// kernel (one read, one pass over the keys in shared memory per row).
+// Otherwise, many rows: the smallest streaming tile that takes k, several CTAs
+// per SM, so one row's selection work overlaps other rows' reads. Fewer rows
+// than CTA slots: the 1024-thread tile, and a row split over a cluster while
+// that still fills more of the GPU (each CTA keeps at least 8K logits, so the
+// merge of the CTAs' selections stays small against the read).
 constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   TopkPlan plan;
+  if (k <= max_k(Kernel::resident_512)) {
+    for (int cs = 1; cs <= 8; cs *= 2)
+      if (fits(Kernel::resident_512, width, cs) && rows * cs >= sm_count)
+        return TopkPlan{Kernel::resident_512, cs};
+  }
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
     plan.kernel = Kernel::select_256;
   else if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count)
@@ -85,8 +111,8 @@ constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
 }
 
 // Launches `kernel` over clusters of `cluster` CTAs per row (1, 2, 4 or 8).
-// The caller has checked k (a multiple of 64, at most max_k(kernel)) and the
-// pointers; width and num_rows fit the grid.
+// The caller has checked k (a multiple of 64, at most max_k(kernel)), the
+// pointers and fits(kernel, width, cluster); width and num_rows fit the grid.
 Status launch_topk(const TopkParams& p, Kernel kernel, int cluster, cudaStream_t stream);
 
 }  // namespace mla::cuda::topk

@@ -218,6 +218,7 @@ TEST(DsaStepGpu, EndToEndMatchesCpuStep) {
       tk.block_table = a.block_table;
       tk.page_size = static_cast<int32_t>(p.dense.shape.cache.page_size);
       tk.rows_per_request = static_cast<int32_t>(s_q);
+      tk.order = TopkOrder::by_position;  // as the step asks (sparse attention takes any order)
       ASSERT_MLA_OK(topk_indices(tk));
       SparseDecodeArgs sd{a.q, a.kv, didx.view, {}, a.softmax_scale, dout2.view, dlse2.view};
       size_t need = 0;

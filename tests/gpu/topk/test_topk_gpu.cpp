@@ -26,12 +26,13 @@ using testing::HostTensor;
 using testing::Rng;
 namespace tk = mla::cuda::topk;
 
-// Every (kernel, cluster) pair that takes k.
-std::vector<tk::TopkPlan> plans_for(int k) {
+// Every (kernel, cluster) pair that takes k and rows of n logits.
+std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
   std::vector<tk::TopkPlan> v;
   for (tk::Kernel kern : tk::kKernels)
     if (k <= tk::max_k(kern))
-      for (int cs : {1, 2, 4, 8}) v.push_back({kern, cs});
+      for (int cs : {1, 2, 4, 8})
+        if (tk::fits(kern, n, cs)) v.push_back({kern, cs});
   return v;
 }
 
@@ -181,7 +182,7 @@ TEST(TopkGpu, AdversarialRowsMatchReference) {
   for (Fill f :
        {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
         Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
-    run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048), true);
+    run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048, 40000), true);
 }
 
 // Rows of 1K to 256K (odd widths: rows not 16-byte aligned), k 64 to 8192,
@@ -200,16 +201,32 @@ TEST(TopkGpu, ShapesMatchReference) {
       {2, 100003, 8192, Fill::heavy_ties, false, false},
       {300, 3000, 512, Fill::uniform, true, true},
   };
-  for (const Case& c : cases) run_case(rng, c, plans_for(c.k), true);
+  for (const Case& c : cases) run_case(rng, c, plans_for(c.k, c.N), true);
 }
 
 // One row of 1M logits (decode at batch 1): the cluster split, k 2048 and 8192.
 TEST(TopkGpu, MillionLogitRow) {
   Rng rng(1903);
-  run_case(rng, {1, 1 << 20, 2048, Fill::uniform, false, false}, plans_for(2048), true);
-  run_case(rng, {1, 1 << 20, 8192, Fill::ties, false, false}, plans_for(8192), true);
+  run_case(rng, {1, 1 << 20, 2048, Fill::uniform, false, false}, plans_for(2048, 1 << 20), true);
+  run_case(rng, {1, 1 << 20, 8192, Fill::ties, false, false}, plans_for(8192, 1 << 20), true);
   run_case(rng, {2, 1000003, 2048, Fill::sorted_up, false, false},
            {{tk::Kernel::select_1024, 8}, {tk::Kernel::select_512, 1}}, true);
+}
+
+// The resident kernel on many rows (more rows than resident CTAs, so a CTA
+// takes several rows in turn): every fill (all equal, one bucket and heavy
+// ties need the extra digit rounds over the resident keys), rows not 16-byte
+// aligned, k 64, lengths, the transform.
+TEST(TopkGpu, ResidentManyRowsMatchReference) {
+  Rng rng(1906);
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::resident_512, 1},
+                                           {tk::Kernel::resident_512, 2}};
+  for (Fill f :
+       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
+        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
+    run_case(rng, {266, 32768, 2048, f, true, false}, plans, false);
+  run_case(rng, {263, 20001, 2048, Fill::uniform, true, true}, plans, true);
+  run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
 }
 
 // Small shapes for compute-sanitizer (racecheck, memcheck, synccheck): both
@@ -220,7 +237,9 @@ TEST(TopkGpu, SmallForSanitizer) {
   const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1},
                                            {tk::Kernel::select_1024, 4},
                                            {tk::Kernel::select_512, 2},
-                                           {tk::Kernel::select_256, 2}};
+                                           {tk::Kernel::select_256, 2},
+                                           {tk::Kernel::resident_512, 1},
+                                           {tk::Kernel::resident_512, 2}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
 }
@@ -271,14 +290,22 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
 }
 
-// The plan: rows that fill the GPU run one CTA each; few long rows are split.
+// The plan: rows whose segments fit shared memory and fill the GPU run the
+// resident kernel; otherwise rows that fill the GPU run one CTA each, and few
+// long rows are split.
 TEST(TopkGpu, ChooseSplitsFewLongRows) {
-  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::resident_512);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::resident_512);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 2);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).kernel, tk::Kernel::resident_512);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 4);
+  EXPECT_EQ(tk::choose(8, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_TRUE(tk::fits(tk::Kernel::resident_512, 36861, 1));
+  EXPECT_FALSE(tk::fits(tk::Kernel::resident_512, 36862, 1));
   EXPECT_EQ(tk::choose(4096, 32768, 4096, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(4096, 32768, 8192, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(1, 1 << 20, 2048, 132).cluster, 8);
-  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(1, 4096, 2048, 132).cluster, 1);  // too short to split
 }
 

@@ -1,0 +1,235 @@
+// Token top-k with the row held in shared memory (Kernel::resident_512), for
+// rows (or a cluster rank's segment of a row) of up to kResidentFloats logits.
+// A persistent CTA (or cluster) takes rows r, r + clusters, ...:
+//
+//   prefetch the next row's segment goes to L2 (a bulk prefetch, a hint with
+//            no completion to wait for), so its read overlaps this row's
+//            selection.
+//   load     the segment is read once (16-byte loads, kUnroll in flight per
+//            thread) into shared memory as keys (topk_key), and the top
+//            11 bits of every candidate's key are counted in a shared
+//            histogram (atomics: counts, whose sum does not depend on order).
+//   cut      the bin holding the k-th best key; when that bin and the ones
+//            above hold more than kCap entries (ties, a narrow range), more
+//            digits (11, 10 bits) are counted over the keys under the
+//            prefix, down to an exact tie cut (select_cut's rule).
+//   compact  the entries the cut keeps (at most kCap) go to key/pos in
+//            ascending position, at slots from prefix sums: once per row.
+//   finish   topk_kernel.cuh's finish_row: the exact k best of those (over
+//            the cluster when the row is split), best first or by position.
+//
+// No per-chunk barrier and no compaction while reading: a row costs one read,
+// one pass over its keys in shared memory, and a select over at most kCap
+// entries. Every hand-over is behind a CTA or cluster barrier; nothing in
+// shared memory is written asynchronously (the prefetch only warms L2).
+#pragma once
+#include "cuda/topk/topk_kernel.cuh"
+
+namespace mla::cuda::topk {
+
+// Where the resident keys start in dynamic shared memory (16-byte aligned),
+// and the kernel's whole dynamic shared memory.
+template <class T>
+constexpr size_t resident_offset() {
+  return (sizeof(Smem<T>) + 15) & ~size_t(15);
+}
+template <class T>
+constexpr size_t resident_smem_bytes() {
+  return resident_offset<T>() + size_t(kResidentFloats) * 4;
+}
+static_assert(resident_smem_bytes<TileOf<Kernel::resident_512>::type>() <= 227 * 1024,
+              "the resident tile's buffers and kResidentFloats keys fit one SM's shared memory");
+
+// Warms L2 with the segment's whole 16-byte vectors (inside the row, so the
+// prefetch never touches memory outside it). One thread calls it.
+__device__ __forceinline__ void prefetch_segment_l2(const Segment& g) {
+  const uint32_t a = max(g.v0, g.vf0), b = min(g.v1, g.vf1);
+  if (a >= b) return;
+  size_t addr = __cvta_generic_to_global(g.vec + a);
+  uint32_t bytes = (b - a) * 16u;
+  while (bytes > 0) {
+    const uint32_t n = min(bytes, 32768u);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(addr), "r"(n) : "memory");
+    addr += n, bytes -= n;
+  }
+}
+
+// Reads the segment's vectors [v0, v1) into rk[0 .. v1 - v0) as keys and
+// counts the candidates' top-11-bit digits in s.hist (cleared by the caller,
+// with a barrier after). Returns this thread's count of candidates.
+template <class T>
+__device__ uint32_t load_and_count(Smem<T>& s, uint4* rk, const Segment& g) {
+  constexpr int kUnroll = 8;
+  static_assert(T::kDigitBits == 11, "the load counts the keys' top 11 bits");
+  const uint32_t nv = g.v1 - g.v0;
+  uint32_t candidates = 0;
+#pragma unroll 1
+  for (uint32_t base = threadIdx.x; base < nv; base += kUnroll * T::kThreads) {
+    float4 x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = load_vec(g, g.v0 + base + uint32_t(u) * T::kThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t i = base + uint32_t(u) * T::kThreads;
+      if (i >= nv) break;
+      const uint4 key = make_uint4(topk_key(x[u].x), topk_key(x[u].y), topk_key(x[u].z),
+                                   topk_key(x[u].w));
+      rk[i] = key;
+      // Key 0 (-inf, NaN, outside the row) is no candidate and is not counted.
+      if (key.x) atomicAdd(&s.hist[key.x >> 21], 1u), ++candidates;
+      if (key.y) atomicAdd(&s.hist[key.y >> 21], 1u), ++candidates;
+      if (key.z) atomicAdd(&s.hist[key.z >> 21], 1u), ++candidates;
+      if (key.w) atomicAdd(&s.hist[key.w >> 21], 1u), ++candidates;
+    }
+  }
+  return candidates;
+}
+
+// The cut over the resident keys rk[0..nv) (total candidates `total`), with
+// the first digit's histogram already in s.hist: keeps at least k entries (or
+// all candidates) and at most `limit`. select_cut's rounds, with the digits
+// from the key's top bit (candidate keys are >= 0x00800000, so the first bin
+// is never 0 and later prefixes never match key 0).
+template <class T>
+__device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t total, uint32_t k,
+                            uint32_t limit) {
+  if (total <= limit) return Cut{0u, 0u, total, 0u};
+  const int lane = threadIdx.x & 31;
+  uint32_t prefix = 0, prefix_mask = 0, above = 0;
+  int width = 32;
+  bool counted = true;  // the first digit was counted by the load
+#pragma unroll 1
+  while (width > 0) {
+    const int bits = min(width, T::kDigitBits), shift = width - bits, bins = 1 << bits;
+    if (!counted) {
+      for (int i = threadIdx.x; i < bins; i += T::kThreads) s.hist[i] = 0u;
+      __syncthreads();
+      const uint32_t n32 = (nv + 31u) & ~31u;  // whole warps: match.any sees every lane
+#pragma unroll 1
+      for (uint32_t i = threadIdx.x; i < n32; i += T::kThreads) {
+        const uint4 q = i < nv ? rk[i] : make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t key[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool match = key[e] != 0u && (key[e] & prefix_mask) == prefix;
+          const uint32_t bin = (key[e] >> shift) & uint32_t(bins - 1);
+          // One atomic per bin and warp: under a prefix the keys sit in few
+          // bins (ties), and same-address atomics would serialise.
+          const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
+          if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
+        }
+      }
+      __syncthreads();
+    }
+    counted = false;
+    find_bin<T>(s, bins, above, k, 1);
+    const uint32_t low = prefix | (s.found_bin << shift);
+    const uint32_t f_above = s.found_above, f_count = s.found_count;
+    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
+    above = f_above;
+    prefix = low;
+    prefix_mask |= uint32_t(bins - 1) << shift;
+    width = shift;
+  }
+  return Cut{prefix, k - above, k, prefix};
+}
+
+// Writes the resident entries the cut keeps (key > thr, and the first `need`
+// with key == thr, in position order) to key/pos[0..kept), in ascending
+// position; positions are pos0 + 4 * i + e for key e of vector i. Warp w takes
+// a contiguous range of vectors, one per lane at a time, so lane order then
+// element order is position order. Ends with a barrier.
+template <class T>
+__device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t pos0,
+                                     uint32_t thr, uint32_t need) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t per = ((nv + T::kWarps - 1) / T::kWarps + 31u) & ~31u;
+  const uint32_t b0 = min(nv, warp * per), b1 = min(nv, b0 + per);
+  uint32_t gt = 0, eq = 0;
+#pragma unroll 4
+  for (uint32_t i = b0 + lane; i < b1; i += 32) {
+    const uint4 q = rk[i];
+    gt += (q.x > thr) + (q.y > thr) + (q.z > thr) + (q.w > thr);
+    eq += (q.x == thr) + (q.y == thr) + (q.z == thr) + (q.w == thr);
+  }
+  gt = __reduce_add_sync(0xffffffffu, gt), eq = __reduce_add_sync(0xffffffffu, eq);
+  if (lane == 0) s.warp_a[warp] = gt, s.warp_b[warp] = eq;
+  __syncthreads();
+  const uint32_t g = lane < T::kWarps ? s.warp_a[lane] : 0u;
+  const uint32_t e = lane < T::kWarps ? s.warp_b[lane] : 0u;
+  const uint32_t gi = warp_inclusive_sum(g), ei = warp_inclusive_sum(e);
+  const uint32_t kept = __shfl_sync(0xffffffffu, gi, T::kWarps - 1) +
+                        min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
+  uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);  // ties in earlier warps
+  uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
+#pragma unroll 1
+  for (uint32_t base = b0; base < b1; base += 32) {  // uniform over the warp
+    const uint32_t i = base + lane;
+    const uint4 q = i < b1 ? rk[i] : make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t key[4] = {q.x, q.y, q.z, q.w};
+    uint32_t my_eq = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) my_eq += key[j] == thr && i < b1;
+    const uint32_t eq_incl = warp_inclusive_sum(my_eq);
+    uint32_t tie = eq_before + eq_incl - my_eq;  // ties before this lane's first key
+    bool keep[4];
+    uint32_t my_keep = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool is_tie = key[j] == thr && i < b1;
+      keep[j] = i < b1 && (key[j] > thr || (is_tie && tie < need));
+      tie += is_tie;
+      my_keep += keep[j];
+    }
+    const uint32_t keep_incl = warp_inclusive_sum(my_keep);
+    uint32_t o = out + keep_incl - my_keep;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (keep[j]) s.key[o] = key[j], s.pos[o] = pos0 + 4u * i + uint32_t(j), ++o;
+    out += __shfl_sync(0xffffffffu, keep_incl, 31);
+    eq_before += __shfl_sync(0xffffffffu, eq_incl, 31);
+  }
+  __syncthreads();
+  return kept;
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1) resident_kernel(const TopkParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem<T>& s = *reinterpret_cast<Smem<T>*>(smem_raw);
+  uint4* rk = reinterpret_cast<uint4*>(smem_raw + resident_offset<T>());
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t clusters = gridDim.x / cs;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint32_t k = uint32_t(p.k);
+
+  // Every rank of a cluster takes the same rows, so cluster barriers match.
+#pragma unroll 1
+  for (int64_t row = blockIdx.x / cs; row < p.num_rows; row += clusters) {
+    const Segment g = segment_of(p, row, cs, rank);
+    if (threadIdx.x == 0 && row + clusters < p.num_rows)
+      prefetch_segment_l2(segment_of(p, row + clusters, cs, rank));
+    for (int i = threadIdx.x; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
+    __syncthreads();
+    uint32_t candidates = load_and_count<T>(s, rk, g);
+    candidates = __reduce_add_sync(0xffffffffu, candidates);
+    // chunk_count (unused here) and not warp_a/b: the cut may return with no
+    // barrier, and the compaction then writes warp_a/b.
+    if (lane == 0) s.chunk_count[0][warp] = candidates;
+    __syncthreads();  // keys, histogram and the warps' counts complete
+    const uint32_t total =
+        __reduce_add_sync(0xffffffffu, lane < T::kWarps ? s.chunk_count[0][lane] : 0u);
+    const uint32_t nv = g.v1 - g.v0;
+    // The cut keeps at most kCap entries, with the k best among them.
+    const Cut cut = resident_cut<T>(s, rk, nv, total, k, uint32_t(T::kCap));
+    const uint32_t pos0 = 4u * g.v0 - uint32_t(g.mis);  // wraps for vector 0 of a shifted row:
+    // its entries before the row are key 0, never kept
+    const uint32_t fill = compact_resident<T>(s, rk, nv, pos0, cut.thr, cut.need);
+    finish_row<T>(s, fill, p, row, NoProbe{});
+    // The next row rewrites hist, rk and (ranks) the leader's buffers.
+    sync_scope(cs > 1);
+  }
+}
+
+}  // namespace mla::cuda::topk
