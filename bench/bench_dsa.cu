@@ -279,6 +279,52 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
       cudaFree(logits);
 }
 
+// The unfused prefill selection a fused indexer + top-k must beat by 1.3x
+// (issue 19): indexer logits for T causal queries over N flat keys ([T, N]
+// fp32 written), then the top-2048 of every row (the automatic plan, by
+// position, as the DSA step asks), each stage alone and the pair back to back.
+void bench_prefill_select(Timer& tm, int T, int64_t N) {
+  namespace tk = mla::cuda::topk;
+  auto* q = static_cast<uint8_t*>(dalloc(int64_t(T) * 8192));
+  fill(q, int64_t(T) * 8192, kBytesE4m3, 4);
+  auto* w = static_cast<float*>(dalloc(int64_t(T) * 256));
+  fill(w, int64_t(T) * 64, kF32, 5);
+  auto* k = static_cast<uint8_t*>(dalloc(N * 128));
+  fill(k, N * 128, kBytesE4m3, 6);
+  auto* ks = static_cast<float*>(dalloc(N * 4));
+  fill(ks, N, kF32, 7);
+  auto* kst = static_cast<int32_t*>(dalloc(T * 4));
+  auto* ken = static_cast<int32_t*>(dalloc(T * 4));
+  const_kernel<<<64, 256>>>(kst, T, 0);
+  std::vector<int32_t> h(T);
+  for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1);
+  BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
+  auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
+  auto* out = static_cast<int32_t*>(dalloc(int64_t(T) * 2048 * 4));
+  idx::IndexerLogitsParams p;
+  p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
+  p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
+  tk::TopkParams t;
+  t.logits = logits, t.logits_stride = N, t.num_rows = T, t.width = N, t.k = 2048, t.out = out,
+  t.out_stride = 2048, t.best_first = false;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const tk::TopkPlan plan = tk::choose(T, N, 2048, sms);
+  const auto indexer = [&] { BENCH_OK(idx::launch_indexer_logits(p, nullptr)); };
+  const auto topk = [&] { BENCH_OK(tk::launch_topk(t, plan.kernel, plan.cluster, nullptr)); };
+  const std::string shape = std::to_string(T) + " q x " + std::to_string(N / 1024) + "K causal";
+  const double bytes = double(T) * N * 4;
+  report("prefill-select", shape + " indexer (logits written)", tm.time(indexer, 5), 0, bytes,
+         false, 0);
+  report("prefill-select",
+         shape + " top-k " + tk::kernel_name(plan.kernel) + " c" + std::to_string(plan.cluster),
+         tm.time(topk, 5), 0, bytes, false, 0);
+  report("prefill-select", shape + " unfused: indexer + top-k",
+         tm.time([&] { indexer(), topk(); }, 5), 0, 2 * bytes, false, 0);
+  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken),
+      cudaFree(logits), cudaFree(out);
+}
+
 // Top-k of R rows of N uniform fp32 logits (floor: the logits read once). plan:
 // a given kernel and cluster size, or (null) the one topk::choose picks.
 double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
@@ -365,7 +411,7 @@ void bench_topk_probe(int64_t R, int64_t N, int cs, bool best_first = true, int 
   void* flush = bench_flush_buffer(&flush_bytes);
   for (int it = 0; it < 4; ++it) {
     BENCH_CUDA(cudaMemset(buf, 0, grid * 8 * sizeof(long long)));
-    BENCH_CUDA(cudaMemset(flush, it, flush_bytes));
+    bench_flush_l2(flush, flush_bytes, it);
     BENCH_CUDA(cudaLaunchKernelEx(&cfg, kern, p, TopkClockProbe{buf}));
     BENCH_CUDA(cudaDeviceSynchronize());
   }
@@ -602,6 +648,10 @@ int main(int argc, char** argv) {
     bench_topk_probe<tk::Kernel::select_1024>(128, 32768, 1);
     bench_topk_probe<tk::Kernel::select_1024>(1, 1048576, 8);
     bench_topk_probe<tk::Kernel::select_1024>(8, 131072, 8);
+  }
+  if (only == "prefill-select") {
+    bench_prefill_select(tm, 4096, 32768);
+    bench_prefill_select(tm, 4096, 131072);
   }
   // One top-k shape with the automatic plan (for a profiler): topk-one R N [k].
   if (only == "topk-one" && argc > 4)

@@ -59,9 +59,9 @@ inline const char* kernel_name(Kernel k) {
 }
 // The largest k a kernel takes (its shared-memory buffers are sized for it).
 constexpr int max_k(Kernel k) {
-  return k == Kernel::select_512                                    ? 4096
+  return k == Kernel::select_512                                ? 4096
          : k == Kernel::select_256 || k == Kernel::resident_512 ? 2048
-                                                                     : 8192;
+                                                                : 8192;
 }
 constexpr int ctas_per_sm(Kernel k) {
   return k == Kernel::select_512 ? 2 : k == Kernel::select_256 ? 4 : 1;

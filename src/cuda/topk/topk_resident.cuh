@@ -72,8 +72,8 @@ __device__ uint32_t load_and_count(Smem<T>& s, uint4* rk, const Segment& g) {
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t i = base + uint32_t(u) * T::kThreads;
       if (i >= nv) break;
-      const uint4 key = make_uint4(topk_key(x[u].x), topk_key(x[u].y), topk_key(x[u].z),
-                                   topk_key(x[u].w));
+      const uint4 key =
+          make_uint4(topk_key(x[u].x), topk_key(x[u].y), topk_key(x[u].z), topk_key(x[u].w));
       rk[i] = key;
       // Key 0 (-inf, NaN, outside the row) is no candidate and is not counted.
       if (key.x) atomicAdd(&s.hist[key.x >> 21], 1u), ++candidates;

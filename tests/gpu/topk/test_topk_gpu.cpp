@@ -234,12 +234,9 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1},
-                                           {tk::Kernel::select_1024, 4},
-                                           {tk::Kernel::select_512, 2},
-                                           {tk::Kernel::select_256, 2},
-                                           {tk::Kernel::resident_512, 1},
-                                           {tk::Kernel::resident_512, 2}};
+  const std::vector<tk::TopkPlan> plans = {
+      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4},  {tk::Kernel::select_512, 2},
+      {tk::Kernel::select_256, 2},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
 }
