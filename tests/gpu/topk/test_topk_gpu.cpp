@@ -241,18 +241,15 @@ TEST(TopkGpu, SmallForSanitizer) {
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
 }
 
-// 100 calls in a row give the same bytes (ties at the threshold, a cluster
-// split and a compaction-heavy row, both orders).
-TEST(TopkGpu, RepeatedCallsBitIdentical) {
-  Rng rng(1905);
-  const int64_t R = 8, N = 131072;
+// 100 calls of `plans` on R rows of N tied logits (the last row a sawtooth)
+// give the same bytes, both orders.
+void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::TopkPlan>& plans) {
   const int k = 2048;
   HostTensor logits = make_logits(rng, R, N, Fill::ties);
   for (int64_t p = 0; p < N; ++p) logits.set(R * N - N + p, double(p % 977));  // a sawtooth row
   DeviceBuffer dl(logits);
   HostTensor first(DType::i32, {R, k}), got(DType::i32, {R, k});
-  for (const tk::TopkPlan plan :
-       {tk::TopkPlan{tk::Kernel::select_1024, 4}, tk::TopkPlan{tk::Kernel::select_512, 1}})
+  for (const tk::TopkPlan& plan : plans)
     for (TopkOrder order : {TopkOrder::best_first, TopkOrder::by_position}) {
       DeviceBuffer dout(first);
       TopkArgs a;
@@ -269,6 +266,17 @@ TEST(TopkGpu, RepeatedCallsBitIdentical) {
     }
 }
 
+// 100 calls in a row give the same bytes (ties at the threshold, a cluster
+// split and a compaction-heavy row, both orders; the resident kernel with a
+// CTA taking several rows in turn).
+TEST(TopkGpu, RepeatedCallsBitIdentical) {
+  Rng rng(1905);
+  expect_repeatable(
+      rng, 8, 131072,
+      {{tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 1}, {tk::Kernel::resident_512, 4}});
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}});
+}
+
 TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   HostTensor logits(DType::f32, {2, 100});
   HostTensor idx(DType::i32, {2, 8192});
@@ -278,6 +286,14 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   Status st = cuda::topk_indices(a, {}, {tk::Kernel::select_512, 1});
   EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
   EXPECT_NE(st.message().find("8192"), std::string::npos) << st.message();
+  a.k = 2048;
+  HostTensor wide(DType::f32, {2, 40000});
+  DeviceBuffer dw(wide);
+  a.logits = dw.view(wide);
+  st = cuda::topk_indices(a, {}, {tk::Kernel::resident_512, 1});  // 40000 logits per CTA
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("N = 40000"), std::string::npos) << st.message();
+  a.logits = dl.view(logits), a.k = 8192;
   st = cuda::topk_indices(a, {}, {tk::Kernel::select_1024, 3});
   EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
   EXPECT_NE(st.message().find("cluster = 3"), std::string::npos) << st.message();
