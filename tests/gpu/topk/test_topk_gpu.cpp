@@ -224,7 +224,7 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
   for (Fill f :
        {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
         Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
-    run_case(rng, {266, 32768, 2048, f, true, false}, plans, false);
+    run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
   run_case(rng, {263, 20001, 2048, Fill::uniform, true, true}, plans, true);
   run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
 }
