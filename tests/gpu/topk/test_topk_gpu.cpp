@@ -229,8 +229,8 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
   run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
 }
 
-// Small shapes for compute-sanitizer (racecheck, memcheck, synccheck): both
-// kernels, one CTA and a cluster per row, both orders, compactions
+// Small shapes for compute-sanitizer (racecheck, memcheck, synccheck): every
+// kernel, one CTA and a cluster per row, both orders, compactions
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
@@ -239,6 +239,8 @@ TEST(TopkGpu, SmallForSanitizer) {
       {tk::Kernel::select_256, 2},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
+  // More rows than resident CTAs: a CTA takes a second row after the first.
+  run_case(rng, {140, 3001, 256, Fill::ties, true, false}, {{tk::Kernel::resident_512, 1}}, false);
 }
 
 // 100 calls of `plans` on R rows of N tied logits (the last row a sawtooth)
