@@ -43,6 +43,34 @@ Status launch_tile(const TopkParams& p, int cluster, cudaStream_t stream) {
                          "topk_kernel", p, NoProbe{});
 }
 
+// Clusters of `cluster` CTAs of `kernel` resident at once on device `dev`.
+template <class Kern>
+Status active_clusters(Kern kernel, unsigned threads, int smem, int cluster, int dev, int* active) {
+  if (cluster == 1) {
+    int per_sm = 0;
+    MLA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(threads), smem),
+                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor(resident_kernel)");
+    DeviceFacts f;
+    MLA_TRY(device_facts(dev, &f));
+    *active = per_sm * f.sm_count;
+    return Status::Ok();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(cluster), 1u, 1u);
+  cfg.blockDim = dim3(threads, 1u, 1u);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute la[1];
+  la[0].id = cudaLaunchAttributeClusterDimension;
+  la[0].val.clusterDim.x = unsigned(cluster);
+  la[0].val.clusterDim.y = 1;
+  la[0].val.clusterDim.z = 1;
+  cfg.attrs = la;
+  cfg.numAttrs = 1;
+  MLA_CUDA_TRY(cudaOccupancyMaxActiveClusters(active, kernel, &cfg),
+               "cudaOccupancyMaxActiveClusters(resident_kernel)");
+  return Status::Ok();
+}
+
 // Persistent: as many clusters as fit the GPU at once (each takes rows c,
 // c + clusters, ...), never more than the rows.
 template <class T>
@@ -52,27 +80,15 @@ Status launch_resident(const TopkParams& p, int cluster, cudaStream_t stream) {
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(resident_kernel)");
-  // Clusters resident at once, per device and cluster size, found once (the
-  // launch must stay cheap and legal inside graph capture).
+  // Found once per device and cluster size: the launch must stay cheap (and
+  // legal inside graph capture).
   static std::atomic<int> cached[kMaxDevices][4] = {};
   int dev = 0;
   MLA_CUDA_TRY(cudaGetDevice(&dev), "cudaGetDevice");
   const int slot = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
   int active = dev < kMaxDevices ? cached[dev][slot].load(std::memory_order_relaxed) : 0;
   if (active == 0) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(cluster), 1u, 1u);
-    cfg.blockDim = dim3(unsigned(T::kThreads), 1u, 1u);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cudaLaunchAttribute la[1];
-    la[0].id = cudaLaunchAttributeClusterDimension;
-    la[0].val.clusterDim.x = unsigned(cluster);
-    la[0].val.clusterDim.y = 1;
-    la[0].val.clusterDim.z = 1;
-    cfg.attrs = la;
-    cfg.numAttrs = 1;
-    MLA_CUDA_TRY(cudaOccupancyMaxActiveClusters(&active, kernel, &cfg),
-                 "cudaOccupancyMaxActiveClusters(resident_kernel)");
+    MLA_TRY(active_clusters(kernel, unsigned(T::kThreads), smem, cluster, dev, &active));
     if (active <= 0)
       return value_error(Errc::unsupported, "resident top-k: shared memory bytes", smem,
                          "per CTA do not fit one multiprocessor of this device");
