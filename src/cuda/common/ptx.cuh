@@ -5,6 +5,7 @@
 // for mma.m16n8k16"), with g = lane / 4 and t = lane % 4.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -79,6 +80,12 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a
 // Two floats -> packed bf16x2 (round to nearest even), low half = lo.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two floats -> packed f16x2 (round to nearest even), low half = lo.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
