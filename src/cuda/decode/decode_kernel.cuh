@@ -29,21 +29,26 @@
 // fp8 caches in f16. Hopper converts e4m3 to f16 in one instruction per two
 // values and exactly, but to bf16 only through f32 (about three per value,
 // which bound the kernel). So the fp8 instantiations keep Q, K/V and P in f16
-// (same shapes, wgmma .f16, fp32 accumulation) and bound every value to f16's
+// (same shapes, wgmma .f16, fp32 accumulation) and keep every value in f16's
 // range by powers of two, which are exact:
-//   K/V: e4m3 x block scale, one HMUL2 per two values; a key whose values
-//     could pass 65504 (a block scale > 2^7, or |rope| >= 2^16) is stored as
-//     k * 2^-e_key, and the math warpgroups multiply S's and P's column by
-//     2^e_key (flag per tile: the common case reads one word). Values of such
-//     a key below 2^-24 * 2^e_key flush: their error is < 2^-40 of the key's
-//     largest value.
-//   rope (bf16) -> f16: exact for |r| in [2^-14, 2^16); smaller values round
-//     to f16's subnormal grid (absolute error <= 2^-25 * 2^e_key).
-//   Q: each row is shifted by 2^t to put its max |q| in [2^14, 2^15) (exact;
-//     values below 2^-38 of the row max round), 2^-t folded into the row's
+//   K/V: e4m3 x block scale, one HMUL2 per two values, exact (the smallest
+//     scale 2^-13 times an e4m3 subnormal is a multiple of 2^-22, an f16
+//     subnormal). A key whose values could pass 65504 (a block scale > 2^7,
+//     or |rope| >= 2^16) is stored as k * 2^-e_key, and the math warpgroups
+//     multiply S's and P's column by 2^e_key; one flag word per tile says
+//     whether any key of it is shifted. Values of a shifted key below
+//     2^-24 * 2^e_key round to f16's subnormal grid: an error below 2^-40 of
+//     the key's largest value.
+//   rope (bf16, 8 significant bits) -> f16: exact for |r| 2^-e_key in
+//     [2^-17, 2^16); smaller values round to the subnormal grid (absolute
+//     error <= 2^-25 * 2^e_key, against the exact product in the reference).
+//   Q: each row is shifted by 2^t to put its max |q| in [2^14, 2^15), exact
+//     for values down to 2^-31 of the row max; 2^-t is folded into the row's
 //     softmax scale.
-//   P in [0, 1]: f16 keeps 3 more mantissa bits than bf16 (values < 2^-24
-//     flush, against a row sum >= 1).
+//   P in [0, 1] rounds to f16: 3 more mantissa bits than bf16 (values below
+//     2^-24 flush, against a row sum >= 1).
+// So S is exact products summed in fp32 as in the bf16 path, and P is more
+// precise. Keys past the largest shift: decode_config.hpp (kKeyShiftMax).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
