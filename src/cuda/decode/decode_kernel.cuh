@@ -527,6 +527,12 @@ __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece&
   }
 }
 
+// fp8: the factors 2^e_key of key columns 8i + 2c, +1 of warpgroup wg's 32
+// keys in stage st.
+__device__ __forceinline__ float2 key_factors(const float* sKeyFac, int st, int wg, int i, int c) {
+  return *reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + wg * 32 + 8 * i + 2 * c);
+}
+
 // KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
 // decode_keys.cuh. kFp8: fp8_ds_mla cache (the prefetching converting
 // producer, f16 MMAs), else bf16. kTma (bf16 paged caches): full tiles by TMA through
@@ -625,8 +631,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         bad |= (kf & 2) != 0;
         key_shifted = (kf & 1) != 0;
       }
-      // Factors of key columns 8i + 2c, +1 of the 32: key_fac[4i + c].
-      const float2* key_fac = reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + wg * 32);
 
       // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
       float sacc[4][4];
@@ -640,6 +644,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_regs(sacc);
+      if constexpr (kFp8) {  // S's columns times 2^e_key (exact: powers of two)
+        if (key_shifted) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 f = key_factors(sKeyFac, st, wg, i, c);
+            sacc[i][0] *= f.x;
+            sacc[i][1] *= f.y;
+            sacc[i][2] *= f.x;
+            sacc[i][3] *= f.y;
+          }
+        }
+      }
 
       // ---- online softmax (log2 domain), row max shared by both warpgroups ----
       const int tile = pc.tile_begin + it;
@@ -659,14 +675,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           bool keep = key < lim[h];
           if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the 32: lane 2 * (that % 16)
             keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
-          float mul = row_scale[h];
-          if constexpr (kFp8) {  // S's column times 2^e_key (exact: a power of two)
-            if (key_shifted) {
-              const float2 f = key_fac[4 * i + c];
-              mul *= (e & 1) ? f.y : f.x;
-            }
-          }
-          const float s = keep ? sacc[i][e] * mul : kNegInf;
+          const float s = keep ? sacc[i][e] * row_scale[h] : kNegInf;
           sacc[i][e] = s;
           mx[h] = fmaxf(mx[h], s);
         }
@@ -703,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // here made ptxas serialise the P.V wgmmas (an injected
         // warpgroup.arrive); the factors are 1 for unshifted keys.
         if constexpr (kFp8) {
-          const float2 f = key_fac[4 * i + c];
+          const float2 f = key_factors(sKeyFac, st, wg, i, c);
           pv[0] *= f.x;
           pv[1] *= f.y;
           pv[2] *= f.x;
