@@ -32,13 +32,14 @@
 // (same shapes, wgmma .f16, fp32 accumulation) and keep every value in f16's
 // range by powers of two, which are exact:
 //   K/V: e4m3 x block scale, one HMUL2 per two values, exact (the smallest
-//     scale 2^-13 times an e4m3 subnormal is a multiple of 2^-22, an f16
+//     quantiser scale 2^-13 times an e4m3 subnormal is a multiple of 2^-22, an f16
 //     subnormal). A key whose values could pass 65504 (a block scale > 2^7,
 //     or |rope| >= 2^16) is stored as k * 2^-e_key, and the math warpgroups
 //     multiply S's and P's column by 2^e_key; one flag word per tile says
-//     whether any key of it is shifted. Values of a shifted key below
-//     2^-24 * 2^e_key round to f16's subnormal grid: an error below 2^-40 of
-//     the key's largest value.
+//     whether any key of it is shifted. A shifted key's values round to
+//     f16's grid at 2^-24 * 2^e_key (a block whose shifted scale falls below
+//     that flushes): an absolute error below 448 * 2^-24 * 2^e_key, against
+//     the key's largest block scale 2^(e_key + 7).
 //   rope (bf16, 8 significant bits) -> f16: exact for |r| 2^-e_key in
 //     [2^-17, 2^16); smaller values round to the subnormal grid (absolute
 //     error <= 2^-25 * 2^e_key, against the exact product in the reference).
