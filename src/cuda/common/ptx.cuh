@@ -98,6 +98,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Prefetch of the 128-byte line holding a global address into L2; nothing
+// to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+}
+
 // The SM's 64-bit cycle counter (diagnostic phase stamps); volatile, so
 // stamps keep their place among the other volatile asm.
 __device__ __forceinline__ unsigned long long clock64_now() {
