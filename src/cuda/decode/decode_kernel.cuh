@@ -19,8 +19,9 @@
 //         are all valid; partial tiles as below);
 //       bf16: cp.async, 2 threads per key;
 //       fp8: register loads converted to f16 (e4m3 -> f16 x scale, exact),
-//         the next tile's loads kept in flight; the MMAs of the fp8 caches
-//         run in f16 (see "fp8 caches in f16" below).
+//         the next tile's loads kept in flight and the one after it
+//         prefetched into L2; the MMAs of the fp8 caches run in f16 (see
+//         "fp8 caches in f16" below).
 // Why 64 query rows always (also for h_q 16/32, rows masked): wgmma's M is 64;
 // at 16 rows the tensor work per 64-key tile still fits under the tile's
 // memory time, and with the loads on their own warpgroup it overlaps instead
