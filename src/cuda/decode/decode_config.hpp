@@ -29,9 +29,10 @@ inline constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;    // 528
 // The math threads hold 128 O accumulators + 16 S + addressing; the fp8
 // producer holds a whole next tile's half entry (codes, scales and rope: 82
 // registers) across the conversion. 184/136 (2 x (184 - 168) = 168 - 136):
-// no spills in the math warpgroups (176 spills in their tile loop), a few
-// in the producer outside its conversion (120, the 192/120 split, spills
-// twice as many). The bf16 producers need few registers. Chosen by ptxas -v.
+// no spills in the math warpgroups' tile loop (176 spills there), none in
+// the dense producer and a few in the sparse one (120, the 192/120 split,
+// spills twice as many). The bf16 producers need few registers. Chosen by
+// ptxas -v.
 inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
 template <bool kFp8>
 struct Regs {
