@@ -20,6 +20,16 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Two e4m3 codes (low byte first) -> f16x2 times s2 (both halves the same
+// factor). The conversion is exact (one cvt.rn.f16x2.e4m3x2); the product is
+// exact whenever s2 is a power of two and the result stays in f16's range
+// (the callers bound it), else rounded once to f16.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_scaled(uint16_t codes, __half2 s2) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h), s2);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // Two floats -> two e4m3 codes (lo in the low byte), RNE with saturation.
 __device__ __forceinline__ uint16_t float2_to_e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);

@@ -5,6 +5,7 @@
 // for mma.m16n8k16"), with g = lane / 4 and t = lane % 4.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -82,6 +83,12 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Two floats -> packed f16x2 (round to nearest even), low half = lo.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 // exp2 with the hardware approximation (ex2.approx.ftz): the softmax runs in
 // the log2 domain (scores pre-multiplied by log2(e)); its relative error
 // (~2^-22) is far below the bf16 rounding of P.
@@ -89,6 +96,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Prefetch of the 128-byte line holding a global address into L2; nothing
+// to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
 }
 
 // The SM's 64-bit cycle counter (diagnostic phase stamps); volatile, so

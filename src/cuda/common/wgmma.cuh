@@ -1,11 +1,9 @@
 // Thin PTX wrappers for Hopper's warpgroup MMA (wgmma, sm_90a), the
 // 128-byte-swizzled shared-memory descriptors they read, the fences around
 // them, and setmaxnreg. One home for every kernel family (decode, prefill, DSA
-// indexer). The asm operand lists were generated (one operand per fp32
-// accumulator: inline asm takes no arrays). Shapes: bf16 m64n32k16 and
-// m64n256k16 (decode, A from shared memory or registers), bf16 m64n64k16 and m64n128k16 with A in
-// registers (prefill), bf16 m64n128k16 from shared memory (the prefill S tile of 128 keys), e4m3
-// m64n64k32 (indexer).
+// indexer). MMAs: 16-bit inputs (bf16 or f16) m64nNk16 for N = 32..256 with A
+// from shared memory or registers (mma_ss / mma_rs), and e4m3 m64n64k32
+// (indexer).
 //
 // Accumulator layout of m64nN (warp w of the warpgroup, g = lane / 4,
 // c = lane % 4): d[i][0..1] = row 16w + g, columns 8i + 2c, +1;
@@ -77,192 +75,132 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// D[64x32] (+)= A[64x16] (smem, K-major) * B[16x32] (smem, K-major), fp32 accumulate.
-__device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b,
-                                             bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+// ---- 16-bit MMAs: D[64xN] (+)= A[64x16] * B[16xN], fp32 accumulate ----
+// One wrapper per operand source, generic over the element type and N (32,
+// 64, 128, 256): bf16 for the bf16 caches and prefill, f16 for the fp8 caches
+// (every e4m3 value is an f16, so their tiles convert exactly). Inline PTX
+// takes neither a type name nor an operand list from a template argument, so
+// the macros below spell each instruction out from one pattern; the register
+// lists were generated (one operand per fp32 accumulator: inline asm takes no
+// arrays). kTransB: B is MN-major (the N dim contiguous: V of P.V).
+enum class Elem { kBf16, kF16 };
+
+#define MLA_WGMMA_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define MLA_WGMMA_OUT4 MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3)
+#define MLA_WGMMA_OUT8 \
+  MLA_WGMMA_OUT4, MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)
+#define MLA_WGMMA_OUT16                                                                 \
+  MLA_WGMMA_OUT8, MLA_WGMMA_D4(8), MLA_WGMMA_D4(9), MLA_WGMMA_D4(10), MLA_WGMMA_D4(11), \
+      MLA_WGMMA_D4(12), MLA_WGMMA_D4(13), MLA_WGMMA_D4(14), MLA_WGMMA_D4(15)
+#define MLA_WGMMA_OUT32                                                                         \
+  MLA_WGMMA_OUT16, MLA_WGMMA_D4(16), MLA_WGMMA_D4(17), MLA_WGMMA_D4(18), MLA_WGMMA_D4(19),      \
+      MLA_WGMMA_D4(20), MLA_WGMMA_D4(21), MLA_WGMMA_D4(22), MLA_WGMMA_D4(23), MLA_WGMMA_D4(24), \
+      MLA_WGMMA_D4(25), MLA_WGMMA_D4(26), MLA_WGMMA_D4(27), MLA_WGMMA_D4(28), MLA_WGMMA_D4(29), \
+      MLA_WGMMA_D4(30), MLA_WGMMA_D4(31)
+// Per R = N / 8 rows of d: the accumulator list, then the operand numbers
+// that follow it. _SS: desc_a, desc_b, the tnspB immediate; _RS: the four A
+// registers, desc_b, tnspB; _P: the accumulate flag.
+#define MLA_WGMMA_REGS4 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define MLA_WGMMA_SS4 "%16, %17, p, 1, 1, 0, %19"
+#define MLA_WGMMA_SS_P4 "%18"
+#define MLA_WGMMA_RS4 "{%16, %17, %18, %19}, %20, p, 1, 1, %22"
+#define MLA_WGMMA_RS_P4 "%21"
+#define MLA_WGMMA_REGS8                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define MLA_WGMMA_SS8 "%32, %33, p, 1, 1, 0, %35"
+#define MLA_WGMMA_SS_P8 "%34"
+#define MLA_WGMMA_RS8 "{%32, %33, %34, %35}, %36, p, 1, 1, %38"
+#define MLA_WGMMA_RS_P8 "%37"
+#define MLA_WGMMA_REGS16                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define MLA_WGMMA_SS16 "%64, %65, p, 1, 1, 0, %67"
+#define MLA_WGMMA_SS_P16 "%66"
+#define MLA_WGMMA_RS16 "{%64, %65, %66, %67}, %68, p, 1, 1, %70"
+#define MLA_WGMMA_RS_P16 "%69"
+#define MLA_WGMMA_REGS32                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "    \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "     \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "     \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "     \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "     \
+  "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
+  "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "     \
+  "%124, %125, %126, %127}"
+#define MLA_WGMMA_SS32 "%128, %129, p, 1, 1, 0, %131"
+#define MLA_WGMMA_SS_P32 "%130"
+#define MLA_WGMMA_RS32 "{%128, %129, %130, %131}, %132, p, 1, 1, %134"
+#define MLA_WGMMA_RS_P32 "%133"
+
+#define MLA_WGMMA_ASM(INSTR, REGS, OPS, PRED, OUTS, ...)                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n" INSTR " " REGS ", " OPS ";\n}\n" \
+               : OUTS                                                                             \
+               : __VA_ARGS__)
+#define MLA_WGMMA_INSTR(NN, TY) "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." TY "." TY
+// One (N, type) instruction with A from shared memory / from registers.
+#define MLA_WGMMA_SS(R, NN, TY)                                                                 \
+  MLA_WGMMA_ASM(MLA_WGMMA_INSTR(NN, TY), MLA_WGMMA_REGS##R, MLA_WGMMA_SS##R, MLA_WGMMA_SS_P##R, \
+                MLA_WGMMA_OUT##R, "l"(desc_a), "l"(desc_b), "r"(int(accumulate)),               \
+                "n"(int(kTransB)))
+#define MLA_WGMMA_RS(R, NN, TY)                                                                 \
+  MLA_WGMMA_ASM(MLA_WGMMA_INSTR(NN, TY), MLA_WGMMA_REGS##R, MLA_WGMMA_RS##R, MLA_WGMMA_RS_P##R, \
+                MLA_WGMMA_OUT##R, "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),      \
+                "r"(int(accumulate)), "n"(int(kTransB)))
+// The type (compile-time branch) and the N dispatch, for OP = SS or RS.
+#define MLA_WGMMA_TYPED(OP, R, NN) \
+  if constexpr (T == Elem::kF16)   \
+    MLA_WGMMA_##OP(R, NN, "f16");  \
+  else                             \
+    MLA_WGMMA_##OP(R, NN, "bf16")
+#define MLA_WGMMA_DISPATCH(OP)                                                   \
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma N: 32..256"); \
+  if constexpr (N == 32) {                                                       \
+    MLA_WGMMA_TYPED(OP, 4, 32);                                                  \
+  } else if constexpr (N == 64) {                                                \
+    MLA_WGMMA_TYPED(OP, 8, 64);                                                  \
+  } else if constexpr (N == 128) {                                               \
+    MLA_WGMMA_TYPED(OP, 16, 128);                                                \
+  } else {                                                                       \
+    MLA_WGMMA_TYPED(OP, 32, 256);                                                \
+  }
+
+// A from shared memory (K-major), B from shared memory.
+template <Elem T, int N, bool kTransB = false>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
+                                       bool accumulate) {
+  MLA_WGMMA_DISPATCH(SS)
 }
 
-// D[64x256] (+)= A[64x16] (smem, K-major) * B[16x256] (smem, MN-major), fp32 accumulate.
-__device__ __forceinline__ void m64n256k16_ss_tb(float (&d)[32][4], uint64_t desc_a,
-                                                 uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
-      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
-      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
-      "%123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),
-        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
-        "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
-        "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]),
-        "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
-        "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]),
-        "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]),
-        "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]),
-        "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]),
-        "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]),
-        "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]),
-        "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]),
-        "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]),
-        "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]),
-        "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]),
-        "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]),
-        "+f"(d[31][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
+// A from registers: the m16n8k16 A fragment of each warp's 16 rows (two
+// 16-bit values per register), B from shared memory.
+template <Elem T, int N, bool kTransB = false>
+__device__ __forceinline__ void mma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4],
+                                       uint64_t desc_b, bool accumulate){MLA_WGMMA_DISPATCH(RS)}
 
-// D[64x256] (+)= A[64x16] (registers: the m16n8k16 A fragment of each warp's 16
-// rows, bf16x2) * B[16x256] (smem, MN-major), fp32 accumulate.
-__device__ __forceinline__ void m64n256k16_rs_tb(float (&d)[32][4], const uint32_t (&a)[4],
-                                                 uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-      "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
-      "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-      "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
-      "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
-      "%122, %123, %124, %125, %126, %127}, "
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),
-        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
-        "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
-        "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]),
-        "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
-        "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]),
-        "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]),
-        "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]),
-        "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]),
-        "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]),
-        "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]),
-        "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]),
-        "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]),
-        "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]),
-        "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]),
-        "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]),
-        "+f"(d[31][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+// The bf16 shapes by their callers' names.
+__device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t a, uint64_t b, bool acc) {
+  mma_ss<Elem::kBf16, 32>(d, a, b, acc);
 }
-
-// D[64x64] (+)= A[64x16] (smem, K-major) * B[16x64] (smem, K-major), fp32 accumulate.
-__device__ __forceinline__ void m64n64k16_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
-                                             bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+__device__ __forceinline__ void m64n64k16_ss(float (&d)[8][4], uint64_t a, uint64_t b, bool acc) {
+  mma_ss<Elem::kBf16, 64>(d, a, b, acc);
 }
-
-// D[64x128] (+)= A[64x16] (smem, K-major) * B[16x128] (smem, K-major), fp32 accumulate.
-__device__ __forceinline__ void m64n128k16_ss(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
-                                              bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),
-        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
-        "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
-        "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+__device__ __forceinline__ void m64n128k16_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool acc) {
+  mma_ss<Elem::kBf16, 128>(d, a, b, acc);
 }
-
-// D[64x128] (+)= A[64x16] (registers: the m16n8k16 A fragment of each warp's 16
-// rows, bf16x2) * B[16x128] (smem, MN-major), fp32 accumulate.
+__device__ __forceinline__ void m64n256k16_ss_tb(float (&d)[32][4], uint64_t a, uint64_t b,
+                                                 bool acc) {
+  mma_ss<Elem::kBf16, 256, true>(d, a, b, acc);
+}
 __device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[16][4], const uint32_t (&a)[4],
-                                                 uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),
-        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),
-        "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),
-        "+f"(d[15][2]), "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+                                                 uint64_t b, bool acc) {
+  mma_rs<Elem::kBf16, 128, true>(d, a, b, acc);
+}
+__device__ __forceinline__ void m64n256k16_rs_tb(float (&d)[32][4], const uint32_t (&a)[4],
+                                                 uint64_t b, bool acc) {
+  mma_rs<Elem::kBf16, 256, true>(d, a, b, acc);
 }
 
 // D[64x64] (+)= A[64x32] (smem, K-major) * B[32x64] (smem, K-major), e4m3 in, fp32 accumulate.
@@ -285,5 +223,37 @@ __device__ __forceinline__ void m64n64k32_e4m3_ss(float (&d)[8][4], uint64_t des
         "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
+
+#undef MLA_WGMMA_ASM
+#undef MLA_WGMMA_D4
+#undef MLA_WGMMA_DISPATCH
+#undef MLA_WGMMA_INSTR
+#undef MLA_WGMMA_OUT16
+#undef MLA_WGMMA_OUT32
+#undef MLA_WGMMA_OUT4
+#undef MLA_WGMMA_OUT8
+#undef MLA_WGMMA_REGS16
+#undef MLA_WGMMA_REGS32
+#undef MLA_WGMMA_REGS4
+#undef MLA_WGMMA_REGS8
+#undef MLA_WGMMA_RS
+#undef MLA_WGMMA_RS16
+#undef MLA_WGMMA_RS32
+#undef MLA_WGMMA_RS4
+#undef MLA_WGMMA_RS8
+#undef MLA_WGMMA_RS_P16
+#undef MLA_WGMMA_RS_P32
+#undef MLA_WGMMA_RS_P4
+#undef MLA_WGMMA_RS_P8
+#undef MLA_WGMMA_SS
+#undef MLA_WGMMA_SS16
+#undef MLA_WGMMA_SS32
+#undef MLA_WGMMA_SS4
+#undef MLA_WGMMA_SS8
+#undef MLA_WGMMA_SS_P16
+#undef MLA_WGMMA_SS_P32
+#undef MLA_WGMMA_SS_P4
+#undef MLA_WGMMA_SS_P8
+#undef MLA_WGMMA_TYPED
 
 }  // namespace mla::cuda::wgmma

@@ -27,15 +27,17 @@ inline constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;    // 528
 // 2 x (math - launch) <= launch - producer, or the math warpgroups wait
 // forever (a 232/48 split hangs).
 // The math threads hold 128 O accumulators + 16 S + addressing; the fp8
-// producer holds a whole next tile's half entry (82 registers) across the
-// conversion: 120, all the math split leaves (2 x (192 - 168) = 168 - 120).
-// The bf16 producers need few registers. Chosen by ptxas -v: the splits
-// without spills.
+// producer holds a whole next tile's half entry (codes, scales and rope: 82
+// registers) across the conversion. 184/136 (2 x (184 - 168) = 168 - 136):
+// no spills in the math warpgroups' tile loop (176 spills there), none in
+// the dense producer and a few in the sparse one (120, the 192/120 split,
+// spills twice as many). The bf16 producers need few registers. Chosen by
+// ptxas -v.
 inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
 template <bool kFp8>
 struct Regs {
-  static constexpr int kMath = kFp8 ? 192 : 232;
-  static constexpr int kProducer = kFp8 ? 120 : 40;
+  static constexpr int kMath = kFp8 ? 184 : 232;
+  static constexpr int kProducer = kFp8 ? 136 : 40;
   static_assert(2 * (kMath - kLaunchRegs) <= kLaunchRegs - kProducer,
                 "the producer must free what the math warpgroups take");
 };
@@ -50,9 +52,24 @@ inline constexpr size_t kMaxOff = kPOff + kBlockBytes;         // f32 [2 parity]
 inline constexpr size_t kLOff = kMaxOff + 2 * 2 * kM * 4;      // f32 [2 wg][64]
 inline constexpr size_t kFlagOff = kLOff + 2 * kM * 4;         // i32 [kStages][4 producer warps]
 inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStages], empty[kStages]
-inline constexpr size_t kSmemBytes = kBarOff + 2 * kStages * 8;
+// fp8 caches only (the f16 MMA path, decode_kernel.cuh): the per-row factor
+// that undoes Q's power-of-two shift, and per stage the per-key factor
+// 2^e_key with one flag word per producer warp (bit 0: a key of the warp has
+// e_key > 0; bit 1: a key needed more than kKeyShiftMax). After the barriers:
+// the bf16 kernels' map is unchanged.
+inline constexpr size_t kQScaleOff = kBarOff + 2 * kStages * 8;              // f32 [64]
+inline constexpr size_t kKeyFacOff = kQScaleOff + kM * 4;                    // f32 [kStages][64]
+inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // i32 [kStages][4]
+inline constexpr size_t kSmemBytes = kKeyFlagOff + kStages * 4 * 4;
 static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
+
+// fp8 caches in f16: a key whose values exceed f16's range is stored as
+// k * 2^-e_key and P's column is multiplied by 2^e_key before P.V; P <= 1, so
+// P * 2^e_key stays below f16's 65504 for e_key <= 15. Keys that would need
+// more (a block scale above 2^22 or |rope| >= 2^31) make the request's rows
+// NaN instead of a wrong finite answer.
+inline constexpr int kKeyShiftMax = 15;
 
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
 // math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).

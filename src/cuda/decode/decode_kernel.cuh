@@ -18,12 +18,39 @@
 //       bf16, kTma: whole tiles by TMA from one thread (tiles whose 64 keys
 //         are all valid; partial tiles as below);
 //       bf16: cp.async, 2 threads per key;
-//       fp8: register loads dequantised (e4m3 x scale, exact in bf16), the
-//         next tile's loads kept in flight.
+//       fp8: register loads converted to f16 (e4m3 -> f16 x scale, exact),
+//         the next tile's loads kept in flight and the one after it
+//         prefetched into L2; the MMAs of the fp8 caches run in f16 (see
+//         "fp8 caches in f16" below).
 // Why 64 query rows always (also for h_q 16/32, rows masked): wgmma's M is 64;
 // at 16 rows the tensor work per 64-key tile still fits under the tile's
 // memory time, and with the loads on their own warpgroup it overlaps instead
 // of adding to it. Shared memory: decode_config.hpp.
+//
+// fp8 caches in f16. Hopper converts e4m3 to f16 in one instruction per two
+// values and exactly, but to bf16 only through f32 (about three per value,
+// which bound the kernel). So the fp8 instantiations keep Q, K/V and P in f16
+// (same shapes, wgmma .f16, fp32 accumulation) and keep every value in f16's
+// range by powers of two, which are exact:
+//   K/V: e4m3 x block scale, one HMUL2 per two values, exact (the smallest
+//     quantiser scale 2^-13 times an e4m3 subnormal is a multiple of 2^-22, an f16
+//     subnormal). A key whose values could pass 65504 (a block scale > 2^7,
+//     or |rope| >= 2^16) is stored as k * 2^-e_key, and the math warpgroups
+//     multiply S's and P's column by 2^e_key; one flag word per tile says
+//     whether any key of it is shifted. A shifted key's values round to
+//     f16's grid at 2^-24 * 2^e_key (a block whose shifted scale falls below
+//     that flushes): an absolute error below 448 * 2^-24 * 2^e_key, against
+//     the key's largest block scale 2^(e_key + 7).
+//   rope (bf16, 8 significant bits) -> f16: exact for |r| 2^-e_key in
+//     [2^-17, 2^16); smaller values round to the subnormal grid (absolute
+//     error <= 2^-25 * 2^e_key, against the exact product in the reference).
+//   Q: each row is shifted by 2^t to put its max |q| in [2^14, 2^15), exact
+//     for values down to 2^-31 of the row max; 2^-t is folded into the row's
+//     softmax scale.
+//   P in [0, 1] rounds to f16: 3 more mantissa bits than bf16 (values below
+//     2^-24 flush, against a row sum >= 1).
+// So S is exact products summed in fp32 as in the bf16 path, and P is more
+// precise. Keys past the largest shift: decode_config.hpp (kKeyShiftMax).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -133,13 +160,15 @@ __device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CU
 // registers: converting chunk i of tile j is followed at once by the load of
 // chunk i of tile j+1 into the same registers, so about one whole tile's
 // codes (128 threads x 264 B = 33 KB per SM) stay in flight, also while the
-// producer waits on the empty barrier. The rope part is bf16 already: it goes
-// by cp.async straight into the stage once the stage is free (holding it in
-// registers as well spills at the 120-register producer budget).
+// producer waits on the empty barrier. The rope part is bf16: it goes by
+// cp.async straight into the stage once the stage is free and is converted
+// there to f16 after the e4m3 part (holding it in registers as well spills
+// at the 120-register producer budget).
 // Same stage layout, flags and barriers as the bf16 producers.
 struct RawHalf {    // one producer thread's half entry (half h = ptid & 1)
   uint4 codes[16];  // e4m3 codes [256h, 256h + 256): scale groups 2h, 2h + 1
   float scale[2];   // scales of groups 2h, 2h + 1
+  uint4 rope[4];    // bf16 rope values [32h, 32h + 32)
 };
 
 // Entry of the key this thread handles in `tile`, or nullptr (past key_end,
@@ -167,36 +196,77 @@ __device__ __forceinline__ void load_raw_half(RawHalf& raw, const uint8_t* src, 
     raw.scale[g] =
         src ? __ldg(reinterpret_cast<const float*>(src + kFp8ScaleOffset + (2 * half + g) * 4))
             : 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    raw.rope[i] = ldg16_or_zero(src, kFp8RopeOffset + (4 * half + i) * 16);
 }
 
-// Rope of the current entry (`cur`, nullptr: zeros) by cp.async into key row
-// r of `stage`; then `raw` dequantised into the same row, each register
-// refilled from `next` (the same thread's entry in the next tile; nullptr:
-// zeros) as soon as it has been converted. The caller waits the cp.async.
-__device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_t* stage, int r,
-                                                   int half, RawHalf& raw, const uint8_t* cur,
-                                                   const uint8_t* next) {
+// 2^e as a float, e in [-126, 127].
+__device__ __forceinline__ float exp2i(int e) {
+  return __int_as_float((e + 127) << 23);
+}
+
+// Shift of a key's e4m3 part: the smallest e >= 0 with s * 2^-e <= 2^7 for
+// its largest block scale s, so |code| * s * 2^-e <= 448 * 128 < 65504. 0 for
+// a zero or non-finite s (the products then carry the NaN/inf as the f32
+// dequantisation would).
+__device__ __forceinline__ int nope_shift(float s) {
+  if (!(s > 0.f && s <= 3.4e38f)) return 0;
+  int e;
+  const float m = frexpf(s, &e);  // s = m 2^e, m in [0.5, 1)
+  const int ceil_log2 = m == 0.5f ? e - 1 : e;
+  return max(0, ceil_log2 - 7);
+}
+// Shift of a key's rope: |r| < 2^e -> |r| 2^-(e - 16) < 2^16, and a bf16
+// value below 2^16 is at most 65280, an f16 value.
+__device__ __forceinline__ int rope_shift(float m) {
+  if (!(m > 0.f && m <= 3.4e38f)) return 0;
+  int e;
+  frexpf(m, &e);
+  return max(0, e - 16);
+}
+// max |x| of the two bf16 of w (a NaN is skipped by fmaxf).
+__device__ __forceinline__ float bf16x2_absmax(uint32_t w) {
+  return fmaxf(__uint_as_float((w & 0x7fffu) << 16), __uint_as_float(w & 0x7fff0000u));
+}
+// Two bf16 (w) times f -> f16x2, one rounding.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
+  return ptx::pack_f16x2(__uint_as_float(w << 16) * f, __uint_as_float(w & 0xffff0000u) * f);
+}
+
+// `raw` (the current entry's half) converted to f16 into key row r of
+// `stage`, each register refilled from `next` (the same thread's entry in the
+// next tile; nullptr: zeros) as soon as it has been converted. The two threads
+// of a key (half 0, 1: adjacent lanes) agree on its shift first: returns
+// e_key (clamped to kKeyShiftMax), *over: the key needed more.
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
+                                                  const uint8_t* next, bool* over) {
+  float smax = fmaxf(fabsf(raw.scale[0]), fabsf(raw.scale[1]));
+  float rmax = 0.f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)  // src-size 0 (cur == nullptr) reads nothing, writes zeros
-    ptx::cp_async_16(stage + tile_off(r, 64 + 4 * half + i),
-                     cur ? cur + kFp8RopeOffset + (4 * half + i) * 16 : p.kv, cur != nullptr);
-  ptx::cp_async_commit();
+  for (int i = 0; i < 4; ++i)
+    rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[i].x), bf16x2_absmax(raw.rope[i].y)),
+                             fmaxf(bf16x2_absmax(raw.rope[i].z), bf16x2_absmax(raw.rope[i].w))));
+  smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+  int e_key = max(nope_shift(smax), rope_shift(rmax));
+  *over = e_key > kKeyShiftMax;
+  e_key = min(e_key, kKeyShiftMax);
+  const float f = exp2i(-e_key);
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
     const int sg = 2 * half + g;
-    const float s = raw.scale[g];
+    const __half2 s2 = __float2half2_rn(raw.scale[g] * f);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 bf16 chunks; c * scale is exact in bf16
+    for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 f16 chunks
       const uint4 cv = raw.codes[8 * g + i];
       raw.codes[8 * g + i] = ldg16_or_zero(next, sg * 128 + i * 16);
       const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
       uint32_t w[8];
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
-        const float2 lo = e4m3x2_to_float2(uint16_t(c32[h] & 0xffff));
-        const float2 hi = e4m3x2_to_float2(uint16_t(c32[h] >> 16));
-        w[2 * h] = ptx::pack_bf16x2(lo.x * s, lo.y * s);
-        w[2 * h + 1] = ptx::pack_bf16x2(hi.x * s, hi.y * s);
+        w[2 * h] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] & 0xffff), s2);
+        w[2 * h + 1] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] >> 16), s2);
       }
       const int q = sg * 16 + 2 * i;
       *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -205,14 +275,31 @@ __device__ __forceinline__ void convert_and_refill(const DecodeParams& p, uint8_
     raw.scale[g] =
         next ? __ldg(reinterpret_cast<const float*>(next + kFp8ScaleOffset + sg * 4)) : 0.f;
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = raw.rope[i];
+    raw.rope[i] = ldg16_or_zero(next, kFp8RopeOffset + (4 * half + i) * 16);
+    *reinterpret_cast<uint4*>(stage + tile_off(r, 64 + 4 * half + i)) =
+        make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
+                   bf16x2_to_f16x2(v.w, f));
+  }
+  return e_key;
 }
 
 // The producer warpgroup's loop over its worker's tiles (all pieces, in the
 // math warpgroups' order), one tile ahead in registers.
+// Per stage it also publishes each key's factor 2^e_key (sKeyFac) and the
+// warps' flag words (sKeyFlag, decode_config.hpp).
 template <class KeySrc>
-__device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* sKv,
-                                                     int* sFlag, uint64_t* full, uint64_t* empty,
+// All of shared memory from one base pointer (the budget has no registers
+// for six 64-bit ones).
+__device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* smem,
                                                      int piece_begin, int piece_end, int ptid) {
+  int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
+  float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
+  int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
+  uint64_t* empty = full + kStages;
   // Cursor over (piece, tile): advance() moves to the next tile, false at the end.
   int pi = piece_begin, it = -1, tile_begin = 0;
   PieceInfo in{};
@@ -236,19 +323,40 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   load_raw_half(raw, src, half);
   for (uint32_t cnt = 0; have; ++cnt) {
     const bool cur_bad = bad;
-    const uint8_t* cur = src;
     have = advance();
     const uint8_t* next =
         have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
-    convert_and_refill(p, sKv + st * kTileBytes, r, half, raw, cur, next);
+    bool over = false;
+    const int e_key =
+        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, next, &over);
     src = next;
     const int flag = KeySrc::stage_flag(cur_bad);
-    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
-    ptx::cp_async_wait<0>();     // the rope chunks landed
+    const int key_flag =
+        (__any_sync(0xffffffffu, e_key != 0) ? 1 : 0) | (__any_sync(0xffffffffu, over) ? 2 : 0);
+    if (half == 0) sKeyFac[st * kTileKeys + r] = exp2i(e_key);
+    if ((ptid & 31) == 0) {
+      sFlag[st * 4 + ptid / 32] = flag;
+      sKeyFlag[st * 4 + ptid / 32] = key_flag;
+    }
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
+    // The entry of this thread's key two tiles ahead (same piece) into L2:
+    // the registers hold one tile's codes, so this doubles the bytes in
+    // flight at no register cost; the next iteration's loads of it hit L2.
+    // The 656 bytes span at most 7 lines: half 0 the first three, half 1 the
+    // next three and the last byte's.
+    if (have && it + 1 < in.n_tiles) {
+      bool unused;
+      const uint8_t* far =
+          producer_src<KeySrc>(p, in.b, tile_begin + it + 1, in.key_end, ptid, &unused);
+      if (far != nullptr) {
+#pragma unroll
+        for (int k = 0; k < 3; ++k) ptx::prefetch_l2(far + 128 * (3 * half + k));
+        if (half) ptx::prefetch_l2(far + Fp8DsMlaLayout::kEntryBytes - 1);
+      }
+    }
   }
 }
 
@@ -307,11 +415,13 @@ __device__ __forceinline__ void produce_bf16(const DecodeParams& p, const CUtens
 
 // ---- pieces of the math warpgroups ----
 // Q rows of row block `row_block` of request b into sQ (rows past `rows` are
-// zero), by all 256 math threads; returns after their named barrier.
-template <class KeySrc>
-__device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, int b,
-                                            int row_block, int tid) {
-  for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) {
+// zero), by all 256 math threads; returns after their named barrier. kF16:
+// then converted in place to f16, row r times 2^t_r (its max |q| into
+// [2^14, 2^15)), and sQScale[r] = 2^-t_r for the row's softmax scale.
+template <class KeySrc, bool kF16>
+__device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, float* sQScale,
+                                            int b, int row_block, int tid) {
+  auto issue = [&](int idx) {
     const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
     const int rr = row_block * kM + r;
     const bool valid = rr < p.rows;
@@ -321,9 +431,44 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
     const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.q) + tb * p.q_stride_b +
                                ts * p.q_stride_s + h * p.q_stride_h + q * 8;
     ptx::cp_async_16(sQ + tile_off(r, q), valid ? src : p.q, valid);
+  };
+  if constexpr (kF16) {  // not unrolled: its hoisted addresses spilled in the f16 kernel
+#pragma unroll 1
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
+  } else {
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
+  if constexpr (kF16) {
+    ptx::named_barrier_sync(kBarQ, kMathThreads);  // every thread's bf16 chunks landed
+    // 4 threads (adjacent lanes) per row, chunks part, part + 4, ...
+    const int r = tid / 4, part = tid % 4;
+    float m = 0.f;
+#pragma unroll 1
+    for (int j = 0; j < kChunksPerRow / 4; ++j) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sQ + tile_off(r, part + 4 * j));
+      m = fmaxf(m, fmaxf(fmaxf(bf16x2_absmax(v.x), bf16x2_absmax(v.y)),
+                         fmaxf(bf16x2_absmax(v.z), bf16x2_absmax(v.w))));
+    }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    int t = 0;  // zero or non-finite max: unshifted (NaN/inf propagate)
+    if (m > 0.f && m <= 3.4e38f) {
+      int e;
+      frexpf(m, &e);         // m < 2^e
+      t = min(126, 15 - e);  // >= -113 for bf16's range
+    }
+    const float f = exp2i(t);
+#pragma unroll 1
+    for (int j = 0; j < kChunksPerRow / 4; ++j) {
+      uint4* at = reinterpret_cast<uint4*>(sQ + tile_off(r, part + 4 * j));
+      const uint4 v = *at;
+      *at = make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
+                       bf16x2_to_f16x2(v.w, f));
+    }
+    if (part == 0) sQScale[r] = exp2i(-t);
+  }
   wgmma::fence_proxy_async();
   ptx::named_barrier_sync(kBarQ, kMathThreads);
 }
@@ -399,9 +544,15 @@ __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece&
   }
 }
 
+// fp8: the factors 2^e_key of key columns 8i + 2c, +1 of warpgroup wg's 32
+// keys in stage st.
+__device__ __forceinline__ float2 key_factors(const float* sKeyFac, int st, int wg, int i, int c) {
+  return *reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + wg * 32 + 8 * i + 2 * c);
+}
+
 // KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
-// decode_keys.cuh. kFp8: fp8_ds_mla cache (the prefetching dequantising
-// producer), else bf16. kTma (bf16 paged caches): full tiles by TMA through
+// decode_keys.cuh. kFp8: fp8_ds_mla cache (the prefetching converting
+// producer, f16 MMAs), else bf16. kTma (bf16 paged caches): full tiles by TMA through
 // kv_map (unread otherwise).
 template <class KeySrc, bool kFp8, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -414,6 +565,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* sMax = reinterpret_cast<float*>(smem + kMaxOff);
   float* sL = reinterpret_cast<float*>(smem + kLOff);
   int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
+  float* sQScale = reinterpret_cast<float*>(smem + kQScaleOff);
+  float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
+  int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
+  constexpr wgmma::Elem kElem = kFp8 ? wgmma::Elem::kF16 : wgmma::Elem::kBf16;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
   uint64_t* empty = full + kStages;
 
@@ -438,7 +593,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8) {
-      produce_fp8_prefetch<KeySrc>(p, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+      produce_fp8_prefetch<KeySrc>(p, smem, piece_begin, piece_end, ptid);
     } else {
       produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
     }
@@ -459,8 +614,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Piece pc = p.pieces[pi];
     const PieceInfo in = piece_info(p, pc);
     // The previous piece's wgmmas all completed (waited before its epilogue barrier).
-    load_q_rows<KeySrc>(p, sQ, in.b, row_block, tid);
-
+    load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid);
     int lim[2];
     row_key_limits(p, in, row_block, r0, lim);
 
@@ -485,6 +639,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
       }
+      // fp8: whether a key of the warpgroup's 32 is stored shifted; its
+      // factors 2^e_key are read where used (no registers held across the
+      // MMAs, whose budget is full).
+      bool key_shifted = false;
+      if constexpr (kFp8) {
+        const int kf = sKeyFlag[st * 4 + 2 * wg] | sKeyFlag[st * 4 + 2 * wg + 1];
+        bad |= (kf & 2) != 0;
+        key_shifted = (kf & 1) != 0;
+      }
 
       // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
       float sacc[4][4];
@@ -493,15 +656,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
         for (int k4 = 0; k4 < 4; ++k4)
-          wgmma::m64n32k16_ss(sacc, desc_kmajor(aQ, 0, kb, k4), desc_kmajor(aTile, wg * 32, kb, k4),
-                              kb + k4 > 0);
+          wgmma::mma_ss<kElem, 32>(sacc, desc_kmajor(aQ, 0, kb, k4),
+                                   desc_kmajor(aTile, wg * 32, kb, k4), kb + k4 > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_regs(sacc);
+      if constexpr (kFp8) {  // S's columns times 2^e_key (exact: powers of two)
+        if (key_shifted) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 f = key_factors(sKeyFac, st, wg, i, c);
+            sacc[i][0] *= f.x;
+            sacc[i][1] *= f.y;
+            sacc[i][2] *= f.x;
+            sacc[i][3] *= f.y;
+          }
+        }
+      }
 
       // ---- online softmax (log2 domain), row max shared by both warpgroups ----
       const int tile = pc.tile_begin + it;
       float mx[2] = {kNegInf, kNegInf};
+      // Softmax scale of rows r0, r0 + 8 (fp8: times 2^-t of Q's row shift).
+      float row_scale[2] = {p.scale_log2, p.scale_log2};
+      if constexpr (kFp8) {
+        row_scale[0] *= sQScale[r0];
+        row_scale[1] *= sQScale[r0 + 8];
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -511,7 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           bool keep = key < lim[h];
           if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the 32: lane 2 * (that % 16)
             keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
-          const float s = keep ? sacc[i][e] * p.scale_log2 : kNegInf;
+          const float s = keep ? sacc[i][e] * row_scale[h] : kNegInf;
           sacc[i][e] = s;
           mx[h] = fmaxf(mx[h], s);
         }
@@ -543,12 +724,24 @@ __global__ void __launch_bounds__(kThreads, 1)
           pv[e] = ptx::fast_exp2(sacc[i][e] - m_use[e / 2]);
           l_part[e / 2] += pv[e];
         }
+        // fp8: P's column times 2^e_key, against the key's stored 2^-e_key
+        // (after the row sum, which takes the true P). Without a branch: one
+        // here made ptxas serialise the P.V wgmmas (an injected
+        // warpgroup.arrive); the factors are 1 for unshifted keys.
+        if constexpr (kFp8) {
+          const float2 f = key_factors(sKeyFac, st, wg, i, c);
+          pv[0] *= f.x;
+          pv[1] *= f.y;
+          pv[2] *= f.x;
+          pv[3] *= f.y;
+        }
         // P[row][wg*32 + 8i + 2c]: chunk wg*4 + i of the 128-byte row, K-major SW128.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = r0 + 8 * h;
           *reinterpret_cast<uint32_t*>(sP + r * 128 + (((wg * 4 + i) ^ (r & 7)) << 4) + 4 * c) =
-              ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+              kFp8 ? ptx::pack_f16x2(pv[2 * h], pv[2 * h + 1])
+                   : ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
         }
       }
       wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
@@ -565,7 +758,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk)
-        wgmma::m64n256k16_ss_tb(o, desc_kmajor(aP, 0, 0, kk), desc_v(aTile, wg * 256, kk), true);
+        wgmma::mma_ss<kElem, 256, true>(o, desc_kmajor(aP, 0, 0, kk), desc_v(aTile, wg * 256, kk),
+                                        true);
       wgmma::commit();
       // Wait here rather than at the next tile: the stage is handed back to
       // the producer as early as possible, which matters more on the

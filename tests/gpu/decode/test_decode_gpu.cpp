@@ -18,10 +18,17 @@
 //  * lse: |gpu - ref| <= 1e-3. Scores are fp32 sums of exact bf16 products
 //    (relative ~1e-6 of |q.k| <= ~40) and exp2/log2 approximations (~1e-7).
 //  * rows that see no key: out exactly 0 and lse exactly -inf.
+//  * fp8 caches: the same bounds. Their MMAs run in f16 with power-of-two
+//    shifts that keep every value in f16's range (decode_kernel.cuh): the
+//    dequantised keys and Q are exact as before (scores are exact products
+//    summed in fp32), P rounds to f16 (relative 2^-12 against bf16's 2^-9),
+//    so the fp8 path is at least as precise as the bf16 dequantisation it
+//    replaced. Fp8ValuesAtTheF16RangeEdges puts values where the shifts act.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -48,11 +55,18 @@ struct Case {
   bool causal = true;
   bool out_f32 = false;
   uint64_t seed = 1;
+  // fp8 cases: scale exponents of the cache, and a change of the cache's
+  // entries and q after the random fill (before the reference); `values`
+  // names it.
+  int min_scale_exp = -8, max_scale_exp = -2;
+  std::function<void(Rng&, PagedCache&, HostTensor&)> shape_values;
+  std::string values;
   std::string name() const {
     std::string s = "h" + std::to_string(h_q) + " s_q" + std::to_string(s_q) + " page" +
                     std::to_string(page_size) + " " + kv_format_name(format) + " " +
                     cuda::decode::kernel_name(kernel) + " pad" + std::to_string(page_pad) +
-                    (invariant ? " invariant" : "") + (causal ? "" : " noncausal") + " L[";
+                    (invariant ? " invariant" : "") + (causal ? "" : " noncausal") +
+                    (values.empty() ? "" : " " + values) + " L[";
     for (size_t i = 0; i < lengths.size(); ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
     return s + "]";
   }
@@ -123,8 +137,11 @@ void setup(Problem& P, const Case& c, bool with_reference = true) {
   spec.format = c.format;
   spec.page_size = c.page_size;
   spec.page_pad = c.page_pad;
+  spec.min_scale_exp = c.min_scale_exp;
+  spec.max_scale_exp = c.max_scale_exp;
   P.cache = make_paged_cache(rng, c.lengths, spec);
   P.q = random_tensor(rng, DType::bf16, {P.B(), c.s_q, c.h_q, kDqk});
+  if (c.shape_values) c.shape_values(rng, P.cache, P.q);
   if (with_reference) {
     reference(P);
     if (::testing::Test::HasFatalFailure()) return;
@@ -469,6 +486,121 @@ TEST_P(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
   P.d_len.upload(lens.data(), lens.size() * 4);
   ASSERT_TRUE(run(P).ok());
   check(P, fetch(P), {false, true, true, true});
+}
+
+// ---- fp8 values at the edges of the f16 path ----
+// Helpers that change a cache's entries in place (fp8_ds_mla layout).
+void scale_q(HostTensor& q, int from, int to, int exp2) {
+  for (int64_t i = 0; i < q.numel(); ++i)
+    if (int(i % kDqk) >= from && int(i % kDqk) < to) q.set(i, std::ldexp(q.get(i), exp2));
+}
+template <class F>
+void each_entry(PagedCache& cache, F&& f) {
+  for (int64_t b = 0; b < cache.batch(); ++b)
+    for (int64_t t = 0; t < cache.seqlens[b]; ++t) f(cache.entry_mut(b, t), b, t);
+}
+void set_scales(uint8_t* e, float s) {
+  for (int g = 0; g < Fp8DsMlaLayout::kNumScales; ++g)
+    std::memcpy(e + Fp8DsMlaLayout::kScaleOffset + 4 * g, &s, 4);
+}
+void scale_rope(uint8_t* e, int exp2) {
+  for (int i = 0; i < kDr; ++i) {
+    bf16 h;
+    std::memcpy(&h.bits, e + Fp8DsMlaLayout::kRopeOffset + 2 * i, 2);
+    h = float_to_bf16(std::ldexp(bf16_to_float(h), exp2));
+    std::memcpy(e + Fp8DsMlaLayout::kRopeOffset + 2 * i, &h.bits, 2);
+  }
+}
+// e4m3 subnormal: exponent field 0 (sign and 3 mantissa bits kept).
+void subnormal_codes(Rng& rng, uint8_t* e, int one_in) {
+  for (int i = 0; i < Fp8DsMlaLayout::kNopeBytes; ++i)
+    if (rng.randint(0, one_in - 1) == 0) e[i] &= 0x87;
+}
+
+// Each case puts values where a shift of the f16 path acts; q is scaled so
+// that scores stay O(1-10) (a meaningful softmax), and the reference runs on
+// the same cache and q. Lengths cross tiles and pages; h 16 and 128 (one and
+// two row blocks), s_q 1 and 2.
+TEST_P(DecodeGpu, Fp8ValuesAtTheF16RangeEdges) {
+  std::vector<Case> cases;
+  {  // every key shifted: block scales 2^6..2^10 (|k| up to 448 * 2^10)
+    Case c;
+    c.values = "scales 2^6..2^10";
+    c.min_scale_exp = 6;
+    c.max_scale_exp = 10;
+    c.shape_values = [](Rng&, PagedCache&, HostTensor& q) { scale_q(q, 0, kDqk, -12); };
+    cases.push_back(c);
+  }
+  {  // the rope alone decides the shift: |rope| up to 2^20, q's rope part small
+    Case c;
+    c.values = "rope 2^20";
+    c.shape_values = [](Rng&, PagedCache& cache, HostTensor& q) {
+      each_entry(cache, [](uint8_t* e, int64_t, int64_t) { scale_rope(e, 20); });
+      scale_q(q, kDc, kDqk, -18);
+    };
+    cases.push_back(c);
+  }
+  {  // shifted and unshifted keys in the same tiles: a quarter of the keys
+     // have scales 2^10 and subnormal codes (|k| <= 14, like the others)
+    Case c;
+    c.values = "mixed shifts";
+    c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor&) {
+      each_entry(cache, [&](uint8_t* e, int64_t, int64_t) {
+        if (rng.randint(0, 3) != 0) return;
+        set_scales(e, 1024.f);
+        subnormal_codes(rng, e, 1);
+      });
+    };
+    cases.push_back(c);
+  }
+  {  // the smallest scale (2^-13) with half the codes subnormal: products in
+     // f16's subnormal range (exact); q scaled up (Q's upward shift)
+    Case c;
+    c.values = "scale 2^-13 subnormal codes";
+    c.min_scale_exp = c.max_scale_exp = -13;
+    c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor& q) {
+      each_entry(cache, [&](uint8_t* e, int64_t, int64_t) { subnormal_codes(rng, e, 2); });
+      scale_q(q, 0, kDqk, 8);
+    };
+    cases.push_back(c);
+  }
+  uint64_t seed = 1000;
+  for (Case c : cases)
+    for (auto [h, s] : {std::pair{16, 1}, std::pair{128, 2}}) {
+      c.kernel = GetParam();
+      c.format = KvFormat::fp8_ds_mla;
+      c.lengths = {1, 70, 129, 777};
+      c.h_q = h;
+      c.s_q = s;
+      c.page_size = 64;
+      c.seed = seed++;
+      if (!kernel_takes(c)) return;  // bf16-only kernels: their refusal is tested elsewhere
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// A key that no shift brings into f16's range (block scale 2^30: 448 * 2^30
+// needs 2^23 > the largest key shift) makes its request's rows NaN, never a
+// wrong finite answer; the other requests are unaffected.
+TEST_P(DecodeGpu, Fp8KeyPastTheF16GuardGivesNanRows) {
+  Case c;
+  c.kernel = GetParam();
+  c.format = KvFormat::fp8_ds_mla;
+  c.lengths = {300, 300, 300};
+  c.h_q = 16;
+  c.seed = 1100;
+  c.values = "one key scale 2^30";
+  if (!kernel_takes(c)) return;
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  set_scales(P.cache.entry_mut(1, 150), std::ldexp(1.f, 30));
+  reference(P);
+  ASSERT_FALSE(HasFatalFailure());
+  P.d_kv.upload(P.cache.storage.data(), P.cache.storage.size() * 8);
+  ASSERT_TRUE(run(P).ok());
+  check(P, fetch(P), {false, true, false});
 }
 
 TEST(DecodeGpuArgs, InvalidArgumentsAreErrorsNamingTheArgument) {

@@ -1,7 +1,8 @@
 // The wgmma decode kernel's layout and descriptors on their own (before the
 // pipeline around them): S = A . B[32:64]^T (K-major operands, 9 swizzled
 // blocks) and O = A[:, :64] . B[:, 256:512] (B as V, MN-major, transposed)
-// against an fp64 host product of the same bf16 values.
+// against an fp64 host product of the same bf16 values, and the same with f16
+// values (the fp8 caches' MMA element type).
 // Bound: products of bf16 values are exact in fp32, the fp32 sum of <= 576 of
 // them has relative error <= ~576 * 2^-24 of the sum of |terms|: 1e-4 of that
 // sum is far above rounding and far below any misplaced element (O(1)).
@@ -18,12 +19,25 @@
 namespace mla::testing {
 namespace {
 
-TEST(WgmmaGpu, DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
+// A random normal f16 value with |x| in [2^-5, 2^2): its bits and value.
+uint16_t random_f16(Rng& rng, double* value) {
+  const int sign = int(rng.randint(0, 1)), e = int(rng.randint(10, 16)),
+            m = int(rng.randint(0, 1023));
+  *value = (sign ? -1.0 : 1.0) * (1.0 + m / 1024.0) * std::ldexp(1.0, e - 15);
+  return uint16_t(sign << 15 | e << 10 | m);
+}
+
+void probe_matches_host_product(bool f16) {
   constexpr int R = 64, D = 576;
-  Rng rng(4242);
+  Rng rng(f16 ? 4243 : 4242);
   std::vector<uint16_t> a(R * D), b(R * D);
   std::vector<double> fa(R * D), fb(R * D);
   for (int i = 0; i < R * D; ++i) {
+    if (f16) {  // products of f16 values are exact in fp32 too
+      a[i] = random_f16(rng, &fa[i]);
+      b[i] = random_f16(rng, &fb[i]);
+      continue;
+    }
     const bf16 x = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
     const bf16 y = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
     a[i] = x.bits;
@@ -37,7 +51,7 @@ TEST(WgmmaGpu, DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
   dout.poison();
   ASSERT_EQ(run_wgmma_probe(static_cast<const uint16_t*>(da.get()),
                             static_cast<const uint16_t*>(db.get()), static_cast<float*>(ds.get()),
-                            static_cast<float*>(dout.get())),
+                            static_cast<float*>(dout.get()), f16),
             cudaSuccess);
   const auto s = ds.download<float>(R * 32);
   const auto o = dout.download<float>(R * 256);
@@ -59,6 +73,14 @@ TEST(WgmmaGpu, DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
       }
       ASSERT_NEAR(o[r * 256 + n], ref, 1e-4 * mag) << "O row " << r << " col " << n;
     }
+}
+
+TEST(WgmmaGpu, DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
+  probe_matches_host_product(false);
+}
+
+TEST(WgmmaGpu, F16DecodeLayoutsAndDescriptorsMatchTheHostProduct) {
+  probe_matches_host_product(true);
 }
 
 }  // namespace

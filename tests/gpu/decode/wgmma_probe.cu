@@ -11,9 +11,10 @@ namespace {
 using namespace mla::cuda;
 using namespace mla::cuda::decode;
 
-// A, B: [64][576] bf16 row-major in global memory. Computes
+// A, B: [64][576] 16-bit values (bf16 or f16: T) row-major in global memory. Computes
 //   s[64][32]  = A . B[32..63]^T   (S of the math warpgroup 1: K-major A and B)
 //   o[64][256] = A[:, 0:64] . B[:, 256:512]   (P.V of warpgroup 1: V MN-major)
+template <wgmma::Elem T>
 __global__ void __launch_bounds__(128, 1)
     probe_kernel(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -35,11 +36,11 @@ __global__ void __launch_bounds__(128, 1)
   wgmma::fence();
   for (int kb = 0; kb < kBlocks; ++kb)
     for (int k4 = 0; k4 < 4; ++k4)
-      wgmma::m64n32k16_ss(sacc, desc_kmajor(aA, 0, kb, k4), desc_kmajor(aB, 32, kb, k4),
-                          kb + k4 > 0);
+      wgmma::mma_ss<T, 32>(sacc, desc_kmajor(aA, 0, kb, k4), desc_kmajor(aB, 32, kb, k4),
+                           kb + k4 > 0);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
-    wgmma::m64n256k16_ss_tb(o, desc_kmajor(aA, 0, 0, kk), desc_v(aB, 256, kk), kk > 0);
+    wgmma::mma_ss<T, 256, true>(o, desc_kmajor(aA, 0, 0, kk), desc_v(aB, 256, kk), kk > 0);
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_regs(sacc);
@@ -56,12 +57,13 @@ __global__ void __launch_bounds__(128, 1)
 
 }  // namespace
 
-cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
+cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out,
+                            bool f16) {
+  auto* kernel = f16 ? probe_kernel<wgmma::Elem::kF16> : probe_kernel<wgmma::Elem::kBf16>;
   const int smem = 2 * kTileBytes;
-  cudaError_t e =
-      cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  probe_kernel<<<1, 128, smem>>>(a, b, s_out, o_out);
+  kernel<<<1, 128, smem>>>(a, b, s_out, o_out);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   return cudaDeviceSynchronize();

@@ -6,7 +6,9 @@
 
 namespace mla::testing {
 
-// a, b: device [64][576] bf16 bits; s_out device [64][32], o_out device [64][256] f32.
-cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out);
+// a, b: device [64][576] bf16 bits (f16: f16 bits, the MMA element type of
+// the fp8 caches); s_out device [64][32], o_out device [64][256] f32.
+cudaError_t run_wgmma_probe(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out,
+                            bool f16 = false);
 
 }  // namespace mla::testing

@@ -113,21 +113,28 @@ struct SparseCase {
   // indices is a view of the first s_q of s_q + 1 token rows per request:
   // its [B, s_q] dims do not flatten into one stride (B > 1, s_q > 1).
   bool unflat_index = false;
+  // fp8 block scales 2^[min, max] (above 2^7: the decode kernel's f16 path
+  // shifts the keys, decode_kernel.cuh), and q times 2^q_exp2 to keep the
+  // scores O(1-10).
+  int min_scale_exp = -8, max_scale_exp = -2, q_exp2 = 0;
 };
 
 void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
-  SCOPED_TRACE(::testing::Message() << kv_format_name(c.format) << " B " << c.B << " s_q " << c.s_q
-                                    << " h " << c.h << " topk " << c.topk << " page " << c.page
-                                    << (c.unflat_index ? " unflat index" : "") << " kernel "
-                                    << cuda::sparse::kernel_name(kernel));
+  SCOPED_TRACE(::testing::Message()
+               << kv_format_name(c.format) << " B " << c.B << " s_q " << c.s_q << " h " << c.h
+               << " topk " << c.topk << " page " << c.page
+               << (c.unflat_index ? " unflat index" : "") << " scales 2^" << c.min_scale_exp
+               << "..2^" << c.max_scale_exp << " kernel " << cuda::sparse::kernel_name(kernel));
   std::vector<int32_t> lens(c.B);
   for (auto& L : lens) L = int32_t(rng.randint(c.topk / 2, c.topk * 3));
   testing::PagedCacheSpec spec;
   spec.format = c.format, spec.page_size = c.page,
   spec.page_pad = c.format == KvFormat::bf16 ? 8 : 16;
+  spec.min_scale_exp = c.min_scale_exp, spec.max_scale_exp = c.max_scale_exp;
   testing::PagedCache cache = testing::make_paged_cache(rng, lens, spec);
   const int64_t cap = cache.num_pages * c.page;
   HostTensor q = random_tensor(rng, DType::bf16, {c.B, c.s_q, c.h, kDqk}, -2, 2);
+  for (int64_t i = 0; i < q.numel(); ++i) q.set(i, std::ldexp(q.get(i), c.q_exp2));
   const int rows = c.s_q + (c.unflat_index ? 1 : 0);  // index rows per request
   HostTensor idx(DType::i32, {c.B, rows, c.topk});
   HostTensor tl(DType::i32, {c.B});
@@ -227,6 +234,12 @@ TEST_P(SparseGpu, DecodeMatchesReference) {
   run_sparse_case(rng, {KvFormat::bf16, 150, 1, 128, 100, 64, true}, GetParam());
   run_sparse_case(rng, {KvFormat::bf16, 3, 2, 64, 128, 64, true, true}, GetParam());
   run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 3, 16, 100, 16, false, true}, GetParam());
+  // fp8 keys past f16's range (block scales up to 2^10) and the smallest
+  // scale (products in f16's subnormal range), q scaled to match.
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 3, 2, 128, 256, 64, true, false, 4, 10, -13},
+                  GetParam());
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 3, 1, 16, 200, 16, false, false, -13, -13, 8},
+                  GetParam());
 }
 
 // The automatic choice: for decode the decode kernel unless the index lists do
