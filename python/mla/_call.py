@@ -465,13 +465,21 @@ class Call:
         t = ctypes_tensor(x, name, writable, self.stream, self.keep)
         return ctypes.byref(t)
 
-    def cache(self, x, name: str, fmt: int):
-        """A cache view; an fp8 cache given as float8_e4m3fn bytes is passed as u8."""
-        ref = self.t(x, name, writable=True)
+    def cache(self, x, name: str, fmt: int, writable: bool = False):
+        """A cache view (written only where the op appends to it: `writable`); an fp8
+        cache given as float8_e4m3fn bytes is passed as u8."""
+        ref = self.t(x, name, writable)
         if ref is not None and fmt == KV_FORMATS["fp8_ds_mla"] and \
                 ref._obj.dtype == DTYPE_CODES["e4m3"]:
             ref._obj.dtype = DTYPE_CODES["u8"]
         return ref
+
+    def workspace(self, workspace):
+        """(address, bytes) of a byte buffer on the call's device, or (None, 0)."""
+        if workspace is None:
+            return None, 0
+        ref = self.t(workspace, "workspace", writable=True)
+        return ctypes.c_void_p(ref._obj.data), nbytes(workspace)
 
     @property
     def stream_arg(self):

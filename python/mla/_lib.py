@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -205,6 +206,58 @@ class MlaDsaPolicy(ctypes.Structure):
     ]
 
 
+# ---- Python values into C types --------------------------------------------------
+# A ctypes field or argument wraps an int silently (2**64 + 16 becomes 16) and a wrong
+# type gives a TypeError naming no argument: every value a caller gives goes through
+# c_value first, whose errors name the argument's full path and the value as given
+# (the same words as mla._ext's checks of the array calls' scalars).
+
+_INT_TYPES = (ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t)
+_REAL_TYPES = (ctypes.c_float, ctypes.c_double)
+
+
+def _int_range(ctype) -> tuple[int, int]:
+    bits = 8 * ctypes.sizeof(ctype)
+    return (0, 2**bits - 1) if ctype(-1).value > 0 else (-2**(bits - 1), 2**(bits - 1) - 1)
+
+
+def c_value(ctype, value, path: str):
+    """`value` as the Python value of the C type `ctype` (an integer type, float, double
+    or char*), or raise the mla error naming `path` and the value."""
+    if ctype in _INT_TYPES:
+        if isinstance(value, float) or not hasattr(value, "__index__"):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not an integer")
+        v = value.__index__()
+        lo, hi = _int_range(ctype)
+        if not lo <= v <= hi:
+            raise errors.OutOfRangeError(f"{path} = {value!r} does not fit in [{lo}, {hi}]")
+        return v
+    if ctype in _REAL_TYPES:
+        if not isinstance(value, numbers.Real):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not a number")
+        return float(value)
+    if ctype is ctypes.c_char_p:
+        if not isinstance(value, str):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not a string")
+        return value.encode()
+    return value  # a nested struct, a pointer: built (and checked) by the caller
+
+
+def c_struct(cls, path: str, values: dict):
+    """cls (a ctypes Structure) with the fields named in `values`, each through c_value
+    (`path`.field names it: "" for keyword arguments); fields not given stay zero."""
+    types = dict(cls._fields_)
+    prefix = f"{path}." if path else ""
+    return cls(**{n: c_value(types[n], v, prefix + n) for n, v in values.items()})
+
+
+def expect_type(value, cls, path: str) -> None:
+    """Raises InvalidValueError naming `path` unless value is a `cls`."""
+    if not isinstance(value, cls):
+        raise errors.InvalidValueError(
+            f"{path} = {value!r} is a {type(value).__name__}, not a {cls.__name__}")
+
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
 _BSP = ctypes.POINTER(MlaBlockSparseParams)
@@ -218,6 +271,8 @@ SIGNATURES: dict[str, list] = {
     "mla_is_supported": [_i32, _i32, ctypes.POINTER(_i32), ctypes.c_char_p, _sz,
                          ctypes.POINTER(_sz)],
     "mla_family_name": [_i32],
+    "mla_set_check_device_values": [_i32],
+    "mla_check_device_values": [],
     "mla_validate_kv_cache": [_T, _i32],
     "mla_append_kv": [_T, _T, _T, _T, _i32, _vp],
     "mla_read_kv": [_T, _i32, _T, _T, _T, _vp],
@@ -290,7 +345,8 @@ RESTYPES = {"mla_dsa_default_policy": None, "mla_layer_default_config": None,
             "mla_layer_small_test_config": None,
             "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
             "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p,
-            "mla_family_name": ctypes.c_char_p}
+            "mla_family_name": ctypes.c_char_p, "mla_set_check_device_values": None,
+            "mla_check_device_values": _i32}
 
 
 def _source_root() -> Path:

@@ -7,7 +7,7 @@ import ctypes
 import dataclasses
 
 from . import _call, errors
-from ._lib import MlaBlockSparseParams, lib
+from ._lib import MlaBlockSparseParams, c_struct, lib
 from ._call import Call, kv_format_of, shape_of
 
 _FIELDS = [name for name, _ in MlaBlockSparseParams._fields_]
@@ -37,7 +37,7 @@ class BlockSparseParams:
         return cls(**{f: int(getattr(c, f)) for f in _FIELDS})
 
     def _to_c(self) -> MlaBlockSparseParams:
-        return MlaBlockSparseParams(**{f: int(getattr(self, f)) for f in _FIELDS})
+        return c_struct(MlaBlockSparseParams, "params", dataclasses.asdict(self))
 
 
 def _params(params) -> BlockSparseParams:

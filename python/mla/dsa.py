@@ -6,6 +6,8 @@ from __future__ import annotations
 from . import _call
 from ._call import float_out, kv_format_code
 
+TOPK_MAX = 8192  # mla::kTopkMax (mla/topk.hpp): no indices array is allocated for a larger k
+
 
 def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_size: int = 64,
                  rows_per_request: int = 1, num_pages: int = -1, indices=None, stream=None):
@@ -19,7 +21,10 @@ def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_
         return torch_ops.topk_indices(logits, k, lengths, block_table, page_size,
                                       rows_per_request, num_pages)
     shape = _call.shape_of(logits, 2)
-    if indices is None and shape is not None:
+    k_sized = isinstance(k, int) and 0 < k <= TOPK_MAX
+    if indices is None and shape is not None and k_sized:
+        # (a k past the limit is left to the library's check, which names it: the
+        # allocation would come first, and k = 2**31 would ask for gigabytes)
         indices = _call.empty(logits, (shape[0], k), "i32")
     st = _call.stream_handle(logits, stream)
     _call.run("mla_topk_indices", logits, st, logits, lengths, k, indices, block_table,

@@ -14,7 +14,7 @@ import json
 import os
 
 from . import errors
-from ._lib import MlaPlanWorkload, lib
+from ._lib import MlaPlanWorkload, c_struct, lib
 
 _STR_FIELDS = ("model", "gpu", "phase", "kv")
 _FIELDS = [name for name, _ in MlaPlanWorkload._fields_]
@@ -34,8 +34,7 @@ def _workload(fields: dict) -> MlaPlanWorkload:
             f"unknown workload field(s) {sorted(unknown)}; known: {_FIELDS}")
     d = default_workload()
     d.update({k: v for k, v in fields.items() if v is not None})
-    return MlaPlanWorkload(**{f: (str(d[f]).encode() if f in _STR_FIELDS else d[f])
-                              for f in _FIELDS})
+    return c_struct(MlaPlanWorkload, "", d)
 
 
 def _calibration_text(calibration) -> bytes | None:

@@ -6,7 +6,7 @@ import ctypes
 import dataclasses
 
 from . import _call, errors
-from ._lib import MlaRopeConfig, lib
+from ._lib import MlaRopeConfig, c_struct, expect_type, lib
 from ._call import Call, dtype_name
 
 LAYOUTS = {"interleaved": 0, "half_split": 1}
@@ -35,28 +35,32 @@ class RopeConfig:
         lib()._dll.mla_rope_default_config(ctypes.byref(c))
         return cls._from_c(c)
 
-    def _c(self) -> MlaRopeConfig:
-        return MlaRopeConfig(self.dim, 0, self.theta, self.factor, self.original_max_position,
-                             self.beta_fast, self.beta_slow, self.mscale, self.mscale_all_dim)
+    def _c(self, path: str = "config") -> MlaRopeConfig:
+        return c_struct(MlaRopeConfig, path, dataclasses.asdict(self))
+
+
+def _config(config) -> MlaRopeConfig:
+    """The C struct of a rope function's `config` argument (None: the defaults)."""
+    config = RopeConfig() if config is None else config
+    expect_type(config, RopeConfig, "config")
+    return config._c()
 
 
 def rope_inv_freq(config: RopeConfig | None = None, *, dtype: str = "f64"):
     """inv_freq [dim/2] (NumPy, f64 or f32): YaRN-scaled inverse frequencies."""
     import numpy as np
 
-    config = config or RopeConfig()
-    out = np.empty(max(config.dim, 0) // 2, _call.numpy_dtype(dtype))
+    cfg = _config(config)
+    out = np.empty(max(cfg.dim, 0) // 2, _call.numpy_dtype(dtype))
     c = Call(out)
-    cfg = config._c()
     c.run("mla_rope_inv_freq", ctypes.byref(cfg), c.t(out, "inv_freq", True))
     return out
 
 
 def rope_attention_factor(config: RopeConfig | None = None) -> float:
     """The factor cos/sin are multiplied by (1 for DeepSeek-V3)."""
-    config = config or RopeConfig()
+    cfg = _config(config)
     v = ctypes.c_double(0)
-    cfg = config._c()
     lib().call("mla_rope_attention_factor", ctypes.byref(cfg), ctypes.byref(v))
     return v.value
 
@@ -69,11 +73,10 @@ def apply_rope(x, positions, config: RopeConfig | None = None, layout: str = "in
     if layout not in LAYOUTS:
         raise errors.InvalidValueError(
             f"layout = {layout!r} is neither 'interleaved' nor 'half_split'")
-    config = config or RopeConfig()
+    cfg = _config(config)
     if out is None:
         out = _call.empty(x, tuple(getattr(x, "shape", ())), dtype_name(x))
     c = Call(x, stream)
-    cfg = config._c()
     c.run("mla_apply_rope", c.t(x, "x"), c.t(positions, "positions"), c.t(out, "out", True),
           ctypes.byref(cfg), LAYOUTS[layout], c.stream_arg)
     return out

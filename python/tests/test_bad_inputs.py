@@ -2,10 +2,9 @@
 each repro of the campaign is a test. A crash-prone repro runs in its own
 process, so a regression shows as a failed test, not a dead test session.
 
-Tests marked xfail(strict=True) are repros the Python binding itself must fix
-(integer wrapping in ctypes, writability of inputs, non-array arguments): they
-fail today, and the marker must go when the binding is fixed (strict: an
-unexpected pass fails the suite)."""
+Python ints and other values that go into C structs (configs, policies, plan
+workloads, transfer requests) are checked by mla._lib.c_value: never wrapped to
+fit a C type, and errors name the argument's full path and the value as given."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ import mla
 from conftest import make_paged_problem
 
 SCALE = 0.07
-BINDING = "the Python binding (helper engines) must fix this"
 
 
 def run_isolated(code: str) -> subprocess.CompletedProcess:
@@ -132,31 +130,35 @@ def test_min_weight_shards_never_negative():
         assert plan["min_weight_shards"] >= 1
 
 
-@pytest.mark.xfail(strict=True, reason=f"ctypes wraps 2**64 + 16 to 16; {BINDING}")
 def test_batch_past_int64_is_rejected_not_wrapped():
-    with pytest.raises((mla.InvalidValueError, OverflowError)):
+    with pytest.raises(mla.OutOfRangeError, match=r"batch = 18446744073709551632 does not fit"):
         mla.make_plan(batch=2**64 + 16)
 
 
-@pytest.mark.xfail(strict=True, reason=f"ctypes wraps heads = 2**32 + 8 to 8; {BINDING}")
 def test_heads_past_int32_is_rejected_not_wrapped():
     cfg = mla.LayerConfig.small_test()
     cfg.heads = 2**32 + 8
-    with pytest.raises((mla.InvalidValueError, OverflowError)):
+    with pytest.raises(mla.OutOfRangeError, match=r"config\.heads = 4294967304 does not fit"):
         mla.layer_weight_shapes(cfg)
 
 
-@pytest.mark.xfail(strict=True,
-                   reason=f"k = 2**31 sizes indices [R, k] before any check; {BINDING}")
-def test_topk_k_2_pow_31_fails_before_any_allocation(monkeypatch):
-    import mla._arrays as arrays
+def test_rope_field_past_int64_names_config_rope():
+    cfg = mla.LayerConfig.small_test()
+    cfg.rope.original_max_position = 2**63
+    with pytest.raises(mla.OutOfRangeError, match=r"config\.rope\.original_max_position = "):
+        mla.layer_weight_shapes(cfg)
+
+
+@pytest.mark.parametrize("k", [2**31, 2**31 - 64, 8256])
+def test_topk_k_too_large_fails_before_any_allocation(monkeypatch, k):
+    from mla import _call
 
     def no_alloc(like, shape, dtype):
         raise AssertionError(f"allocated {shape} {dtype} before checking k")
 
-    monkeypatch.setattr(arrays, "empty", no_alloc)
-    with pytest.raises(mla.InvalidValueError, match="k = 2147483648"):
-        mla.topk_indices(np.zeros((1, 128), np.float32), k=2**31)
+    monkeypatch.setattr(_call, "empty", no_alloc)
+    with pytest.raises(mla.MlaError, match=f"k = {k} "):
+        mla.topk_indices(np.zeros((1, 128), np.float32), k=k)
 
 
 # ---- overlapping outputs ----------------------------------------------------------------------
@@ -255,13 +257,39 @@ def test_read_only_kv_cache_in_read_kv(rng):
     mla.read_kv(read_only(cache), np.arange(4, dtype=np.int64))
 
 
-@pytest.mark.xfail(strict=True, reason=f"layer weights are passed as writable; {BINDING}")
 def test_read_only_layer_weights(rng):
     cfg = mla.LayerConfig.small_test()
-    w = {k: read_only(v) for k, v in mla.init_layer_weights(cfg, seed=1).items()}
-    cache = mla.empty_kv_cache(4, 64)
-    mla.layer_forward(cfg, w, np.zeros((1, 1, cfg.hidden)), cache, np.zeros((1, 1), np.int32),
-                      np.ones(1, np.int32))
+    w = mla.init_layer_weights(cfg, seed=1)
+    hidden = rng.standard_normal((1, 1, cfg.hidden))
+    args = (mla.empty_kv_cache(4, 64), np.zeros((1, 1), np.int32), np.ones(1, np.int32))
+    want = mla.layer_forward(cfg, w, hidden, *args)
+    got = mla.layer_forward(cfg, {k: read_only(v) for k, v in w.items()}, read_only(hidden),
+                            *args)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_read_only_kv_cache_in_dsa_decode_and_block_sparse_select(rng):
+    q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 64, [70, 100])
+    icache, q8, wf = indexer_side(rng, cache.shape[0], 2, 1)
+    pol = mla.DsaPolicy(topk=64, path="sparse")
+    want = mla.dsa_decode(q, cache, bt, sl, 128, q8, wf, icache, SCALE, policy=pol)
+    got = mla.dsa_decode(read_only(q), read_only(cache), read_only(bt), read_only(sl), 128,
+                         read_only(q8), read_only(wf), read_only(icache), SCALE, policy=pol)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    want = mla.block_sparse_select(q, cache, bt, sl)
+    got = mla.block_sparse_select(read_only(q), read_only(cache), read_only(bt), read_only(sl))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_layer_forward_needs_a_writable_cache(rng):
+    cfg = mla.LayerConfig.small_test()
+    w = mla.init_layer_weights(cfg, seed=1)
+    with pytest.raises(mla.MlaError, match="kv"):
+        mla.layer_forward(cfg, w, np.zeros((1, 1, cfg.hidden)),
+                          read_only(mla.empty_kv_cache(4, 64)), np.zeros((1, 1), np.int32),
+                          np.ones(1, np.int32))
 
 
 # ---- non-finite values ------------------------------------------------------------------------------
@@ -306,30 +334,77 @@ def test_non_array_argument_is_a_typed_error_naming_it(rng):
         mla.mla_decode("not an array", cache, bt, sl, SCALE)
 
 
+def _small_layer(**fields):
+    cfg = mla.LayerConfig.small_test()
+    for k, v in fields.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def _rope(**fields):
+    return mla.RopeConfig(**fields)
+
+
+def _side(**fields):
+    return mla.TransferSide(**dict(dict(pages=[0], num_pages=4, page_size=16), **fields))
+
+
+# what -> (the call, what its error must say: the argument's full path and the value given)
 WRONG_TYPES = {
-    "policy": (lambda: mla.dsa_decode_path(100, "bogus"), "policy"),
-    "config": (lambda: mla.layer_weight_shapes("cfg"), "config"),
-    "config.rope": (lambda: mla.layer_weight_shapes(mla.LayerConfig(rope=None)), "rope"),
+    "policy": (lambda: mla.dsa_decode_path(100, "bogus"), r"policy = 'bogus' is a str"),
+    "policy.topk": (lambda: mla.dsa_decode_path(100, mla.DsaPolicy(topk="x")),
+                    r"policy\.topk = 'x' is not an integer"),
+    "policy.dense_below": (lambda: mla.dsa_decode_path(100, mla.DsaPolicy(dense_below=2**63)),
+                           r"policy\.dense_below = 9223372036854775808 does not fit"),
+    "max_seqlen": (lambda: mla.dsa_decode_path(1.5), r"max_seqlen = 1\.5 is not an integer"),
+    "config": (lambda: mla.layer_weight_shapes("cfg"), r"config = 'cfg' is a str"),
+    "config.rope": (lambda: mla.layer_weight_shapes(mla.LayerConfig(rope=None)),
+                    r"config\.rope = None is a NoneType, not a RopeConfig"),
+    "config.norm_eps": (lambda: mla.layer_weight_shapes(_small_layer(norm_eps="tiny")),
+                        r"config\.norm_eps = 'tiny' is not a number"),
+    "rope config": (lambda: mla.rope_attention_factor(_rope(factor=None)),
+                    r"config\.factor = None is not a number"),
+    "rope config type": (lambda: mla.rope_inv_freq({"dim": 64}),
+                         r"config = \{'dim': 64\} is a dict"),
+    "seed": (lambda: mla.init_layer_weights(_small_layer(), seed=-1),
+             r"seed = -1 does not fit in \[0, 18446744073709551615\]"),
+    "weights": (lambda: mla.layer_forward(_small_layer(), [1], np.zeros((1, 1, 256)),
+                                          mla.empty_kv_cache(4, 64), np.zeros((1, 1), np.int32),
+                                          np.ones(1, np.int32)), r"weights = \[1\] is a list"),
+    "params.stride": (lambda: mla.validate_block_sparse_params({"stride": 2**40}),
+                      r"params\.stride = 1099511627776 does not fit"),
     "softmax_scale": (lambda: mla.sparse_decode(np.zeros((1, 1, 16, 576), np.float32),
                                                 mla.empty_kv_cache(1, 64),
                                                 np.zeros((1, 1, 64), np.int32), "x"),
-                      "softmax_scale"),
-    "request": (lambda: mla.plan_transfer("x"), "request"),
+                      r"softmax_scale = 'x' is not a number"),
+    "dsa softmax_scale": (lambda: mla.dsa_decode(*[None] * 4, 128, *[None] * 3, "x"),
+                          r"softmax_scale = 'x' is not a number"),
+    "plan gpu": (lambda: mla.make_plan(gpu=200), r"gpu = 200 is not a string"),
+    "dense threshold heads": (lambda: mla.dsa_dense_threshold(heads=2**31),
+                              r"heads = 2147483648 does not fit"),
+    "request": (lambda: mla.plan_transfer("x"), r"request = 'x' is a str"),
+    "request.num_tokens": (lambda: mla.plan_transfer(src_latent=_side(), dst_latent=_side(),
+                                                     num_tokens=2**64),
+                           r"num_tokens = 18446744073709551616 does not fit"),
+    "src_latent": (lambda: mla.plan_transfer(src_latent=(1, 2), dst_latent=_side(),
+                                             num_tokens=1),
+                   r"src_latent = \(1, 2\) is a tuple, not a TransferSide"),
+    "dst_latent.page_size": (lambda: mla.plan_transfer(src_latent=_side(),
+                                                       dst_latent=_side(page_size="16"),
+                                                       num_tokens=1),
+                             r"dst_latent\.page_size = '16' is not an integer"),
+    "who": (lambda: mla.exchange_bytes_file("rank0", "/nonexistent", b"x"),
+            r"who = 'rank0' is a str, not a LaunchInfo"),
+    "who.rank": (lambda: mla.exchange_bytes_file(mla.LaunchInfo(rank=2**31), "/nonexistent",
+                                                 b"x"),
+                 r"who\.rank = 2147483648 does not fit"),
 }
 
 
-# softmax_scale goes through the compiled call machinery, which names it; the others are
-# pure-Python entry points the binding still has to check.
-_NAMED_BY_THE_BINDING = {"softmax_scale"}
-
-
-@pytest.mark.parametrize("what", [
-    w if w in _NAMED_BY_THE_BINDING else pytest.param(w, marks=pytest.mark.xfail(
-        strict=True, reason=f"AttributeError/TypeError naming no argument; {BINDING}"))
-    for w in sorted(WRONG_TYPES)])
+@pytest.mark.parametrize("what", sorted(WRONG_TYPES))
 def test_wrong_type_is_a_typed_error_naming_the_argument(what):
-    call, name = WRONG_TYPES[what]
-    with pytest.raises(mla.MlaError, match=name):
+    call, message = WRONG_TYPES[what]
+    with pytest.raises(mla.MlaError, match=message):
         call()
 
 
@@ -348,3 +423,22 @@ def test_layer_errors_name_config_rope_factor():
     cfg.rope.factor = -1.0
     with pytest.raises(mla.InvalidValueError, match=r"config\.rope\.factor = -1"):
         mla.layer_weight_shapes(cfg)
+
+
+# ---- the checked mode switch (its effect on CUDA tensors: test_bad_inputs_gpu.py) -----------
+
+
+def test_checked_mode_is_per_thread_and_restored():
+    import threading
+
+    assert not mla.check_device_values()
+    seen = []
+    with mla.checked_device_values():
+        assert mla.check_device_values()
+        t = threading.Thread(target=lambda: seen.append(mla.check_device_values()))
+        t.start()
+        t.join()
+        with mla.checked_device_values(False):
+            assert not mla.check_device_values()
+        assert mla.check_device_values()
+    assert not mla.check_device_values() and seen == [False]

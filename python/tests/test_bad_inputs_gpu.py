@@ -187,19 +187,6 @@ def test_cuda_topk_length_past_the_block_table_translates_nothing_outside_it():
 # ---- the checked mode: device values checked on the host before the launch ----------------
 
 
-class checked_mode:
-    """mla_set_check_device_values for this thread (the Python binding has no switch yet)."""
-
-    def __enter__(self):
-        import ctypes
-
-        self.lib = ctypes.CDLL(mla.library_path())
-        self.lib.mla_set_check_device_values(1)
-
-    def __exit__(self, *exc):
-        self.lib.mla_set_check_device_values(0)
-
-
 def test_cuda_decode_bad_page_id_nan_rows_or_checked_error(rng):
     q, cache, bt, sl = dense_problem(rng)
     bt = bt.clone()
@@ -210,7 +197,7 @@ def test_cuda_decode_bad_page_id_nan_rows_or_checked_error(rng):
     o, l = host(out).astype(np.float32), host(lse)
     assert np.isnan(o[0]).all() and np.isnan(l[0]).all(), "request 0 is not NaN"
     assert np.isfinite(o[1]).all() and np.isfinite(l[1]).all(), "request 1 was disturbed"
-    with checked_mode():
+    with mla.checked_device_values():
         with pytest.raises(mla.OutOfRangeError, match=r"block_table\[0\]\[0\] = 1000"):
             mla.mla_decode(q, cache, bt, sl, SCALE)
 
@@ -223,7 +210,7 @@ def test_cuda_checked_mode_names_bad_slots_and_indices(rng):
     mla.append_kv(c_kv, k_rope, slots, cache)  # unchecked: the bad slot is skipped
     idx = torch.full((2, 1, 64), -1, dtype=torch.int32, device="cuda")
     idx[1, 0, 5] = 10**6
-    with checked_mode():
+    with mla.checked_device_values():
         with pytest.raises(mla.OutOfRangeError, match=r"slots\[1\] = 1000000"):
             mla.append_kv(c_kv, k_rope, slots, cache)
         with pytest.raises(mla.OutOfRangeError, match=r"indices\[1\]\[0\]\[5\] = 1000000"):
