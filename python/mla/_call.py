@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 from . import errors
-from ._lib import DTYPE_CODES, KV_FORMATS, MAX_DIMS, MlaTensor, lib
+from ._lib import DTYPE_CODES, DTYPE_SIZES, KV_FORMATS, MAX_DIMS, MlaTensor, c_value, lib
 
 D_C, D_R, D_QK, D_V = 512, 64, 576, 512
 
@@ -258,6 +258,26 @@ def empty(like, shape, dtype: str):
             f"cannot allocate a CUDA output beside a {type(like).__name__}: "
             "install torch or cupy, or pass the outputs") from None
     return torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=f"cuda:{dev_id}")
+
+
+def empty_sized(like, dims: dict, dtype: str):
+    """`empty` of the shape dims.values(), whose entries are the caller's numbers where
+    keyed by an argument's name (else ours, keyed "#0", "#1", ...): each must be a
+    non-negative int64 and the array's byte count must fit int64, checked before anything
+    is allocated; errors name the argument and its value."""
+    shape, total = [], DTYPE_SIZES[dtype]
+    for name, v in dims.items():
+        if not name.startswith("#"):
+            v = c_value(ctypes.c_int64, v, name)
+            if v < 0:
+                raise errors.InvalidValueError(f"{name} = {v} is negative")
+        shape.append(v)
+        total *= v
+    if total > 2**63 - 1:
+        given = ", ".join(f"{n} = {v}" for n, v in dims.items() if not n.startswith("#"))
+        raise errors.OutOfRangeError(
+            f"{given}: the array {shape} would hold {total} bytes, past 2^63 - 1")
+    return empty(like, tuple(shape), dtype)
 
 
 def alloc_bytes(nbytes: int, like):

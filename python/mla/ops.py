@@ -43,9 +43,10 @@ def empty_kv_cache(num_pages: int, page_size: int, kv_format: str = "bf16", like
         import numpy as np
 
         like = np.empty(0, np.float32)
+    dims = {"num_pages": num_pages, "page_size": page_size, "#0": 1}
     if kv_format == "bf16":
-        return _call.empty(like, (num_pages, page_size, 1, D_QK), "bf16")
-    return _call.empty(like, (num_pages, page_size, 1, KV_ENTRY_BYTES["fp8_ds_mla"]), "u8")
+        return _call.empty_sized(like, dict(dims, **{"#1": D_QK}), "bf16")
+    return _call.empty_sized(like, dict(dims, **{"#1": KV_ENTRY_BYTES["fp8_ds_mla"]}), "u8")
 
 
 def validate_kv_cache(cache, kv_format=None) -> None:
@@ -191,7 +192,7 @@ def empty_indexer_cache(num_pages: int, like=None):
         import numpy as np
 
         like = np.empty(0, np.float32)
-    return _call.empty(like, (num_pages, INDEXER_PAGE_BYTES), "u8")
+    return _call.empty_sized(like, {"num_pages": num_pages, "#0": INDEXER_PAGE_BYTES}, "u8")
 
 
 def validate_indexer_cache(cache) -> None:
@@ -246,7 +247,8 @@ def indexer_logits_decode(q8, w_folded, cache, block_table, cache_seqlens, *, ma
         bt = tuple(getattr(block_table, "shape", ()))
         if max_len is None:
             max_len = bt[1] * INDEXER_PAGE_TOKENS if len(bt) == 2 else 0
-        logits = _call.empty(q8, (shape[0], shape[1], max_len), "f32")
+        logits = _call.empty_sized(q8, {"#0": shape[0], "#1": shape[1], "max_len": max_len},
+                                   "f32")
     st = _call.stream_handle(q8, stream)
     _call.run("mla_indexer_logits_decode", q8, st, q8, w_folded, cache, block_table,
               cache_seqlens, logits, st)

@@ -98,7 +98,7 @@ class TransferBuffers:
 
 def transfer_cache_name(cache: int) -> str:
     """'latent' / 'indexer' for a TransferCache code ('?' for another)."""
-    return lib().fn("mla_transfer_cache_name")(int(cache)).decode()
+    return lib().fn("mla_transfer_cache_name")(c_value(ctypes.c_int32, cache, "cache")).decode()
 
 
 def _code(value, table: dict, name: str) -> int:
@@ -189,10 +189,12 @@ def layer_bases(base, layer_stride: int, num_layers: int) -> list:
     """Per-layer views of pools that share one allocation: layer l's view starts
     l * layer_stride bytes into `base` (a dense host array) and runs to its end."""
     flat = _bytes_view(base, "base")
-    n = max(int(num_layers), 0)
+    layer_stride = c_value(ctypes.c_int64, layer_stride, "layer_stride")
+    num_layers = c_value(ctypes.c_int32, num_layers, "num_layers")
+    n = max(num_layers, 0)
     out = (ctypes.c_void_p * n)()
-    lib().call("mla_layer_bases", ctypes.c_void_p(flat.ctypes.data), int(layer_stride),
-               int(num_layers), out, n)
+    lib().call("mla_layer_bases", ctypes.c_void_p(flat.ctypes.data), layer_stride, num_layers,
+               out, n)
     views = []
     for l, p in enumerate(out):
         off = (p or 0) - flat.ctypes.data

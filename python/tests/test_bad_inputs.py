@@ -442,3 +442,46 @@ def test_checked_mode_is_per_thread_and_restored():
             assert not mla.check_device_values()
         assert mla.check_device_values()
     assert not mla.check_device_values() and seen == [False]
+
+
+# ---- sizes the Python helpers allocate from the caller's numbers ------------------------------
+
+ALLOCATION_SIZES = {
+    "kv pages overflow": (lambda: mla.empty_kv_cache(2**62, 64),
+                          mla.OutOfRangeError, r"num_pages = 4611686018427387904, page_size = 64"),
+    "kv negative": (lambda: mla.empty_kv_cache(-1, 64), mla.InvalidValueError,
+                    r"num_pages = -1 is negative"),
+    "kv page_size type": (lambda: mla.empty_kv_cache(4, "x"), mla.InvalidValueError,
+                          r"page_size = 'x' is not an integer"),
+    "kv past int64": (lambda: mla.empty_kv_cache(4, 2**64 + 16, "fp8_ds_mla"),
+                      mla.OutOfRangeError, r"page_size = 18446744073709551632 does not fit"),
+    "indexer pages": (lambda: mla.empty_indexer_cache(2**62), mla.OutOfRangeError,
+                      r"num_pages = 4611686018427387904: the array"),
+    "logits max_len": (lambda: mla.indexer_logits_decode(
+        np.zeros((1, 1, 64, 128), np.uint8), np.zeros((1, 1, 64), np.float32),
+        mla.empty_indexer_cache(1), np.zeros((1, 1), np.int32), np.ones(1, np.int32),
+        max_len=2**62), mla.OutOfRangeError, r"max_len = 4611686018427387904: the array"),
+    "layer_bases num_layers": (lambda: mla.layer_bases(np.zeros(64, np.uint8), 8, 2**31),
+                               mla.OutOfRangeError, r"num_layers = 2147483648 does not fit"),
+    "transfer_cache_name": (lambda: mla.transfer_cache_name(2**40), mla.OutOfRangeError,
+                            r"cache = 1099511627776 does not fit"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(ALLOCATION_SIZES))
+def test_sizes_from_the_caller_are_checked_before_allocating(monkeypatch, what):
+    call, cls, message = ALLOCATION_SIZES[what]
+    from mla import _call
+
+    real_empty = _call.empty
+
+    def guarded(like, shape, dtype):
+        n = 1
+        for d in shape:
+            n *= d
+        assert n < 2**40, f"asked the allocator for {shape} {dtype}"
+        return real_empty(like, shape, dtype)
+
+    monkeypatch.setattr(_call, "empty", guarded)
+    with pytest.raises(cls, match=message):
+        call()
