@@ -81,8 +81,9 @@ def _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index
           index_cache, index_block_table, softmax_scale, out, lse):
     return (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(block_table, "block_table"),
             c.t(cache_seqlens, "cache_seqlens"),
-            c_value(ctypes.c_int64, max_seqlen, "max_seqlen"), c.t(index_q8, "index_q8"), c.t(index_w_folded, "index_w_folded"),
-            c.t(index_cache, "index_cache"), c.t(index_block_table, "index_block_table"),
+            c_value(ctypes.c_int64, max_seqlen, "max_seqlen"), c.t(index_q8, "index_q8"),
+            c.t(index_w_folded, "index_w_folded"), c.t(index_cache, "index_cache"),
+            c.t(index_block_table, "index_block_table"),
             c_value(ctypes.c_float, softmax_scale, "softmax_scale"),
             c.t(out, "out", True), c.t(lse, "lse", True))
 
