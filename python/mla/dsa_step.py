@@ -7,7 +7,7 @@ import ctypes
 from dataclasses import dataclass
 
 from . import _call, errors
-from ._lib import MlaDsaPolicy, c_value, expect_type, lib
+from ._lib import MlaDsaPolicy, c_value, expect_type, filled, lib
 from ._call import Call, decode_outputs, kv_format_of
 
 _PATHS = {"automatic": 0, "dense": 1, "sparse": 2}
@@ -27,8 +27,7 @@ class DsaPolicy:
     batch_invariant: bool = False
 
     def _c(self, path: str = "policy") -> MlaDsaPolicy:
-        p = MlaDsaPolicy()
-        lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
+        p = filled(MlaDsaPolicy, "mla_dsa_default_policy")
         p.topk = c_value(ctypes.c_int32, self.topk, f"{path}.topk")
         if self.dense_below is not None:
             p.dense_below = c_value(ctypes.c_int64, self.dense_below, f"{path}.dense_below")
@@ -49,8 +48,7 @@ def _policy(policy) -> MlaDsaPolicy:
 
 def dsa_default_policy() -> DsaPolicy:
     """The library's default policy (top-2048, the H200's measured crossover)."""
-    p = MlaDsaPolicy()
-    lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
+    p = filled(MlaDsaPolicy, "mla_dsa_default_policy")
     return DsaPolicy(topk=p.topk, dense_below=p.dense_below, path=_PATH_NAMES[p.path],
                      batch_invariant=bool(p.batch_invariant))
 

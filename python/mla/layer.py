@@ -11,7 +11,7 @@ import dataclasses
 
 from . import _call, errors
 from ._call import Call, dtype_name
-from ._lib import MlaLayerConfig, MlaTensor, c_struct, c_value, expect_type, lib
+from ._lib import MlaLayerConfig, MlaTensor, c_struct, c_value, expect_type, filled, lib
 from .rope import RopeConfig
 
 ATTENTION = {"absorbed": 0, "non_absorbed": 1, "sparse": 2}
@@ -41,16 +41,12 @@ class LayerConfig:
 
     @classmethod
     def deepseek_v32(cls) -> "LayerConfig":
-        c = MlaLayerConfig()
-        lib().fn("mla_layer_default_config")(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaLayerConfig, "mla_layer_default_config"))
 
     @classmethod
     def small_test(cls) -> "LayerConfig":
         """hidden 256, 8 heads, q latent 64, d_nope = d_v = 32, top-k 64."""
-        c = MlaLayerConfig()
-        lib().fn("mla_layer_small_test_config")(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaLayerConfig, "mla_layer_small_test_config"))
 
     def _c(self, path: str = "config") -> MlaLayerConfig:
         expect_type(self.rope, RopeConfig, f"{path}.rope")

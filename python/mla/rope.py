@@ -6,7 +6,7 @@ import ctypes
 import dataclasses
 
 from . import _call, errors
-from ._lib import MlaRopeConfig, c_struct, expect_type, lib
+from ._lib import MlaRopeConfig, c_struct, expect_type, filled, lib
 from ._call import Call, dtype_name
 
 LAYOUTS = {"interleaved": 0, "half_split": 1}
@@ -31,9 +31,7 @@ class RopeConfig:
 
     @classmethod
     def deepseek_v3(cls) -> "RopeConfig":
-        c = MlaRopeConfig()
-        lib()._dll.mla_rope_default_config(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaRopeConfig, "mla_rope_default_config"))
 
     def _c(self, path: str = "config") -> MlaRopeConfig:
         return c_struct(MlaRopeConfig, path, dataclasses.asdict(self))

@@ -68,13 +68,6 @@ def test_dsa_decode_max_seqlen_2_pow_62_is_an_error_not_a_heap_overflow():
     assert "ERR" in r.stdout and "max_seqlen = 4611686018427387904" in r.stdout, r.stdout
 
 
-class MlaTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32),
-                ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 6),
-                ("strides", ctypes.c_int64 * 6)]
-
-
 def test_c_abi_view_extent_overflow_is_an_error():
     # Raw ctypes, in its own process: this crashed before the extents were checked.
     r = run_isolated("""
