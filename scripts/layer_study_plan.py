@@ -43,6 +43,14 @@ POINTS = [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
           ("mla-fp8+dsa", "fp8")]  # (format row, cache precision)
 
 
+def point_plans(mla, calibrate, weights="bf16"):
+    """(point, context label, plan at its largest batch) for every point and context."""
+    for name, kv in POINTS:
+        for ctx in CONTEXTS:
+            yield name, f"{ctx // 1024}K", plan(mla, "deepseek-v3.2", ctx, kv,
+                                                calibrate=calibrate, weights=weights)
+
+
 def table(*columns):
     """Prints a Markdown table's header and rule."""
     cells(*columns)
@@ -65,16 +73,14 @@ def main():
     table("point", "context", "KV/request (61 layers, + indexer)", "largest batch", "batch used",
           "bytes/step (61 layers)", "FLOP/B", "floor/step, 61 layers", "per layer",
           "predicted/step", "binds")
-    for name, kv in POINTS:
-        for ctx in CONTEXTS:
-            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
-            layers = d["model"]["layers"]
-            f = row(d, name)
-            st = f["step"]
-            cells(name, f"{ctx // 1024}K", fmt_bytes(f["kv_bytes_per_request"]), f["max_batch"],
-                  d["workload"]["batch"], fmt_bytes(st["bytes"]), f"{st['intensity']:.0f}",
-                  fmt_time(st["floor_s"]), fmt_time(st["floor_s"] / layers),
-                  fmt_time(st["predicted_s"]), st["binds"])
+    for name, context, d in point_plans(mla, calibrate):
+        layers = d["model"]["layers"]
+        f = row(d, name)
+        st = f["step"]
+        cells(name, context, fmt_bytes(f["kv_bytes_per_request"]), f["max_batch"],
+              d["workload"]["batch"], fmt_bytes(st["bytes"]), f"{st['intensity']:.0f}",
+              fmt_time(st["floor_s"]), fmt_time(st["floor_s"] / layers),
+              fmt_time(st["predicted_s"]), st["binds"])
     print()
     print("Fixed batch 4 (the seed's B4), DeepSeek-V3.2, per step of all 61 layers:")
     print()
@@ -93,20 +99,18 @@ def main():
     table("point", "context", "batch", "weights read/layer (bf16)", "projections/layer",
           "attention/layer", "layer (bf16 w)", "61 layers (bf16 w)", "projections share",
           "layer (fp8 w)", "61 layers (fp8 w)")
-    for name, kv in POINTS:
-        for ctx in CONTEXTS:
-            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
-            d8 = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate, weights="fp8")
-            n = d["model"]["layers"]
-            f, f8 = row(d, name), row(d8, name)
-            ls, ls8 = f["layer_step"], f8["layer_step"]
-            proj = f["projections"]["stage"]
-            cells(name, f"{ctx // 1024}K", d["workload"]["batch"],
-                  fmt_bytes(f["projections"]["weight_bytes_per_layer"]),
-                  fmt_time(proj["floor_s"] / n), fmt_time(f["step"]["floor_s"] / n),
-                  fmt_time(ls["per_layer_predicted_s"]), fmt_time(ls["predicted_s"]),
-                  f"{100 * ls['projections_share_of_floor']:.0f}%",
-                  fmt_time(ls8["per_layer_predicted_s"]), fmt_time(ls8["predicted_s"]))
+    for (name, context, d), (_, _, d8) in zip(point_plans(mla, calibrate),
+                                              point_plans(mla, calibrate, weights="fp8")):
+        n = d["model"]["layers"]
+        f, f8 = row(d, name), row(d8, name)
+        ls, ls8 = f["layer_step"], f8["layer_step"]
+        proj = f["projections"]["stage"]
+        cells(name, context, d["workload"]["batch"],
+              fmt_bytes(f["projections"]["weight_bytes_per_layer"]),
+              fmt_time(proj["floor_s"] / n), fmt_time(f["step"]["floor_s"] / n),
+              fmt_time(ls["per_layer_predicted_s"]), fmt_time(ls["predicted_s"]),
+              f"{100 * ls['projections_share_of_floor']:.0f}%",
+              fmt_time(ls8["per_layer_predicted_s"]), fmt_time(ls8["predicted_s"]))
     print()
     print("Fixed batch 4, whole layer (attention + bf16-weight projections), per step of all 61 "
           "layers, and the dense/DSA ratio of the layer beside attention's alone:")
