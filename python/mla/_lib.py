@@ -250,8 +250,8 @@ SIGNATURES: dict[str, list] = {
     "mla_exchange_bytes_file": [ctypes.POINTER(MlaLaunchInfo), _cp, _vp, _sz, _i32],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
-RESTYPES = {"mla_dsa_default_policy": None, "mla_rope_default_config": None, "mla_layer_default_config": None,
-            "mla_layer_small_test_config": None,
+RESTYPES = {"mla_dsa_default_policy": None, "mla_rope_default_config": None,
+            "mla_layer_default_config": None, "mla_layer_small_test_config": None,
             "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
             "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p,
             "mla_family_name": ctypes.c_char_p, "mla_set_check_device_values": None,

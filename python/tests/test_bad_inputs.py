@@ -231,6 +231,63 @@ def test_empty_tokens_in_cache_ops(rng):
     assert c_kv.shape == (0, 512) and k_rope.shape == (0, 64)
 
 
+def _empty_calls(rng):
+    q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 64, [70, 100])
+    cfg = mla.LayerConfig.small_test()
+    w = mla.init_layer_weights(cfg, seed=1)
+    f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+    return {
+        # (the call, the shape of each output it must give)
+        "layer_forward B = 0": (lambda: mla.layer_forward(
+            cfg, w, np.zeros((0, 1, cfg.hidden)), mla.empty_kv_cache(4, 64),
+            np.zeros((0, 1), np.int32), np.ones(0, np.int32)), [(0, 1, cfg.hidden)]),
+        "layer_forward s_q = 0": (lambda: mla.layer_forward(
+            cfg, w, np.zeros((1, 0, cfg.hidden)), mla.empty_kv_cache(4, 64),
+            np.zeros((1, 1), np.int32), np.zeros(1, np.int32)), [(1, 0, cfg.hidden)]),
+        "apply_rope T = 0": (lambda: mla.apply_rope(f32(0, 4, 64), np.zeros(0, np.int64)),
+                             [(0, 4, 64)]),
+        "block_sparse_select B = 0": (lambda: mla.block_sparse_select(q[:0], cache, bt[:0], sl[:0]),
+                                      [(0, 1, mla.block_sparse_capacity()), (0, 1)]),
+        "mha_prefill T = 0": (lambda: mla.mha_prefill(
+            f32(0, 2, 24), f32(0, 2, 24), f32(0, 2, 16), np.zeros(1, np.int32),
+            np.zeros(1, np.int32), SCALE), [(0, 2, 16), (2, 0)]),
+        "decompress_kv N = 0": (lambda: mla.decompress_kv(f32(0, 512), f32(2, 128, 512),
+                                                          f32(2, 128, 512)),
+                                [(0, 2, 128), (0, 2, 128)]),
+        "sparse_prefill s_q = 0": (lambda: mla.sparse_prefill(f32(0, 16, 576), f32(10, 576),
+                                                              np.zeros((0, 64), np.int32), SCALE),
+                                   [(0, 16, 512), (0, 16)]),
+        "quantize_indexer_query B = 0": (lambda: mla.quantize_indexer_query(f32(0, 1, 64, 128),
+                                                                            f32(0, 1, 64)),
+                                         [(0, 1, 64, 128), (0, 1, 64)]),
+    }
+
+
+@pytest.mark.parametrize("what", sorted(_empty_calls(np.random.default_rng(0))))
+def test_empty_batches_are_no_ops_on_every_path(rng, what):
+    call, shapes = _empty_calls(rng)[what]
+    got = call()
+    got = got if isinstance(got, tuple) else (got,)
+    assert [tuple(g.shape) for g in got] == shapes
+
+
+def test_partial_overlap_rejected_on_the_struct_paths(rng):
+    x = rng.standard_normal((5, 4, 64)).astype(np.float32)
+    shifted = np.lib.stride_tricks.as_strided(x.reshape(-1)[64:], x.shape, x.strides,
+                                              writeable=True)
+    with pytest.raises(mla.InvalidValueError, match="out .* overlaps input x"):
+        mla.apply_rope(x, np.arange(5), out=shifted)
+    np.testing.assert_array_equal(mla.apply_rope(x.copy(), np.arange(5), out=None),
+                                  mla.apply_rope(x, np.arange(5), out=x))  # in place: documented
+    q, cache, bt, sl = make_paged_problem(rng, 2, 1, 16, 64, [70, 100])
+    icache, q8, wf = indexer_side(rng, cache.shape[0], 2, 1)
+    out = np.zeros((2, 1, 16, 512), np.float32)
+    with pytest.raises(mla.InvalidValueError, match="overlaps"):
+        mla.dsa_decode(q, cache, bt, sl, 128, q8, wf, icache, SCALE, out=out,
+                       lse=out.reshape(-1)[:32].reshape(2, 16, 1),
+                       policy=mla.DsaPolicy(topk=64, path="sparse"))
+
+
 # ---- inputs are only read --------------------------------------------------------------------------
 
 
