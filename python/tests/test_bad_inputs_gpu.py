@@ -187,10 +187,26 @@ def test_cuda_topk_length_past_the_block_table_translates_nothing_outside_it():
 # ---- the checked mode: device values checked on the host before the launch ----------------
 
 
-def test_cuda_decode_bad_page_id_nan_rows_or_checked_error(rng):
+# issue 20's GPU repros for dense decode: (the tensor, the entry of request 0 it breaks, the
+# value, the checked mode's error). Lengths (20, 30), pages of 64: block_table [2, 1], 5 pages.
+BAD_DENSE = {
+    "page past the pool": ("block_table", (0, 0), 1000,
+                           r"block_table\[0\]\[0\] = 1000 is past num_pages"),
+    "page 2^31 - 1": ("block_table", (0, 0), 2**31 - 1,
+                      r"block_table\[0\]\[0\] = 2147483647 is past num_pages"),
+    "page -5": ("block_table", (0, 0), -5, r"block_table\[0\]\[0\] = -5 is negative"),
+    "length past the block table": ("cache_seqlens", 0, 65,
+                                    r"cache_seqlens\[0\] = 65 is past the capacity"),
+    "negative length": ("cache_seqlens", 0, -3, r"cache_seqlens\[0\] = -3 is negative"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BAD_DENSE))
+def test_cuda_decode_bad_device_values_nan_rows_or_checked_error(rng, what):
+    tensor, at, value, message = BAD_DENSE[what]
     q, cache, bt, sl = dense_problem(rng)
-    bt = bt.clone()
-    bt[0, 0] = 1000  # past the pool: request 0 reads it
+    bt, sl = bt.clone(), sl.clone()
+    {"block_table": bt, "cache_seqlens": sl}[tensor][at] = value
     out, lse = mla.mla_decode(q, cache, bt, sl, SCALE)  # unchecked: the documented guard
     torch = torch_mod()
     torch.cuda.synchronize()
@@ -198,8 +214,48 @@ def test_cuda_decode_bad_page_id_nan_rows_or_checked_error(rng):
     assert np.isnan(o[0]).all() and np.isnan(l[0]).all(), "request 0 is not NaN"
     assert np.isfinite(o[1]).all() and np.isfinite(l[1]).all(), "request 1 was disturbed"
     with mla.checked_device_values():
-        with pytest.raises(mla.OutOfRangeError, match=r"block_table\[0\]\[0\] = 1000"):
+        with pytest.raises(mla.OutOfRangeError, match=message):
             mla.mla_decode(q, cache, bt, sl, SCALE)
+
+
+def _assert_same_as(got, want):
+    """Out (bf16) and lse as the run whose lists hold -1 where `got`'s hold bad indices."""
+    go, wo = host(got[0]).astype(np.float32), host(want[0]).astype(np.float32)
+    gl, wl = host(got[1]), host(want[1])
+    assert np.isfinite(go).all() and np.isfinite(gl).all()
+    np.testing.assert_allclose(go, wo, rtol=0, atol=1e-2)  # bf16 outputs of size ~1
+    np.testing.assert_allclose(gl, wl, rtol=0, atol=1e-4)
+
+
+def test_cuda_sparse_decode_bad_index_is_none(rng):
+    q, cache, _, _ = dense_problem(rng, lengths=(100, 120))
+    slots = cache.shape[0] * cache.shape[1]
+    idx = rng.integers(0, slots, (2, 1, 64)).astype(np.int32)
+    idx[:, :, 40:] = -1
+    bad = idx.copy()
+    bad[0, 0, 40], bad[0, 0, 41], bad[1, 0, 42] = 10**6, -5, 2**31 - 1
+    idx, bad = cuda(idx), cuda(bad)
+    _assert_same_as(mla.sparse_decode(q, cache, bad, SCALE),
+                    mla.sparse_decode(q, cache, idx, SCALE))
+    with mla.checked_device_values():
+        with pytest.raises(mla.OutOfRangeError, match=r"indices\[0\]\[0\]\[40\] = 1000000"):
+            mla.sparse_decode(q, cache, bad, SCALE)
+
+
+def test_cuda_sparse_prefill_bad_index_is_none(rng):
+    s_q, h, s_kv, topk = 4, 64, 256, 64
+    q = cuda(rng.standard_normal((s_q, h, 576)).astype(np.float32)).bfloat16()
+    kv = cuda(rng.standard_normal((s_kv, 576)).astype(np.float32)).bfloat16()
+    idx = np.stack([rng.permutation(s_kv)[:topk] for _ in range(s_q)]).astype(np.int32)
+    idx[:, 48:] = -1
+    bad = idx.copy()
+    bad[0, 48], bad[1, 49], bad[3, 50] = 10**6, -5, s_kv
+    idx, bad = cuda(idx), cuda(bad)
+    _assert_same_as(mla.sparse_prefill(q, kv, bad, SCALE),
+                    mla.sparse_prefill(q, kv, idx, SCALE))
+    with mla.checked_device_values():
+        with pytest.raises(mla.OutOfRangeError, match=r"indices\[0\]\[48\] = 1000000 is past"):
+            mla.sparse_prefill(q, kv, bad, SCALE)
 
 
 def test_cuda_checked_mode_names_bad_slots_and_indices(rng):
