@@ -159,6 +159,25 @@ def c_struct(cls, path: str, values: dict):
     return cls(**{n: c_value(types[n], v, prefix + n) for n, v in values.items()})
 
 
+def choice(value, table: dict, path: str):
+    """table[value] for one of the names of `table`, or raise InvalidValueError naming
+    `path`, the value as given and the names."""
+    if isinstance(value, str) and value in table:
+        return table[value]
+    raise errors.InvalidValueError(
+        f"{path} = {value!r} is not one of {sorted(table, key=table.get)}")
+
+
+def flag(value, path: str) -> bool:
+    """A bool argument: True, False (NumPy's too) or the ints 0 and 1; nothing else
+    (a string such as 'no' would read as True)."""
+    if value is True or value is False:
+        return value
+    if type(value).__name__ in ("bool", "bool_") or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise errors.InvalidValueError(f"{path} = {value!r} is not a bool")
+
+
 def expect_type(value, cls, path: str) -> None:
     """Raises InvalidValueError naming `path` unless value is a `cls`."""
     if not isinstance(value, cls):

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from . import _call
-from ._call import float_out, kv_format_code
+from ._call import float_out, kv_format_code, out_dtype_arg
+from ._lib import flag
 
 TOPK_MAX = 8192  # mla::kTopkMax (mla/topk.hpp): no indices array is allocated for a larger k
 
@@ -100,7 +101,7 @@ def decompress_kv(c_kv, w_uk, w_uv, *, k_nope=None, v=None, out_dtype=None, stre
 
         return torch_ops.decompress_kv(c_kv, w_uk, w_uv)
     cs, ks, vs = (tuple(getattr(x, "shape", ())) for x in (c_kv, w_uk, w_uv))
-    od = out_dtype or float_out(c_kv)
+    od = out_dtype_arg(out_dtype) or float_out(c_kv)
     if k_nope is None and len(cs) == 2 and len(ks) == 3:
         k_nope = _call.empty(c_kv, (cs[0], ks[0], ks[1]), od)
     if v is None and len(cs) == 2 and len(vs) == 3:
@@ -119,14 +120,14 @@ def mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal=True,
         from . import torch_ops
 
         return torch_ops.mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                                     bool(causal))
+                                     flag(causal, "causal"))
     qs, vs = tuple(getattr(q, "shape", ())), tuple(getattr(v, "shape", ()))
-    od = out_dtype or float_out(q)
+    od = out_dtype_arg(out_dtype) or float_out(q)
     if out is None and len(qs) == 3 and len(vs) == 3:
         out = _call.empty(q, (qs[0], qs[1], vs[2]), od)
     if lse is None and len(qs) == 3:
         lse = _call.empty(q, (qs[1], qs[0]), "f64" if od == "f64" else "f32")
     st = _call.stream_handle(q, stream)
     _call.run("mla_mha_prefill", q, st, q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-              bool(causal), out, lse, st)
+              flag(causal, "causal"), out, lse, st)
     return out, lse

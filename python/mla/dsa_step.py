@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from . import _call, errors
-from ._lib import MlaDsaPolicy, c_value, expect_type, filled, lib
+from . import _call
+from ._lib import MlaDsaPolicy, c_value, choice, expect_type, filled, flag, lib
 from ._call import Call, decode_outputs, kv_format_of
 
 _PATHS = {"automatic": 0, "dense": 1, "sparse": 2}
@@ -31,11 +31,8 @@ class DsaPolicy:
         p.topk = c_value(ctypes.c_int32, self.topk, f"{path}.topk")
         if self.dense_below is not None:
             p.dense_below = c_value(ctypes.c_int64, self.dense_below, f"{path}.dense_below")
-        if self.path not in _PATHS:
-            raise errors.InvalidValueError(
-                f"{path}.path = {self.path!r} is not 'automatic', 'dense' or 'sparse'")
-        p.path = _PATHS[self.path]
-        p.batch_invariant = int(bool(self.batch_invariant))
+        p.path = choice(self.path, _PATHS, f"{path}.path")
+        p.batch_invariant = int(flag(self.batch_invariant, f"{path}.batch_invariant"))
         return p
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 from . import _call, errors
 from ._call import Call, dtype_name
-from ._lib import MlaLayerConfig, MlaTensor, c_struct, c_value, expect_type, filled, lib
+from ._lib import MlaLayerConfig, MlaTensor, c_struct, c_value, choice, expect_type, filled, lib
 from .rope import RopeConfig
 
 ATTENTION = {"absorbed": 0, "non_absorbed": 1, "sparse": 2}
@@ -130,9 +130,7 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
     index_cache and page size 64). CPU: f32/f64 (bf16 too) arrays, exact reference.
     CUDA: hidden bf16, matrix weights bf16, norm weights f32; `workspace` (bytes on
     hidden's device) is allocated with hidden's framework when not given."""
-    if attention not in ATTENTION:
-        raise errors.InvalidValueError(
-            f"attention = {attention!r} is not one of {sorted(ATTENTION)}")
+    attention_code = choice(attention, ATTENTION, "attention")
     fmt = _call.kv_format_of(kv_cache, kv_format)
     if out is None:
         shape = tuple(getattr(hidden, "shape", ()))
@@ -143,7 +141,7 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
     common = (ctypes.byref(cfg), arr, c.t(hidden, "hidden"),
               c.cache(kv_cache, "kv", fmt, writable=True), fmt,
               c.t(index_cache, "index_cache", True), c.t(block_table, "block_table"),
-              c.t(cache_seqlens, "cache_seqlens"), ATTENTION[attention], c.t(out, "out", True))
+              c.t(cache_seqlens, "cache_seqlens"), attention_code, c.t(out, "out", True))
     if workspace is None:
         n = ctypes.c_size_t(0)
         c.run("mla_layer_workspace_size", *common, ctypes.byref(n))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-from . import _call, errors
-from ._lib import MlaRopeConfig, c_struct, expect_type, filled, lib
+from . import _call
+from ._lib import MlaRopeConfig, c_struct, choice, expect_type, filled, lib
 from ._call import Call, dtype_name
 
 LAYOUTS = {"interleaved": 0, "half_split": 1}
@@ -68,13 +68,11 @@ def apply_rope(x, positions, config: RopeConfig | None = None, layout: str = "in
     """Rotates x [T, heads, dim] (f32; f64 on CPU) by positions [T] (int32/int64).
     layout 'interleaved' pairs (2i, 2i+1) (MLA's q_rope/k_rope), 'half_split' pairs
     (i, i + dim/2) (V3.2's indexer). out may be x (in place); allocated otherwise."""
-    if layout not in LAYOUTS:
-        raise errors.InvalidValueError(
-            f"layout = {layout!r} is neither 'interleaved' nor 'half_split'")
+    layout_code = choice(layout, LAYOUTS, "layout")
     cfg = _config(config)
     if out is None:
         out = _call.empty(x, tuple(getattr(x, "shape", ())), dtype_name(x))
     c = Call(x, stream)
     c.run("mla_apply_rope", c.t(x, "x"), c.t(positions, "positions"), c.t(out, "out", True),
-          ctypes.byref(cfg), LAYOUTS[layout], c.stream_arg)
+          ctypes.byref(cfg), layout_code, c.stream_arg)
     return out

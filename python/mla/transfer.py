@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 from . import errors
 from ._call import ctypes_tensor
 from ._lib import (DEVICE_CPU, MASTER_ADDR_MAX, DTYPE_NAMES, DTYPE_SIZES, GETENV_FN, KV_FORMATS, MlaCopyRun,
                    MlaLaunchInfo, MlaTransferBuffers, MlaTransferPlanInfo, MlaTransferRequest,
-                   MlaTransferSide, c_struct, c_value, expect_type, lib)
+                   MlaTransferSide, c_struct, c_value, choice, expect_type, lib)
 
 TRANSFER_CACHES = {"latent": 0, "indexer": 1}  # mla::TransferCache
 TRANSFER_ORDERS = {"by_layer": 0, "whole": 1}  # mla::TransferOrder
@@ -101,13 +102,6 @@ def transfer_cache_name(cache: int) -> str:
     return lib().fn("mla_transfer_cache_name")(c_value(ctypes.c_int32, cache, "cache")).decode()
 
 
-def _code(value, table: dict, name: str) -> int:
-    if value not in table:
-        raise errors.InvalidValueError(
-            f"{name} = {value!r} is not one of {sorted(table, key=table.get)}")
-    return table[value]
-
-
 def _side(side: TransferSide | None, name: str, keep: list) -> MlaTransferSide:
     if side is None:
         return MlaTransferSide()
@@ -138,8 +132,8 @@ def _request(req: TransferRequest, keep: list) -> MlaTransferRequest:
         for name in ("src_indexer", "dst_indexer"):
             if getattr(req, name) is None:
                 raise errors.InvalidValueError(f"with_indexer = True but {name} is None")
-    src_fmt = _code(req.src_format, KV_FORMATS, "src_format")
-    dst_fmt = _code(req.src_format if req.dst_format is None else req.dst_format, KV_FORMATS,
+    src_fmt = choice(req.src_format, KV_FORMATS, "src_format")
+    dst_fmt = choice(req.src_format if req.dst_format is None else req.dst_format, KV_FORMATS,
                     "dst_format")
     sides = {n: _side(getattr(req, n) if with_indexer or n.endswith("latent") else None, n,
                       keep)
@@ -147,7 +141,7 @@ def _request(req: TransferRequest, keep: list) -> MlaTransferRequest:
     return c_struct(MlaTransferRequest, "", dict(
         first_token=req.first_token, num_tokens=req.num_tokens, num_layers=req.num_layers,
         src_format=src_fmt, dst_format=dst_fmt, with_indexer=int(with_indexer),
-        order=_code(req.order, TRANSFER_ORDERS, "order"), **sides))
+        order=choice(req.order, TRANSFER_ORDERS, "order"), **sides))
 
 
 def plan_transfer(request: TransferRequest | None = None, **fields) -> TransferPlan:
@@ -248,11 +242,16 @@ def execute_copy_plan(plan, src, dst) -> None:
     """Copies every run of `plan` (a TransferPlan or a list of CopyRun) with memcpy from
     the src pools to the dst pools: TransferBuffers, or a list of per-layer latent arrays.
     Host arrays only. Every base and bound is checked before the first copy."""
+    if not isinstance(plan, (TransferPlan, list, tuple)):
+        raise errors.InvalidValueError(
+            f"plan = {plan!r} is a {type(plan).__name__}, not a TransferPlan or a list of CopyRun")
     runs = plan.runs if isinstance(plan, TransferPlan) else list(plan)
+    for i, r in enumerate(runs):
+        expect_type(r, CopyRun, f"plan[{i}]")
     c_runs = (MlaCopyRun * len(runs))(*[
         c_struct(MlaCopyRun, f"runs[{i}]", dict(
             src_offset=r.src_offset, dst_offset=r.dst_offset, bytes=r.bytes, layer=r.layer,
-            cache=_code(r.cache, TRANSFER_CACHES, f"runs[{i}].cache")))
+            cache=choice(r.cache, TRANSFER_CACHES, f"runs[{i}].cache")))
         for i, r in enumerate(runs)])
     keep: list = []
     s = _buffers(src, "src", runs, keep)
@@ -290,6 +289,7 @@ def launch_info_from_env(env=None) -> LaunchInfo:
     if env is None:
         lib().call("mla_launch_info_from_env", ctypes.byref(c), GETENV_FN(), None)
     else:
+        expect_type(env, Mapping, "env")
         values = {k: ctypes.create_string_buffer(str(v).encode()) for k, v in env.items()}
 
         def get(name, _user):

@@ -448,7 +448,45 @@ WRONG_TYPES = {
     "who.rank": (lambda: mla.exchange_bytes_file(mla.LaunchInfo(rank=2**31), "/nonexistent",
                                                  b"x"),
                  r"who\.rank = 2147483648 does not fit"),
+    "kv_format float": (lambda: mla.mla_decode(*_decode_args(), kv_format=3.5),
+                        r"kv_format = 3\.5 is not one of \['bf16', 'fp8_ds_mla'\]"),
+    "kv_format list": (lambda: mla.mla_decode(*_decode_args(), kv_format=[1]),
+                       r"kv_format = \[1\] is not one of"),
+    "causal": (lambda: mla.mla_decode(*_decode_args(), causal="no"),
+               r"causal = 'no' is not a bool"),
+    "batch_invariant": (lambda: mla.mla_decode(*_decode_args(), batch_invariant=2),
+                        r"batch_invariant = 2 is not a bool"),
+    "mha causal": (lambda: mla.mha_prefill(*[np.zeros((1, 1, 8), np.float32)] * 3,
+                                           np.array([0, 1], np.int32), np.array([0, 1], np.int32),
+                                           SCALE, causal=None), r"causal = None is not a bool"),
+    "out_dtype": (lambda: mla.mla_decode(*_decode_args(), out_dtype="f17"),
+                  r"out_dtype = 'f17' is not one of"),
+    "merge out_dtype": (lambda: mla.merge_attn_partials(np.zeros((2, 1, 512), np.float32),
+                                                        np.zeros((2, 1), np.float32),
+                                                        out_dtype="x"),
+                        r"out_dtype = 'x' is not one of"),
+    "stream": (lambda: mla.mla_decode(*_decode_args(), stream="x"),
+               r"stream = 'x' is not a CUDA stream"),
+    "like": (lambda: mla.empty_kv_cache(4, 16, like="x"), r"like: str is not an array"),
+    "attention": (lambda: mla.layer_forward(_small_layer(), {}, np.zeros((1, 1, 256)),
+                                            mla.empty_kv_cache(4, 64), np.zeros((1, 1), np.int32),
+                                            np.ones(1, np.int32), attention=["x"]),
+                  r"attention = \['x'\] is not one of"),
+    "layout": (lambda: mla.apply_rope(np.zeros((1, 1, 64), np.float32), np.zeros(1, np.int64),
+                                      layout=3), r"layout = 3 is not one of"),
+    "policy.path": (lambda: mla.dsa_decode_path(100, mla.DsaPolicy(path=["x"])),
+                    r"policy\.path = \['x'\] is not one of"),
+    "order": (lambda: mla.plan_transfer(src_latent=_side(), dst_latent=_side(), num_tokens=1,
+                                        order={}), r"order = \{\} is not one of"),
+    "plan": (lambda: mla.execute_copy_plan("x", [], []), r"plan = 'x' is a str"),
+    "plan[0]": (lambda: mla.execute_copy_plan([(0, 0, 8)], [], []), r"plan\[0\] = \(0, 0, 8\)"),
+    "env": (lambda: mla.launch_info_from_env(5), r"env = 5 is a int, not a Mapping"),
 }
+
+
+def _decode_args():
+    q, cache, bt, sl = make_paged_problem(np.random.default_rng(3), 2, 1, 16, 16, [20, 30])
+    return q, cache, bt, sl, SCALE
 
 
 @pytest.mark.parametrize("what", sorted(WRONG_TYPES))
