@@ -218,13 +218,19 @@ def test_cuda_decode_bad_device_values_nan_rows_or_checked_error(rng, what):
             mla.mla_decode(q, cache, bt, sl, SCALE)
 
 
-def _assert_same_as(got, want):
-    """Out (bf16) and lse as the run whose lists hold -1 where `got`'s hold bad indices."""
+def _bad_index_is_none(run, idx, bad, message):
+    """run(indices) with out-of-range entries in `bad` gives finite out and lse, those of
+    `idx` (-1 there); the checked mode names the first bad entry instead."""
+    idx, bad = cuda(idx), cuda(bad)
+    got, want = run(bad), run(idx)
     go, wo = host(got[0]).astype(np.float32), host(want[0]).astype(np.float32)
     gl, wl = host(got[1]), host(want[1])
     assert np.isfinite(go).all() and np.isfinite(gl).all()
     np.testing.assert_allclose(go, wo, rtol=0, atol=1e-2)  # bf16 outputs of size ~1
     np.testing.assert_allclose(gl, wl, rtol=0, atol=1e-4)
+    with mla.checked_device_values():
+        with pytest.raises(mla.OutOfRangeError, match=message):
+            run(bad)
 
 
 def test_cuda_sparse_decode_bad_index_is_none(rng):
@@ -234,12 +240,8 @@ def test_cuda_sparse_decode_bad_index_is_none(rng):
     idx[:, :, 40:] = -1
     bad = idx.copy()
     bad[0, 0, 40], bad[0, 0, 41], bad[1, 0, 42] = 10**6, -5, 2**31 - 1
-    idx, bad = cuda(idx), cuda(bad)
-    _assert_same_as(mla.sparse_decode(q, cache, bad, SCALE),
-                    mla.sparse_decode(q, cache, idx, SCALE))
-    with mla.checked_device_values():
-        with pytest.raises(mla.OutOfRangeError, match=r"indices\[0\]\[0\]\[40\] = 1000000"):
-            mla.sparse_decode(q, cache, bad, SCALE)
+    _bad_index_is_none(lambda i: mla.sparse_decode(q, cache, i, SCALE), idx, bad,
+                       r"indices\[0\]\[0\]\[40\] = 1000000")
 
 
 def test_cuda_sparse_prefill_bad_index_is_none(rng):
@@ -250,12 +252,8 @@ def test_cuda_sparse_prefill_bad_index_is_none(rng):
     idx[:, 48:] = -1
     bad = idx.copy()
     bad[0, 48], bad[1, 49], bad[3, 50] = 10**6, -5, s_kv
-    idx, bad = cuda(idx), cuda(bad)
-    _assert_same_as(mla.sparse_prefill(q, kv, bad, SCALE),
-                    mla.sparse_prefill(q, kv, idx, SCALE))
-    with mla.checked_device_values():
-        with pytest.raises(mla.OutOfRangeError, match=r"indices\[0\]\[48\] = 1000000 is past"):
-            mla.sparse_prefill(q, kv, bad, SCALE)
+    _bad_index_is_none(lambda i: mla.sparse_prefill(q, kv, i, SCALE), idx, bad,
+                       r"indices\[0\]\[48\] = 1000000 is past")
 
 
 def test_cuda_checked_mode_names_bad_slots_and_indices(rng):
