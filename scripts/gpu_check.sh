@@ -3,13 +3,17 @@
 # after `cmake --build build` (or with a build folder carried to the GPU machine).
 #
 #   bash scripts/gpu_check.sh SUITE...      SUITE: decode sparse indexer topk prefill layer
-#                                                  python sanitize all
+#                                                  python sanitize bad-input all
 #
 #   decode .. layer  the GPU tests of that family (mla_tests_gpu with a gtest filter)
 #   python           pytest python/tests on the built library (the GPU twins run on torch CUDA
 #                    tensors when torch sees a GPU)
 #   sanitize         compute-sanitizer memcheck and racecheck on the small tests of the kernel
 #                    families named on the same command line (all of them when none is named)
+#   bad-input        issue 20's bad-input table on CUDA tensors under compute-sanitizer memcheck:
+#                    the C++ GPU tests that feed bad device values and bad arguments, then
+#                    python/tests/test_bad_inputs_gpu.py on torch CUDA tensors (torch's caching
+#                    allocator off, so every tensor's bounds are its own)
 #   all              every family, python and sanitize
 #
 # Environment: BUILD (default build), OUT (logs; default /tmp/mla-gpu-check), TIMEOUT (seconds
@@ -38,19 +42,22 @@ small_topk='TopkGpu.SmallForSanitizer'
 small_prefill='PrefillGpu.AttentionRaggedBatchWithPrefixes:PrefillGpu.QueriesThatSeeNoKey*:PrefillGpu.ChunkedEqualsAllAtOnceFp8Cache'
 small_layer='*LayerGpu.SmallConfig*'
 race_families="decode sparse indexer topk prefill"
+# The C++ half of the bad-input table on the GPU (bad page ids, lengths, arguments).
+filter_bad_input='*DecodeGpu*.BadDeviceValues*:DecodeGpuArgs.*:IndexerGpu.LogitsDecodeSkipsInvalidPages:IndexerGpu.LogitsDecodeEmptyCache:PrefillGpu.ChunkedRejectsBadArguments:PrefillGpu.PublicMhaPrefillRejectsBadSeqlens:PrefillGpu.QueriesThatSeeNoKey*:SparseGpuArgs.*:TopkGpu.RejectsWhatAKernelCannotTake:AppendGpu.Rejects*:DsaStepGpu.WorkspaceTooSmall'
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 [ $# -eq 0 ] && { usage; exit 2; }
 
-want_python=0 want_sanitize=0 families=""
+want_python=0 want_sanitize=0 want_bad_input=0 families=""
 for a in "$@"; do
   case $a in
   decode | sparse | indexer | topk | prefill | layer) families="$families $a" ;;
   python) want_python=1 ;;
   sanitize) want_sanitize=1 ;;
-  all) families=$FAMILIES want_python=1 want_sanitize=1 ;;
+  bad-input) want_bad_input=1 ;;
+  all) families=$FAMILIES want_python=1 want_sanitize=1 want_bad_input=1 ;;
   -h | --help) usage; exit 0 ;;
-  *) echo "gpu_check.sh: unknown suite '$a' (decode sparse indexer topk prefill layer python sanitize all)" >&2
+  *) echo "gpu_check.sh: unknown suite '$a' (decode sparse indexer topk prefill layer python sanitize bad-input all)" >&2
      exit 2 ;;
   esac
 done
@@ -110,6 +117,30 @@ if [ $want_sanitize -eq 1 ]; then
       record "$f $tool" $rc
     done
   done
+fi
+
+if [ $want_bad_input -eq 1 ]; then
+  flt=$(suite_var filter bad_input)
+  step "bad-input: compute-sanitizer memcheck, $(count_tests "$flt") C++ GPU tests ($flt)"
+  timeout "$TIMEOUT" compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
+    --gtest_brief=1 --gtest_filter="$flt" >"$OUT/memcheck_bad_input.log" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|tests ran|FAILED" "$OUT/memcheck_bad_input.log" | tail -4
+  record "bad-input C++ memcheck" $rc
+  # (--report-api-errors no: torch's start-up probes fail some runtime calls on purpose;
+  # a failed call of ours raises in Python and fails the test instead)
+  step "bad-input: compute-sanitizer memcheck, pytest python/tests/test_bad_inputs_gpu.py"
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 MLA_LIBRARY="$PWD/$BUILD/libmla.so" \
+    PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout "$TIMEOUT" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    --report-api-errors no python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_bad_inputs_gpu.py >"$OUT/memcheck_bad_input_python.log" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|passed|failed|SKIPPED" "$OUT/memcheck_bad_input_python.log" | tail -6
+  # A run where torch saw no GPU skips every test: that is not a pass.
+  if grep -q "SKIPPED" "$OUT/memcheck_bad_input_python.log" && \
+      ! grep -qE "[0-9]+ passed" "$OUT/memcheck_bad_input_python.log"; then rc=3; fi
+  record "bad-input python memcheck" $rc
 fi
 
 if [ $want_python -eq 1 ]; then

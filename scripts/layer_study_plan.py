@@ -39,6 +39,28 @@ def row(d, name):
     return next(f for f in d["formats"] if f["name"] == name)
 
 
+POINTS = [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
+          ("mla-fp8+dsa", "fp8")]  # (format row, cache precision)
+
+
+def point_plans(mla, calibrate, weights="bf16"):
+    """(point, context label, plan at its largest batch) for every point and context."""
+    for name, kv in POINTS:
+        for ctx in CONTEXTS:
+            yield name, f"{ctx // 1024}K", plan(mla, "deepseek-v3.2", ctx, kv,
+                                                calibrate=calibrate, weights=weights)
+
+
+def table(*columns):
+    """Prints a Markdown table's header and rule."""
+    cells(*columns)
+    print("|" + "---|" * len(columns))
+
+
+def cells(*values):
+    print("| " + " | ".join(str(v) for v in values) + " |")
+
+
 def main():
     args = sys.argv[1:]
     calibrate = None
@@ -48,85 +70,72 @@ def main():
         del args[i:i + 2]
     mla = args[0] if args else "./build/mla"
 
-    layers = None
-    print("| point | context | KV/request (61 layers, + indexer) | largest batch | batch used "
-          "| bytes/step (61 layers) | FLOP/B | floor/step, 61 layers | per layer | predicted/step | binds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, kv in [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
-                     ("mla-fp8+dsa", "fp8")]:
-        for ctx in CONTEXTS:
-            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
-            layers = d["model"]["layers"]
-            f = row(d, name)
-            st = f["step"]
-            print(f"| {name} | {ctx // 1024}K | {fmt_bytes(f['kv_bytes_per_request'])} "
-                  f"| {f['max_batch']} | {d['workload']['batch']} | {fmt_bytes(st['bytes'])} "
-                  f"| {st['intensity']:.0f} | {fmt_time(st['floor_s'])} "
-                  f"| {fmt_time(st['floor_s'] / layers)} | {fmt_time(st['predicted_s'])} "
-                  f"| {st['binds']} |")
+    table("point", "context", "KV/request (61 layers, + indexer)", "largest batch", "batch used",
+          "bytes/step (61 layers)", "FLOP/B", "floor/step, 61 layers", "per layer",
+          "predicted/step", "binds")
+    for name, context, d in point_plans(mla, calibrate):
+        layers = d["model"]["layers"]
+        f = row(d, name)
+        st = f["step"]
+        cells(name, context, fmt_bytes(f["kv_bytes_per_request"]), f["max_batch"],
+              d["workload"]["batch"], fmt_bytes(st["bytes"]), f"{st['intensity']:.0f}",
+              fmt_time(st["floor_s"]), fmt_time(st["floor_s"] / layers),
+              fmt_time(st["predicted_s"]), st["binds"])
     print()
     print("Fixed batch 4 (the seed's B4), DeepSeek-V3.2, per step of all 61 layers:")
     print()
-    print("| context | mla-bf16 | mla-fp8 | mla-bf16+dsa | mla-fp8+dsa | dense/DSA (bf16) |")
-    print("|---|---|---|---|---|---|")
+    names = [name for name, _ in POINTS]
+    table("context", *names, "dense/DSA (bf16)")
     for ctx in CONTEXTS:
         d = plan(mla, "deepseek-v3.2", ctx, "bf16", batch=4, calibrate=calibrate)
-        t = {n: row(d, n)["step"]["predicted_s"] for n in
-             ("mla-bf16", "mla-fp8", "mla-bf16+dsa", "mla-fp8+dsa")}
-        print(f"| {ctx // 1024}K | " + " | ".join(fmt_time(v) for v in t.values()) +
-              f" | {t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x |")
+        t = {n: row(d, n)["step"]["predicted_s"] for n in names}
+        cells(f"{ctx // 1024}K", *(fmt_time(v) for v in t.values()),
+              f"{t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x")
     print()
     print("Whole attention layer (attention + projections), DeepSeek-V3.2, each configuration "
           "at its own largest batch; projections with bf16 weights (the study's layer) and, "
           "last columns, fp8 weights (the released precision):")
     print()
-    print("| point | context | batch | weights read/layer (bf16) | projections/layer | attention/layer "
-          "| layer (bf16 w) | 61 layers (bf16 w) | projections share | layer (fp8 w) | 61 layers (fp8 w) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, kv in [("mla-bf16", "bf16"), ("mla-fp8", "fp8"), ("mla-bf16+dsa", "bf16"),
-                     ("mla-fp8+dsa", "fp8")]:
-        for ctx in CONTEXTS:
-            d = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate)
-            d8 = plan(mla, "deepseek-v3.2", ctx, kv, calibrate=calibrate, weights="fp8")
-            n = d["model"]["layers"]
-            f, f8 = row(d, name), row(d8, name)
-            ls, ls8 = f["layer_step"], f8["layer_step"]
-            proj = f["projections"]["stage"]
-            print(f"| {name} | {ctx // 1024}K | {d['workload']['batch']} "
-                  f"| {fmt_bytes(f['projections']['weight_bytes_per_layer'])} "
-                  f"| {fmt_time(proj['floor_s'] / n)} | {fmt_time(f['step']['floor_s'] / n)} "
-                  f"| {fmt_time(ls['per_layer_predicted_s'])} | {fmt_time(ls['predicted_s'])} "
-                  f"| {100 * ls['projections_share_of_floor']:.0f}% "
-                  f"| {fmt_time(ls8['per_layer_predicted_s'])} | {fmt_time(ls8['predicted_s'])} |")
+    table("point", "context", "batch", "weights read/layer (bf16)", "projections/layer",
+          "attention/layer", "layer (bf16 w)", "61 layers (bf16 w)", "projections share",
+          "layer (fp8 w)", "61 layers (fp8 w)")
+    for (name, context, d), (_, _, d8) in zip(point_plans(mla, calibrate),
+                                              point_plans(mla, calibrate, weights="fp8")):
+        n = d["model"]["layers"]
+        f, f8 = row(d, name), row(d8, name)
+        ls, ls8 = f["layer_step"], f8["layer_step"]
+        proj = f["projections"]["stage"]
+        cells(name, context, d["workload"]["batch"],
+              fmt_bytes(f["projections"]["weight_bytes_per_layer"]),
+              fmt_time(proj["floor_s"] / n), fmt_time(f["step"]["floor_s"] / n),
+              fmt_time(ls["per_layer_predicted_s"]), fmt_time(ls["predicted_s"]),
+              f"{100 * ls['projections_share_of_floor']:.0f}%",
+              fmt_time(ls8["per_layer_predicted_s"]), fmt_time(ls8["predicted_s"]))
     print()
     print("Fixed batch 4, whole layer (attention + bf16-weight projections), per step of all 61 "
           "layers, and the dense/DSA ratio of the layer beside attention's alone:")
     print()
-    print("| context | mla-bf16 | mla-fp8 | mla-bf16+dsa | mla-fp8+dsa | dense/DSA layer (bf16) "
-          "| dense/DSA attention only (bf16) |")
-    print("|---|---|---|---|---|---|---|")
+    table("context", *names, "dense/DSA layer (bf16)", "dense/DSA attention only (bf16)")
     for ctx in CONTEXTS:
         d = plan(mla, "deepseek-v3.2", ctx, "bf16", batch=4, calibrate=calibrate)
-        t = {n: row(d, n)["layer_step"]["predicted_s"] for n in
-             ("mla-bf16", "mla-fp8", "mla-bf16+dsa", "mla-fp8+dsa")}
+        t = {n: row(d, n)["layer_step"]["predicted_s"] for n in names}
         a = {n: row(d, n)["step"]["predicted_s"] for n in ("mla-bf16", "mla-bf16+dsa")}
-        print(f"| {ctx // 1024}K | " + " | ".join(fmt_time(v) for v in t.values()) +
-              f" | {t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x "
-              f"| {a['mla-bf16'] / a['mla-bf16+dsa']:.1f}x |")
+        cells(f"{ctx // 1024}K", *(fmt_time(v) for v in t.values()),
+              f"{t['mla-bf16'] / t['mla-bf16+dsa']:.1f}x",
+              f"{a['mla-bf16'] / a['mla-bf16+dsa']:.1f}x")
     print()
     print("GQA-8 (seed 004's 64-layer model: 128 heads x 56 dims, 8 KV heads), H200:")
     print()
-    print("| context | KV/request (64 layers) | largest batch | bytes/step at batch 4 | floor/step, batch 4 "
-          "| per layer | layer with projections (bf16 w), per layer |")
-    print("|---|---|---|---|---|---|---|")
+    table("context", "KV/request (64 layers)", "largest batch", "bytes/step at batch 4",
+          "floor/step, batch 4", "per layer", "layer with projections (bf16 w), per layer")
     for ctx in CONTEXTS:
         d = plan(mla, "seed004-64l", ctx, "bf16", batch=4, calibrate=calibrate)
         f = row(d, "gqa-8-bf16")
         st = f["step"]
         n = d["model"]["layers"]
-        print(f"| {ctx // 1024}K | {fmt_bytes(f['kv_bytes_per_request'])} | {f['max_batch']} "
-              f"| {fmt_bytes(st['bytes'])} | {fmt_time(st['floor_s'])} | {fmt_time(st['floor_s'] / n)} "
-              f"| {fmt_time(f['layer_step']['per_layer_floor_s'])} |")
+        cells(f"{ctx // 1024}K", fmt_bytes(f["kv_bytes_per_request"]), f["max_batch"],
+              fmt_bytes(st["bytes"]), fmt_time(st["floor_s"]), fmt_time(st["floor_s"] / n),
+              fmt_time(f["layer_step"]["per_layer_floor_s"]))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Usage: gqa_decode.py [--json FILE] [--reps N] [--quick]
 import argparse
 import json
 import math
-import statistics
 import subprocess
 import sys
 import warnings
@@ -40,6 +39,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from torch_decode import timed  # (this folder: the scripts run as bench/peers/NAME.py)
 
 READ_CEILING_GBPS = 4391.0  # docs/benchmarks.md, measured read ceiling of the H200
 H_KV = 8
@@ -51,21 +52,6 @@ BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFI
             ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
 MATH_MAX_EXPANDED = 2 << 30  # bytes of K/V repeated per query head
 TOL_REL, TOL_ABS = 2e-2, 2e-3
-
-
-def timed(fn, reps, flush, warmup=3):
-    times = []
-    for r in range(reps + warmup):
-        flush.fill_(r & 0xFF)  # 256 MB write: nothing of K/V left in the 60 MB L2
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        if r >= warmup:
-            times.append(a.elapsed_time(b))
-    return statistics.median(times) * 1e3  # us
 
 
 def clocks_under_load():

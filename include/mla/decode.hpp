@@ -35,9 +35,16 @@ inline constexpr int kCudaDecodeMaxSq = 256;
 // for some orders of infinities a finite lse with a NaN out); every other row
 // is bit-identical to the run without it. Entries no row attends (past
 // cache_seqlens, unused pages, page padding) never affect any output.
-// CUDA tensors: a page id outside [0, num_pages) or a length outside [0,
-// max_pages * page_size] cannot be reported synchronously; that request's
-// rows get NaN (see src/api/decode_validate.hpp), the others are unaffected.
+// Bad page ids and lengths on CUDA tensors, the contract: a page id outside
+// [0, num_pages) or a length outside [0, max_pages * page_size] cannot be
+// reported synchronously (the host cannot read device values), so by default
+// that request's rows get out = NaN and lse = NaN, no memory outside the
+// tensors is read, no error is returned, and the other requests are
+// unaffected (src/api/decode_validate.hpp). To get an error instead, turn on
+// the checked mode (ExecContext::check_device_values; C:
+// mla_set_check_device_values; Python: mla.checked_device_values()): the
+// values are checked on the host first and the call returns out_of_range
+// naming the entry. CPU tensors are always checked.
 struct DecodeArgs {
   TensorView q;
   KvCacheView kv;

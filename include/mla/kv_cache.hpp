@@ -58,7 +58,9 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name);
 // +-448 * scale, NaN as the e4m3 NaN code (dequantised: NaN); k_rope is bf16,
 // NaN and +-inf kept. Attention over such an entry: mla/decode.hpp.
 // T = 0 is a no-op. The cache is written in place and may not overlap c_kv,
-// k_rope or slots.
+// k_rope or slots. CPU tensors: a slot outside [-1, num_pages * page_size) is
+// out_of_range. CUDA tensors (the host cannot read them; the checked mode,
+// ExecContext::check_device_values, checks them): such a token is skipped.
 struct AppendKvArgs {
   TensorView c_kv;
   TensorView k_rope;

@@ -26,7 +26,8 @@ import threading
 from pathlib import Path
 
 from . import errors
-from ._lib import DTYPE_CODES, KV_FORMATS, MAX_DIMS, MlaTensor, lib
+from ._lib import (DTYPE_CODES, DTYPE_SIZES, KV_FORMATS, MAX_DIMS, MlaTensor, c_value, choice,
+                   lib)
 
 D_C, D_R, D_QK, D_V = 512, 64, 576, 512
 
@@ -188,6 +189,13 @@ def dtype_name(x) -> str:
     return ours
 
 
+def out_dtype_arg(out_dtype):
+    """An `out_dtype` argument: None or one of our dtype names ('bf16', 'f32', ...)."""
+    if out_dtype is not None:
+        choice(out_dtype, DTYPE_CODES, "out_dtype")
+    return out_dtype
+
+
 def float_out(x) -> str:
     """The output dtype an op gives by default: x's when floating (bf16/f32/f64), else f32."""
     d = dtype_name(x)
@@ -260,6 +268,38 @@ def empty(like, shape, dtype: str):
     return torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=f"cuda:{dev_id}")
 
 
+def like_arg(like):
+    """A `like=` argument: an array (of any framework) to allocate beside, or None for a
+    NumPy (CPU) one."""
+    if like is None:
+        import numpy as np
+
+        return np.empty(0, np.float32)
+    if framework_of(like) == "other" and not hasattr(like, "__dlpack__"):
+        raise errors.DTypeError(f"like: {type(like).__name__} is not an array")
+    return like
+
+
+def empty_sized(like, dims: dict, dtype: str):
+    """`empty` of the shape dims.values(), whose entries are the caller's numbers where
+    keyed by an argument's name (else ours, keyed "#0", "#1", ...): each must be a
+    non-negative int64 and the array's byte count must fit int64, checked before anything
+    is allocated; errors name the argument and its value."""
+    shape, total = [], DTYPE_SIZES[dtype]
+    for name, v in dims.items():
+        if not name.startswith("#"):
+            v = c_value(ctypes.c_int64, v, name)
+            if v < 0:
+                raise errors.InvalidValueError(f"{name} = {v} is negative")
+        shape.append(v)
+        total *= v
+    if total > 2**63 - 1:
+        given = ", ".join(f"{n} = {v}" for n, v in dims.items() if not n.startswith("#"))
+        raise errors.OutOfRangeError(
+            f"{given}: the array {shape} would hold {total} bytes, past 2^63 - 1")
+    return empty(like, tuple(shape), dtype)
+
+
 def alloc_bytes(nbytes: int, like):
     """A workspace of `nbytes` bytes beside `like` (called by mla._ext)."""
     return empty(like, (nbytes,), "u8")
@@ -282,12 +322,9 @@ def kv_format_code(kv_format) -> int:
     from the cache's dtype (u8 or e4m3 bytes: fp8_ds_mla; else bf16)."""
     if kv_format is None:
         return -1
-    if isinstance(kv_format, str):
-        if kv_format not in KV_FORMATS:
-            raise errors.InvalidValueError(
-                f"kv_format = {kv_format!r} is neither 'bf16' nor 'fp8_ds_mla'")
-        return KV_FORMATS[kv_format]
-    return int(kv_format)
+    if kv_format in KV_FORMATS.values() and not isinstance(kv_format, (str, float)):
+        return int(kv_format)  # a code (MLA_KV_BF16, MLA_KV_FP8_DS_MLA)
+    return choice(kv_format, KV_FORMATS, "kv_format")
 
 
 def kv_format_of(cache, kv_format) -> int:
@@ -316,7 +353,11 @@ def stream_handle(like, stream=None) -> int | None:
         for attr in ("cuda_stream", "ptr"):
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
-        return int(stream)
+        if isinstance(stream, float) or not hasattr(stream, "__index__"):
+            raise errors.InvalidValueError(
+                f"stream = {stream!r} is not a CUDA stream (an int cudaStream_t, a "
+                "torch.cuda.Stream or a CuPy stream)")
+        return c_value(ctypes.c_uint64, stream, "stream")
     fw = framework_of(like)
     if fw == "torch":
         if not like.is_cuda:
@@ -360,7 +401,7 @@ def decode_outputs(q, out, lse, out_dtype, partial: bool = False):
     if shape is None:
         return out, lse  # q's rank is wrong: left to the C++ check, which names q
     B, s_q, h_q, _ = shape
-    od = out_dtype or ("f32" if partial else float_out(q))
+    od = out_dtype_arg(out_dtype) or ("f32" if partial else float_out(q))
     if out is None:
         out = empty(q, (B, s_q, h_q, D_V), od)
     if lse is None:
@@ -373,7 +414,7 @@ def prefill_outputs(q, out, lse, out_dtype):
     shape = shape_of(q, 3)
     if shape is not None:
         s_q, h_q, _ = shape
-        od = out_dtype or float_out(q)
+        od = out_dtype_arg(out_dtype) or float_out(q)
         if out is None:
             out = empty(q, (s_q, h_q, D_V), od)
         if lse is None:
@@ -465,13 +506,21 @@ class Call:
         t = ctypes_tensor(x, name, writable, self.stream, self.keep)
         return ctypes.byref(t)
 
-    def cache(self, x, name: str, fmt: int):
-        """A cache view; an fp8 cache given as float8_e4m3fn bytes is passed as u8."""
-        ref = self.t(x, name, writable=True)
+    def cache(self, x, name: str, fmt: int, writable: bool = False):
+        """A cache view (written only where the op appends to it: `writable`); an fp8
+        cache given as float8_e4m3fn bytes is passed as u8."""
+        ref = self.t(x, name, writable)
         if ref is not None and fmt == KV_FORMATS["fp8_ds_mla"] and \
                 ref._obj.dtype == DTYPE_CODES["e4m3"]:
             ref._obj.dtype = DTYPE_CODES["u8"]
         return ref
+
+    def workspace(self, workspace):
+        """(address, bytes) of a byte buffer on the call's device, or (None, 0)."""
+        if workspace is None:
+            return None, 0
+        ref = self.t(workspace, "workspace", writable=True)
+        return ctypes.c_void_p(ref._obj.data), nbytes(workspace)
 
     @property
     def stream_arg(self):

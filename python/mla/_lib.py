@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -21,7 +22,6 @@ from pathlib import Path
 from . import errors
 
 ABI_VERSION = 2  # MLA_C_ABI_VERSION this package was written against
-MAX_DIMS = 6
 
 # Status, dtype, device and cache-format codes (c_api.h enums).
 OK = 0
@@ -32,177 +32,157 @@ DEVICE_CPU, DEVICE_CUDA = 1, 2
 KV_FORMATS = {"bf16": 0, "fp8_ds_mla": 1}
 
 
-class MlaTensor(ctypes.Structure):
-    """Mirror of ``mla_tensor`` (and so of ``mla::TensorView``)."""
+# ---- mirrors of the C ABI's structs (c_api.h), field by field in C order ---------------
+# A field is "name:type"; type: i32, i64, u64, f64 (double), ptr (void*), cstr (char*),
+# another mirror's name, "*T" (a pointer to T) or "T[N]" (an array of N).
 
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("dtype", ctypes.c_int32),
-        ("device_type", ctypes.c_int32),
-        ("device_id", ctypes.c_int32),
-        ("ndim", ctypes.c_int32),
-        ("shape", ctypes.c_int64 * MAX_DIMS),
-        ("strides", ctypes.c_int64 * MAX_DIMS),
-    ]
+_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
+           "f64": ctypes.c_double, "ptr": ctypes.c_void_p, "cstr": ctypes.c_char_p,
+           "char": ctypes.c_char}
 
 
-class MlaRopeConfig(ctypes.Structure):
-    """Mirror of ``mla_rope_config`` (mla::RopeConfig)."""
-
-    _fields_ = [
-        ("dim", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
-        ("theta", ctypes.c_double),
-        ("factor", ctypes.c_double),
-        ("original_max_position", ctypes.c_int64),
-        ("beta_fast", ctypes.c_double),
-        ("beta_slow", ctypes.c_double),
-        ("mscale", ctypes.c_double),
-        ("mscale_all_dim", ctypes.c_double),
-    ]
+def _ctype(spec: str):
+    if spec.startswith("*"):
+        return ctypes.POINTER(_ctype(spec[1:]))
+    if spec.endswith("]"):
+        base, n = spec[:-1].split("[")
+        return _ctype(base) * int(n)
+    return _CTYPES[spec]
 
 
-class MlaLayerConfig(ctypes.Structure):
-    """Mirror of ``mla_layer_config`` (mla::LayerConfig)."""
-
-    _fields_ = [
-        ("hidden", ctypes.c_int64),
-        ("q_lora_rank", ctypes.c_int32),
-        ("kv_lora_rank", ctypes.c_int32),
-        ("heads", ctypes.c_int32),
-        ("d_nope", ctypes.c_int32),
-        ("d_rope", ctypes.c_int32),
-        ("d_v", ctypes.c_int32),
-        ("index_topk", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
-        ("norm_eps", ctypes.c_double),
-        ("softmax_scale", ctypes.c_double),
-        ("rope", MlaRopeConfig),
-    ]
+def _mirror(name: str, c_name: str, fields: str) -> type:
+    """A ctypes Structure `name` mirroring the C struct `c_name` (registered, so a later
+    mirror may hold it as a field type)."""
+    cls = type(name, (ctypes.Structure,), {
+        "__doc__": f"Mirror of ``{c_name}``.",
+        "_fields_": [(f, _ctype(t)) for f, t in (x.split(":") for x in fields.split())]})
+    _CTYPES[name] = cls
+    return cls
 
 
-class MlaBlockSparseParams(ctypes.Structure):
-    """Mirror of ``mla_block_sparse_params`` (mla::BlockSparseParams)."""
-
-    _fields_ = [(name, ctypes.c_int32) for name in (
-        "block_size", "stride", "selected_block_size", "num_selected_blocks", "initial_blocks",
-        "local_blocks", "sliding_window")]
-
-
-class MlaPlanWorkload(ctypes.Structure):
-    """Mirror of ``mla_plan_workload`` (mla::plan::Workload)."""
-
-    _fields_ = [
-        ("model", ctypes.c_char_p),
-        ("gpu", ctypes.c_char_p),
-        ("phase", ctypes.c_char_p),
-        ("kv", ctypes.c_char_p),
-        ("batch", ctypes.c_int64),
-        ("context", ctypes.c_int64),
-        ("new_tokens", ctypes.c_int32),
-        ("tp", ctypes.c_int32),
-        ("weight_shards", ctypes.c_int32),
-        ("topk", ctypes.c_int32),
-        ("mem_util", ctypes.c_double),
-    ]
-
-
-class MlaTransferSide(ctypes.Structure):
-    """Mirror of ``mla_transfer_side`` (mla::TransferSide)."""
-
-    _fields_ = [
-        ("pages", ctypes.POINTER(ctypes.c_int32)),
-        ("num_page_ids", ctypes.c_int64),
-        ("num_pages", ctypes.c_int64),
-        ("page_size", ctypes.c_int64),
-        ("page_stride", ctypes.c_int64),
-        ("layer_stride", ctypes.c_int64),
-    ]
-
-
-class MlaTransferRequest(ctypes.Structure):
-    """Mirror of ``mla_transfer_request`` (mla::TransferRequest)."""
-
-    _fields_ = [
-        ("first_token", ctypes.c_int64),
-        ("num_tokens", ctypes.c_int64),
-        ("num_layers", ctypes.c_int32),
-        ("src_format", ctypes.c_int32),
-        ("dst_format", ctypes.c_int32),
-        ("with_indexer", ctypes.c_int32),
-        ("order", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
-        ("src_latent", MlaTransferSide),
-        ("dst_latent", MlaTransferSide),
-        ("src_indexer", MlaTransferSide),
-        ("dst_indexer", MlaTransferSide),
-    ]
-
-
-class MlaCopyRun(ctypes.Structure):
-    """Mirror of ``mla_copy_run`` (mla::CopyRun)."""
-
-    _fields_ = [
-        ("src_offset", ctypes.c_int64),
-        ("dst_offset", ctypes.c_int64),
-        ("bytes", ctypes.c_int64),
-        ("layer", ctypes.c_int32),
-        ("cache", ctypes.c_int32),
-    ]
-
-
-class MlaTransferPlanInfo(ctypes.Structure):
-    """Mirror of ``mla_transfer_plan_info`` (the scalars of mla::TransferPlan)."""
-
-    _fields_ = [
-        ("num_runs", ctypes.c_int64),
-        ("num_layer_begin", ctypes.c_int64),
-        ("total_bytes", ctypes.c_int64),
-        ("largest_run", ctypes.c_int64),
-        ("order", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
-    ]
-
-
-class MlaTransferBuffers(ctypes.Structure):
-    """Mirror of ``mla_transfer_buffers`` (mla::TransferBuffers)."""
-
-    _fields_ = [
-        ("latent", ctypes.POINTER(ctypes.c_void_p)),
-        ("num_latent", ctypes.c_int64),
-        ("indexer", ctypes.POINTER(ctypes.c_void_p)),
-        ("num_indexer", ctypes.c_int64),
-    ]
-
-
+MAX_DIMS = 6
 MASTER_ADDR_MAX = 256
+MlaTensor = _mirror("MlaTensor", "mla_tensor (mla::TensorView)",
+                    "data:ptr dtype:i32 device_type:i32 device_id:i32 ndim:i32 "
+                    f"shape:i64[{MAX_DIMS}] strides:i64[{MAX_DIMS}]")
+MlaRopeConfig = _mirror("MlaRopeConfig", "mla_rope_config (mla::RopeConfig)",
+                        "dim:i32 reserved:i32 theta:f64 factor:f64 original_max_position:i64 "
+                        "beta_fast:f64 beta_slow:f64 mscale:f64 mscale_all_dim:f64")
+MlaLayerConfig = _mirror("MlaLayerConfig", "mla_layer_config (mla::LayerConfig)",
+                         "hidden:i64 q_lora_rank:i32 kv_lora_rank:i32 heads:i32 d_nope:i32 "
+                         "d_rope:i32 d_v:i32 index_topk:i32 reserved:i32 norm_eps:f64 "
+                         "softmax_scale:f64 rope:MlaRopeConfig")
+MlaBlockSparseParams = _mirror("MlaBlockSparseParams",
+                               "mla_block_sparse_params (mla::BlockSparseParams)",
+                               "block_size:i32 stride:i32 selected_block_size:i32 "
+                               "num_selected_blocks:i32 initial_blocks:i32 local_blocks:i32 "
+                               "sliding_window:i32")
+MlaPlanWorkload = _mirror("MlaPlanWorkload", "mla_plan_workload (mla::plan::Workload)",
+                          "model:cstr gpu:cstr phase:cstr kv:cstr batch:i64 context:i64 "
+                          "new_tokens:i32 tp:i32 weight_shards:i32 topk:i32 mem_util:f64")
+MlaTransferSide = _mirror("MlaTransferSide", "mla_transfer_side (mla::TransferSide)",
+                          "pages:*i32 num_page_ids:i64 num_pages:i64 page_size:i64 "
+                          "page_stride:i64 layer_stride:i64")
+MlaTransferRequest = _mirror("MlaTransferRequest", "mla_transfer_request (mla::TransferRequest)",
+                             "first_token:i64 num_tokens:i64 num_layers:i32 src_format:i32 "
+                             "dst_format:i32 with_indexer:i32 order:i32 reserved:i32 "
+                             "src_latent:MlaTransferSide dst_latent:MlaTransferSide "
+                             "src_indexer:MlaTransferSide dst_indexer:MlaTransferSide")
+MlaCopyRun = _mirror("MlaCopyRun", "mla_copy_run (mla::CopyRun)",
+                     "src_offset:i64 dst_offset:i64 bytes:i64 layer:i32 cache:i32")
+MlaTransferPlanInfo = _mirror("MlaTransferPlanInfo",
+                              "mla_transfer_plan_info (the scalars of mla::TransferPlan)",
+                              "num_runs:i64 num_layer_begin:i64 total_bytes:i64 largest_run:i64 "
+                              "order:i32 reserved:i32")
+MlaTransferBuffers = _mirror("MlaTransferBuffers", "mla_transfer_buffers (mla::TransferBuffers)",
+                             "latent:*ptr num_latent:i64 indexer:*ptr num_indexer:i64")
+MlaLaunchInfo = _mirror("MlaLaunchInfo", "mla_launch_info (mla::LaunchInfo)",
+                        "rank:i32 world_size:i32 local_rank:i32 master_port:i32 "
+                        f"master_addr:char[{MASTER_ADDR_MAX}]")
+MlaDsaPolicy = _mirror("MlaDsaPolicy", "mla_dsa_policy (mla::DsaPolicy)",
+                       "topk:i32 path:i32 dense_below:i64 batch_invariant:i32")
 
-
-class MlaLaunchInfo(ctypes.Structure):
-    """Mirror of ``mla_launch_info`` (mla::LaunchInfo)."""
-
-    _fields_ = [
-        ("rank", ctypes.c_int32),
-        ("world_size", ctypes.c_int32),
-        ("local_rank", ctypes.c_int32),
-        ("master_port", ctypes.c_int32),
-        ("master_addr", ctypes.c_char * MASTER_ADDR_MAX),
-    ]
+def filled(struct_cls, fn: str):
+    """A `struct_cls` as the C function `fn` fills it in (the library's defaults)."""
+    c = struct_cls()
+    lib().fn(fn)(ctypes.byref(c))
+    return c
 
 
 # mla_getenv_fn: the value's address (c_void_p: a c_char_p result would point into a
 # Python bytes object freed on return), or None for an unset variable.
 GETENV_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 
-class MlaDsaPolicy(ctypes.Structure):
-    """Mirror of ``mla_dsa_policy`` (mla::DsaPolicy)."""
 
-    _fields_ = [
-        ("topk", ctypes.c_int32),
-        ("path", ctypes.c_int32),
-        ("dense_below", ctypes.c_int64),
-        ("batch_invariant", ctypes.c_int32),
-    ]
+# ---- Python values into C types --------------------------------------------------
+# A ctypes field or argument wraps an int silently (2**64 + 16 becomes 16) and a wrong
+# type gives a TypeError naming no argument: every value a caller gives goes through
+# c_value first, whose errors name the argument's full path and the value as given
+# (the same words as mla._ext's checks of the array calls' scalars).
+
+_INT_TYPES = (ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t)
+_REAL_TYPES = (ctypes.c_float, ctypes.c_double)
+
+
+def _int_range(ctype) -> tuple[int, int]:
+    bits = 8 * ctypes.sizeof(ctype)
+    return (0, 2**bits - 1) if ctype(-1).value > 0 else (-2**(bits - 1), 2**(bits - 1) - 1)
+
+
+def c_value(ctype, value, path: str):
+    """`value` as the Python value of the C type `ctype` (an integer type, float, double
+    or char*), or raise the mla error naming `path` and the value."""
+    if ctype in _INT_TYPES:
+        if isinstance(value, float) or not hasattr(value, "__index__"):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not an integer")
+        v = value.__index__()
+        lo, hi = _int_range(ctype)
+        if not lo <= v <= hi:
+            raise errors.OutOfRangeError(f"{path} = {value!r} does not fit in [{lo}, {hi}]")
+        return v
+    if ctype in _REAL_TYPES:
+        if not isinstance(value, numbers.Real):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not a number")
+        return float(value)
+    if ctype is ctypes.c_char_p:
+        if not isinstance(value, str):
+            raise errors.InvalidValueError(f"{path} = {value!r} is not a string")
+        return value.encode()
+    return value  # a nested struct, a pointer: built (and checked) by the caller
+
+
+def c_struct(cls, path: str, values: dict):
+    """cls (a ctypes Structure) with the fields named in `values`, each through c_value
+    (`path`.field names it: "" for keyword arguments); fields not given stay zero."""
+    types = dict(cls._fields_)
+    prefix = f"{path}." if path else ""
+    return cls(**{n: c_value(types[n], v, prefix + n) for n, v in values.items()})
+
+
+def choice(value, table: dict, path: str):
+    """table[value] for one of the names of `table`, or raise InvalidValueError naming
+    `path`, the value as given and the names."""
+    if isinstance(value, str) and value in table:
+        return table[value]
+    raise errors.InvalidValueError(
+        f"{path} = {value!r} is not one of {sorted(table, key=table.get)}")
+
+
+def flag(value, path: str) -> bool:
+    """A bool argument: True, False (NumPy's too) or the ints 0 and 1; nothing else
+    (a string such as 'no' would read as True)."""
+    if value is True or value is False:
+        return value
+    if type(value).__name__ in ("bool", "bool_") or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise errors.InvalidValueError(f"{path} = {value!r} is not a bool")
+
+
+def expect_type(value, cls, path: str) -> None:
+    """Raises InvalidValueError naming `path` unless value is a `cls`."""
+    if not isinstance(value, cls):
+        raise errors.InvalidValueError(
+            f"{path} = {value!r} is a {type(value).__name__}, not a {cls.__name__}")
 
 
 _T = ctypes.POINTER(MlaTensor)
@@ -218,6 +198,8 @@ SIGNATURES: dict[str, list] = {
     "mla_is_supported": [_i32, _i32, ctypes.POINTER(_i32), ctypes.c_char_p, _sz,
                          ctypes.POINTER(_sz)],
     "mla_family_name": [_i32],
+    "mla_set_check_device_values": [_i32],
+    "mla_check_device_values": [],
     "mla_validate_kv_cache": [_T, _i32],
     "mla_append_kv": [_T, _T, _T, _T, _i32, _vp],
     "mla_read_kv": [_T, _i32, _T, _T, _T, _vp],
@@ -240,6 +222,7 @@ SIGNATURES: dict[str, list] = {
     "mla_sparse_prefill_ws": [_T, _T, _T, _f32, _T, _T, _vp, _sz, _vp],
     "mla_decompress_kv": [_T, _T, _T, _T, _T, _vp],
     "mla_mha_prefill": [_T, _T, _T, _T, _T, _f32, _i32, _T, _T, _vp],
+    "mla_rope_default_config": [_R],
     "mla_rope_inv_freq": [_R, _T],
     "mla_rope_attention_factor": [_R, ctypes.POINTER(ctypes.c_double)],
     "mla_apply_rope": [_T, _T, _T, _R, _i32, _vp],
@@ -286,11 +269,12 @@ SIGNATURES: dict[str, list] = {
     "mla_exchange_bytes_file": [ctypes.POINTER(MlaLaunchInfo), _cp, _vp, _sz, _i32],
 }
 # Functions that do not return a status (the rest return int32 MLA_OK / MLA_ERR_*).
-RESTYPES = {"mla_dsa_default_policy": None, "mla_layer_default_config": None,
-            "mla_layer_small_test_config": None,
+RESTYPES = {"mla_dsa_default_policy": None, "mla_rope_default_config": None,
+            "mla_layer_default_config": None, "mla_layer_small_test_config": None,
             "mla_block_sparse_default_params": None, "mla_plan_default_workload": None,
             "mla_block_sparse_num_presets": _i32, "mla_transfer_cache_name": ctypes.c_char_p,
-            "mla_family_name": ctypes.c_char_p}
+            "mla_family_name": ctypes.c_char_p, "mla_set_check_device_values": None,
+            "mla_check_device_values": _i32}
 
 
 def _source_root() -> Path:
@@ -328,9 +312,6 @@ class Library:
         d.mla_status_name.argtypes = [_i32]
         d.mla_kv_entry_bytes.restype = _i32
         d.mla_kv_entry_bytes.argtypes = [_i32]
-        if hasattr(d, "mla_rope_default_config"):
-            d.mla_rope_default_config.restype = None
-            d.mla_rope_default_config.argtypes = [_R]
         abi = d.mla_abi_version()
         if abi != ABI_VERSION:
             raise errors.LibraryNotFoundError(

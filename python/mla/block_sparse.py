@@ -7,7 +7,7 @@ import ctypes
 import dataclasses
 
 from . import _call, errors
-from ._lib import MlaBlockSparseParams, lib
+from ._lib import MlaBlockSparseParams, c_struct, filled, lib
 from ._call import Call, kv_format_of, shape_of
 
 _FIELDS = [name for name, _ in MlaBlockSparseParams._fields_]
@@ -28,16 +28,14 @@ class BlockSparseParams:
 
     @classmethod
     def default(cls) -> "BlockSparseParams":
-        c = MlaBlockSparseParams()
-        lib().fn("mla_block_sparse_default_params")(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaBlockSparseParams, "mla_block_sparse_default_params"))
 
     @classmethod
     def _from_c(cls, c: MlaBlockSparseParams) -> "BlockSparseParams":
         return cls(**{f: int(getattr(c, f)) for f in _FIELDS})
 
     def _to_c(self) -> MlaBlockSparseParams:
-        return MlaBlockSparseParams(**{f: int(getattr(self, f)) for f in _FIELDS})
+        return c_struct(MlaBlockSparseParams, "params", dataclasses.asdict(self))
 
 
 def _params(params) -> BlockSparseParams:

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from . import _call
-from ._call import float_out, kv_format_code
+from ._call import float_out, kv_format_code, out_dtype_arg
+from ._lib import flag
+
+TOPK_MAX = 8192  # mla::kTopkMax (mla/topk.hpp): no indices array is allocated for a larger k
 
 
 def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_size: int = 64,
@@ -19,7 +22,10 @@ def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_
         return torch_ops.topk_indices(logits, k, lengths, block_table, page_size,
                                       rows_per_request, num_pages)
     shape = _call.shape_of(logits, 2)
-    if indices is None and shape is not None:
+    k_sized = isinstance(k, int) and 0 < k <= TOPK_MAX
+    if indices is None and shape is not None and k_sized:
+        # (a k past the limit is left to the library's check, which names it: the
+        # allocation would come first, and k = 2**31 would ask for gigabytes)
         indices = _call.empty(logits, (shape[0], k), "i32")
     st = _call.stream_handle(logits, stream)
     _call.run("mla_topk_indices", logits, st, logits, lengths, k, indices, block_table,
@@ -95,7 +101,7 @@ def decompress_kv(c_kv, w_uk, w_uv, *, k_nope=None, v=None, out_dtype=None, stre
 
         return torch_ops.decompress_kv(c_kv, w_uk, w_uv)
     cs, ks, vs = (tuple(getattr(x, "shape", ())) for x in (c_kv, w_uk, w_uv))
-    od = out_dtype or float_out(c_kv)
+    od = out_dtype_arg(out_dtype) or float_out(c_kv)
     if k_nope is None and len(cs) == 2 and len(ks) == 3:
         k_nope = _call.empty(c_kv, (cs[0], ks[0], ks[1]), od)
     if v is None and len(cs) == 2 and len(vs) == 3:
@@ -114,14 +120,14 @@ def mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal=True,
         from . import torch_ops
 
         return torch_ops.mha_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                                     bool(causal))
+                                     flag(causal, "causal"))
     qs, vs = tuple(getattr(q, "shape", ())), tuple(getattr(v, "shape", ()))
-    od = out_dtype or float_out(q)
+    od = out_dtype_arg(out_dtype) or float_out(q)
     if out is None and len(qs) == 3 and len(vs) == 3:
         out = _call.empty(q, (qs[0], qs[1], vs[2]), od)
     if lse is None and len(qs) == 3:
         lse = _call.empty(q, (qs[1], qs[0]), "f64" if od == "f64" else "f32")
     st = _call.stream_handle(q, stream)
     _call.run("mla_mha_prefill", q, st, q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-              bool(causal), out, lse, st)
+              flag(causal, "causal"), out, lse, st)
     return out, lse

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from . import _call, errors
-from ._lib import MlaDsaPolicy, lib
+from . import _call
+from ._lib import MlaDsaPolicy, c_value, choice, expect_type, filled, flag, lib
 from ._call import Call, decode_outputs, kv_format_of
 
 _PATHS = {"automatic": 0, "dense": 1, "sparse": 2}
@@ -26,24 +26,26 @@ class DsaPolicy:
     path: str = "automatic"
     batch_invariant: bool = False
 
-    def _c(self) -> MlaDsaPolicy:
-        p = MlaDsaPolicy()
-        lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
-        p.topk = int(self.topk)
+    def _c(self, path: str = "policy") -> MlaDsaPolicy:
+        p = filled(MlaDsaPolicy, "mla_dsa_default_policy")
+        p.topk = c_value(ctypes.c_int32, self.topk, f"{path}.topk")
         if self.dense_below is not None:
-            p.dense_below = int(self.dense_below)
-        if self.path not in _PATHS:
-            raise errors.InvalidValueError(
-                f"policy.path = {self.path!r} is not 'automatic', 'dense' or 'sparse'")
-        p.path = _PATHS[self.path]
-        p.batch_invariant = int(bool(self.batch_invariant))
+            p.dense_below = c_value(ctypes.c_int64, self.dense_below, f"{path}.dense_below")
+        p.path = choice(self.path, _PATHS, f"{path}.path")
+        p.batch_invariant = int(flag(self.batch_invariant, f"{path}.batch_invariant"))
         return p
+
+
+def _policy(policy) -> MlaDsaPolicy:
+    """The C struct of a `policy` argument (None: the library's default)."""
+    policy = DsaPolicy() if policy is None else policy
+    expect_type(policy, DsaPolicy, "policy")
+    return policy._c()
 
 
 def dsa_default_policy() -> DsaPolicy:
     """The library's default policy (top-2048, the H200's measured crossover)."""
-    p = MlaDsaPolicy()
-    lib().fn("mla_dsa_default_policy")(ctypes.byref(p))
+    p = filled(MlaDsaPolicy, "mla_dsa_default_policy")
     return DsaPolicy(topk=p.topk, dense_below=p.dense_below, path=_PATH_NAMES[p.path],
                      batch_invariant=bool(p.batch_invariant))
 
@@ -51,8 +53,8 @@ def dsa_default_policy() -> DsaPolicy:
 def dsa_decode_path(max_seqlen: int, policy: DsaPolicy | None = None, kv: str = "bf16") -> str:
     """'dense' or 'sparse': the path dsa_decode takes for this max_seqlen and cache format."""
     out = ctypes.c_int32(0)
-    lib().call("mla_dsa_decode_path", int(max_seqlen), kv_format_of(None, kv),
-               ctypes.byref((policy or DsaPolicy())._c()), ctypes.byref(out))
+    lib().call("mla_dsa_decode_path", c_value(ctypes.c_int64, max_seqlen, "max_seqlen"),
+               kv_format_of(None, kv), ctypes.byref(_policy(policy)), ctypes.byref(out))
     return _PATH_NAMES[out.value]
 
 
@@ -62,18 +64,22 @@ def dsa_dense_threshold(gpu: str = "h200", calibration: str | None = None, *, mo
     """The planner's predicted dense/DSA crossover in tokens (0: DSA never cheaper).
     calibration: the TEXT of a calibration file (docs/planner.md) or None (roofline)."""
     out = ctypes.c_int64(0)
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    lib().call("mla_dsa_dense_threshold", enc(gpu), enc(calibration), enc(model), enc(kv),
-               int(heads), int(new_tokens), int(topk), int(batch), ctypes.byref(out))
+    text = {"gpu": gpu, "calibration": calibration, "model": model, "kv": kv}
+    ints = {"heads": heads, "new_tokens": new_tokens, "topk": topk, "batch": batch}
+    lib().call("mla_dsa_dense_threshold",
+               *(None if v is None else c_value(ctypes.c_char_p, v, n) for n, v in text.items()),
+               *(c_value(ctypes.c_int32, v, n) for n, v in ints.items()), ctypes.byref(out))
     return out.value
 
 
 def _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
           index_cache, index_block_table, softmax_scale, out, lse):
     return (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(block_table, "block_table"),
-            c.t(cache_seqlens, "cache_seqlens"), int(max_seqlen), c.t(index_q8, "index_q8"),
+            c.t(cache_seqlens, "cache_seqlens"),
+            c_value(ctypes.c_int64, max_seqlen, "max_seqlen"), c.t(index_q8, "index_q8"),
             c.t(index_w_folded, "index_w_folded"), c.t(index_cache, "index_cache"),
-            c.t(index_block_table, "index_block_table"), ctypes.c_float(softmax_scale),
+            c.t(index_block_table, "index_block_table"),
+            c_value(ctypes.c_float, softmax_scale, "softmax_scale"),
             c.t(out, "out", True), c.t(lse, "lse", True))
 
 
@@ -86,7 +92,7 @@ def dsa_decode_workspace_size(q, kv, block_table, cache_seqlens, max_seqlen, ind
     out, lse = decode_outputs(q, out, lse, out_dtype)
     c = Call(q)
     n = ctypes.c_size_t(0)
-    pol = (policy or DsaPolicy())._c()
+    pol = _policy(policy)
     c.run("mla_dsa_decode_workspace_size",
           *_args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
                  index_cache, index_block_table, softmax_scale, out, lse),
@@ -107,7 +113,7 @@ def dsa_decode(q, kv, block_table, cache_seqlens, max_seqlen, index_q8, index_w_
     device) is allocated with q's framework when not given."""
     fmt = kv_format_of(kv, kv_format)
     out, lse = decode_outputs(q, out, lse, out_dtype)
-    pol = (policy or DsaPolicy())._c()
+    pol = _policy(policy)
     c = Call(q, stream)
     args = _args(c, q, kv, fmt, block_table, cache_seqlens, max_seqlen, index_q8, index_w_folded,
                  index_cache, index_block_table, softmax_scale, out, lse)
@@ -116,8 +122,6 @@ def dsa_decode(q, kv, block_table, cache_seqlens, max_seqlen, index_q8, index_w_
         c.run("mla_dsa_decode_workspace_size", *args, ctypes.byref(pol), ctypes.byref(n))
         if n.value:
             workspace = _call.empty(q, (n.value,), "u8")
-    ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
-    ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
-    ws_bytes = _call.nbytes(workspace) if workspace is not None else 0
+    ws_ptr, ws_bytes = c.workspace(workspace)
     c.run("mla_dsa_decode", *args, ctypes.byref(pol), ws_ptr, ws_bytes, c.stream_arg)
     return out, lse

@@ -11,7 +11,7 @@ import dataclasses
 
 from . import _call, errors
 from ._call import Call, dtype_name
-from ._lib import MlaLayerConfig, MlaTensor, lib
+from ._lib import MlaLayerConfig, MlaTensor, c_struct, c_value, choice, expect_type, filled, lib
 from .rope import RopeConfig
 
 ATTENTION = {"absorbed": 0, "non_absorbed": 1, "sparse": 2}
@@ -41,21 +41,18 @@ class LayerConfig:
 
     @classmethod
     def deepseek_v32(cls) -> "LayerConfig":
-        c = MlaLayerConfig()
-        lib().fn("mla_layer_default_config")(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaLayerConfig, "mla_layer_default_config"))
 
     @classmethod
     def small_test(cls) -> "LayerConfig":
         """hidden 256, 8 heads, q latent 64, d_nope = d_v = 32, top-k 64."""
-        c = MlaLayerConfig()
-        lib().fn("mla_layer_small_test_config")(ctypes.byref(c))
-        return cls._from_c(c)
+        return cls._from_c(filled(MlaLayerConfig, "mla_layer_small_test_config"))
 
-    def _c(self) -> MlaLayerConfig:
-        return MlaLayerConfig(self.hidden, self.q_lora_rank, self.kv_lora_rank, self.heads,
-                              self.d_nope, self.d_rope, self.d_v, self.index_topk, 0,
-                              self.norm_eps, self.softmax_scale, self.rope._c())
+    def _c(self, path: str = "config") -> MlaLayerConfig:
+        expect_type(self.rope, RopeConfig, f"{path}.rope")
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["rope"] = self.rope._c(f"{path}.rope")
+        return c_struct(MlaLayerConfig, path, fields)
 
     def softmax_scale_value(self) -> float:
         v = ctypes.c_double(0)
@@ -64,10 +61,19 @@ class LayerConfig:
         return v.value
 
 
+def _config(config) -> MlaLayerConfig:
+    """The C struct of a layer function's `config` argument (None: V3.2's layer)."""
+    config = LayerConfig() if config is None else config
+    expect_type(config, LayerConfig, "config")
+    return config._c()
+
+
 def layer_weight_shapes(config: LayerConfig | None = None) -> dict[str, tuple]:
     """name -> shape of each weight, in the C ABI's order (Linear weights [out, in])."""
-    config = config or LayerConfig()
-    cfg = config._c()
+    return _weight_shapes(_config(config))
+
+
+def _weight_shapes(cfg: MlaLayerConfig) -> dict[str, tuple]:
     out: dict[str, tuple] = {}
     for i in range(WEIGHT_COUNT):
         name = ctypes.c_char_p()
@@ -79,16 +85,18 @@ def layer_weight_shapes(config: LayerConfig | None = None) -> dict[str, tuple]:
     return out
 
 
-def _weight_array(c: Call, config: LayerConfig, weights: dict):
-    """The C array of WEIGHT_COUNT tensor pointers (NULL for a weight not given)."""
-    names = list(layer_weight_shapes(config))
+def _weight_array(c: Call, cfg: MlaLayerConfig, weights, writable: bool):
+    """The C array of WEIGHT_COUNT tensor pointers (NULL for a weight not given); the
+    weights are written (init_layer_weights) or only read (layer_forward)."""
+    expect_type(weights, dict, "weights")
+    names = list(_weight_shapes(cfg))
     unknown = set(weights) - set(names)
     if unknown:
         raise errors.InvalidValueError(
             f"weights: unknown names {sorted(unknown)}; expected some of {names}")
     arr = (ctypes.POINTER(MlaTensor) * WEIGHT_COUNT)()
     for i, n in enumerate(names):
-        ref = c.t(weights.get(n), f"weights.{n}", writable=True)
+        ref = c.t(weights.get(n), f"weights.{n}", writable)
         if ref is not None:
             arr[i] = ctypes.pointer(ref._obj)
     return arr
@@ -101,14 +109,13 @@ def init_layer_weights(config: LayerConfig | None = None, seed: int = 0, dtype: 
     Without `indexer`, the indexer's five weights are left out (dense paths only)."""
     import numpy as np
 
-    config = config or LayerConfig()
-    shapes = layer_weight_shapes(config)
-    weights = {n: np.empty(s, _call.numpy_dtype(dtype)) for n, s in shapes.items()
+    cfg = _config(config)
+    weights = {n: np.empty(s, _call.numpy_dtype(dtype)) for n, s in _weight_shapes(cfg).items()
                if indexer or not n.startswith("idx_")}
     c = Call(next(iter(weights.values())))
-    cfg = config._c()
-    arr = _weight_array(c, config, weights)
-    c.run("mla_layer_init_weights", ctypes.byref(cfg), ctypes.c_uint64(seed), arr)
+    arr = _weight_array(c, cfg, weights, writable=True)
+    c.run("mla_layer_init_weights", ctypes.byref(cfg), c_value(ctypes.c_uint64, seed, "seed"),
+          arr)
     return weights
 
 
@@ -123,26 +130,23 @@ def layer_forward(config: LayerConfig, weights: dict, hidden, kv_cache, block_ta
     index_cache and page size 64). CPU: f32/f64 (bf16 too) arrays, exact reference.
     CUDA: hidden bf16, matrix weights bf16, norm weights f32; `workspace` (bytes on
     hidden's device) is allocated with hidden's framework when not given."""
-    if attention not in ATTENTION:
-        raise errors.InvalidValueError(
-            f"attention = {attention!r} is not one of {sorted(ATTENTION)}")
+    attention_code = choice(attention, ATTENTION, "attention")
     fmt = _call.kv_format_of(kv_cache, kv_format)
     if out is None:
         shape = tuple(getattr(hidden, "shape", ()))
         out = _call.empty(hidden, shape, dtype_name(hidden))
+    cfg = _config(config)
     c = Call(hidden, stream)
-    cfg = config._c()
-    arr = _weight_array(c, config, weights)
-    common = (ctypes.byref(cfg), arr, c.t(hidden, "hidden"), c.cache(kv_cache, "kv", fmt), fmt,
+    arr = _weight_array(c, cfg, weights, writable=False)
+    common = (ctypes.byref(cfg), arr, c.t(hidden, "hidden"),
+              c.cache(kv_cache, "kv", fmt, writable=True), fmt,
               c.t(index_cache, "index_cache", True), c.t(block_table, "block_table"),
-              c.t(cache_seqlens, "cache_seqlens"), ATTENTION[attention], c.t(out, "out", True))
+              c.t(cache_seqlens, "cache_seqlens"), attention_code, c.t(out, "out", True))
     if workspace is None:
         n = ctypes.c_size_t(0)
         c.run("mla_layer_workspace_size", *common, ctypes.byref(n))
         if n.value:
             workspace = _call.empty(hidden, (n.value,), "u8")
-    ws_t = c.t(workspace, "workspace", True) if workspace is not None else None
-    ws_ptr = ctypes.c_void_p(ws_t._obj.data) if ws_t is not None else None
-    ws_bytes = _call.nbytes(workspace) if workspace is not None else 0
+    ws_ptr, ws_bytes = c.workspace(workspace)
     c.run("mla_layer_forward", *common, ws_ptr, ws_bytes, c.stream_arg)
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from . import _call, errors
 from ._call import D_C, D_QK, D_R, D_V, kv_format_code
-from ._lib import KV_FORMATS, lib
+from ._lib import KV_FORMATS, choice, flag, lib
 
 KV_ENTRY_BYTES = {"bf16": 1152, "fp8_ds_mla": 656}
 
@@ -36,16 +36,12 @@ def built_with_cuda() -> bool:
 def empty_kv_cache(num_pages: int, page_size: int, kv_format: str = "bf16", like=None):
     """An uninitialised paged cache [num_pages, page_size, 1, entry] beside `like`
     (NumPy on the CPU when `like` is None): bf16 [.., 576] or u8 [.., 656]."""
-    if kv_format not in KV_FORMATS:
-        raise errors.InvalidValueError(
-            f"kv_format = {kv_format!r} is neither 'bf16' nor 'fp8_ds_mla'")
-    if like is None:
-        import numpy as np
-
-        like = np.empty(0, np.float32)
+    choice(kv_format, KV_FORMATS, "kv_format")
+    like = _call.like_arg(like)
+    dims = {"num_pages": num_pages, "page_size": page_size, "#0": 1}
     if kv_format == "bf16":
-        return _call.empty(like, (num_pages, page_size, 1, D_QK), "bf16")
-    return _call.empty(like, (num_pages, page_size, 1, KV_ENTRY_BYTES["fp8_ds_mla"]), "u8")
+        return _call.empty_sized(like, dict(dims, **{"#1": D_QK}), "bf16")
+    return _call.empty_sized(like, dict(dims, **{"#1": KV_ENTRY_BYTES["fp8_ds_mla"]}), "u8")
 
 
 def validate_kv_cache(cache, kv_format=None) -> None:
@@ -97,8 +93,8 @@ def decode_workspace_size(q, kv, block_table, cache_seqlens, softmax_scale, caus
     """Scratch bytes mla_decode needs for these shapes (0 on the CPU)."""
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     return _call.run("mla_decode_workspace_size", q, None, q, kv, kv_format_code(kv_format),
-                     block_table, cache_seqlens, softmax_scale, bool(causal), out, lse,
-                     bool(batch_invariant))
+                     block_table, cache_seqlens, softmax_scale, flag(causal, "causal"), out, lse,
+                     flag(batch_invariant, "batch_invariant"))
 
 
 def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *, kv_format=None,
@@ -119,25 +115,28 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
 
         if out is None and lse is None and out_dtype is None:
             return torch_ops.decode(q, kv, block_table, cache_seqlens, softmax_scale,
-                                    bool(causal), kv_format_code(kv_format),
-                                    bool(batch_invariant))
+                                    flag(causal, "causal"), kv_format_code(kv_format),
+                                    flag(batch_invariant, "batch_invariant"))
         out, lse = _call.decode_outputs(q, out, lse, out_dtype)
-        torch_ops.decode_out(q, kv, block_table, cache_seqlens, softmax_scale, bool(causal),
-                             kv_format_code(kv_format), bool(batch_invariant), out, lse)
+        torch_ops.decode_out(q, kv, block_table, cache_seqlens, softmax_scale,
+                             flag(causal, "causal"), kv_format_code(kv_format),
+                             flag(batch_invariant, "batch_invariant"), out, lse)
         return out, lse
     if out is None and lse is None and out_dtype is None and workspace is None and \
             stream is None:
         fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
         if fast is not None:
             res = fast.decode(q, kv, kv_format_code(kv_format), block_table, cache_seqlens,
-                              softmax_scale, causal, batch_invariant, False)
+                              softmax_scale, flag(causal, "causal"),
+                              flag(batch_invariant, "batch_invariant"), False)
             if res is not NotImplemented:  # (an argument of another framework)
                 return res
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),
-                             block_table, cache_seqlens, softmax_scale, bool(causal), out, lse,
-                             bool(batch_invariant), current_stream=stream is None)
+                             block_table, cache_seqlens, softmax_scale, flag(causal, "causal"),
+                             out, lse, flag(batch_invariant, "batch_invariant"),
+                             current_stream=stream is None)
     return out, lse
 
 
@@ -150,7 +149,7 @@ def mla_decode_partial(q, kv, block_table, cache_seqlens, kv_begin, kv_end, soft
     out, lse = _call.decode_outputs(q, out, lse, out_dtype, partial=True)
     st = _call.stream_handle(q, stream)
     _call.run("mla_decode_partial", q, st, q, kv, kv_format_code(kv_format), block_table,
-              cache_seqlens, softmax_scale, bool(causal), kv_begin, kv_end, out, lse, st)
+              cache_seqlens, softmax_scale, flag(causal, "causal"), kv_begin, kv_end, out, lse, st)
     return out, lse
 
 
@@ -166,6 +165,7 @@ def merge_attn_partials(partial_out, partial_lse, *, out=None, lse=None, out_dty
         from . import torch_ops
 
         return torch_ops.merge_attn_partials(partial_out, partial_lse)
+    out_dtype = _call.out_dtype_arg(out_dtype) or "f32"
     po_shape = tuple(getattr(partial_out, "shape", ()))
     pl_shape = tuple(getattr(partial_lse, "shape", ()))
     if out is None and len(po_shape) >= 2:
@@ -187,11 +187,8 @@ INDEXER_HEADS, INDEXER_DIM, INDEXER_PAGE_TOKENS, INDEXER_PAGE_BYTES = 64, 128, 6
 
 def empty_indexer_cache(num_pages: int, like=None):
     """An uninitialised indexer key cache [num_pages, 8448] u8 (64 tokens a page)."""
-    if like is None:
-        import numpy as np
-
-        like = np.empty(0, np.float32)
-    return _call.empty(like, (num_pages, INDEXER_PAGE_BYTES), "u8")
+    like = _call.like_arg(like)
+    return _call.empty_sized(like, {"num_pages": num_pages, "#0": INDEXER_PAGE_BYTES}, "u8")
 
 
 def validate_indexer_cache(cache) -> None:
@@ -246,7 +243,8 @@ def indexer_logits_decode(q8, w_folded, cache, block_table, cache_seqlens, *, ma
         bt = tuple(getattr(block_table, "shape", ()))
         if max_len is None:
             max_len = bt[1] * INDEXER_PAGE_TOKENS if len(bt) == 2 else 0
-        logits = _call.empty(q8, (shape[0], shape[1], max_len), "f32")
+        logits = _call.empty_sized(q8, {"#0": shape[0], "#1": shape[1], "max_len": max_len},
+                                   "f32")
     st = _call.stream_handle(q8, stream)
     _call.run("mla_indexer_logits_decode", q8, st, q8, w_folded, cache, block_table,
               cache_seqlens, logits, st)

@@ -14,7 +14,7 @@ import json
 import os
 
 from . import errors
-from ._lib import MlaPlanWorkload, lib
+from ._lib import MlaPlanWorkload, c_struct, filled, lib
 
 _STR_FIELDS = ("model", "gpu", "phase", "kv")
 _FIELDS = [name for name, _ in MlaPlanWorkload._fields_]
@@ -22,8 +22,7 @@ _FIELDS = [name for name, _ in MlaPlanWorkload._fields_]
 
 def default_workload() -> dict:
     """plan::Workload's defaults as a dict (batch 0 = the largest that fits)."""
-    w = MlaPlanWorkload()
-    lib().fn("mla_plan_default_workload")(ctypes.byref(w))
+    w = filled(MlaPlanWorkload, "mla_plan_default_workload")
     return {f: (getattr(w, f).decode() if f in _STR_FIELDS else getattr(w, f)) for f in _FIELDS}
 
 
@@ -34,8 +33,7 @@ def _workload(fields: dict) -> MlaPlanWorkload:
             f"unknown workload field(s) {sorted(unknown)}; known: {_FIELDS}")
     d = default_workload()
     d.update({k: v for k, v in fields.items() if v is not None})
-    return MlaPlanWorkload(**{f: (str(d[f]).encode() if f in _STR_FIELDS else d[f])
-                              for f in _FIELDS})
+    return c_struct(MlaPlanWorkload, "", d)
 
 
 def _calibration_text(calibration) -> bytes | None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 from . import errors
 from ._call import ctypes_tensor
 from ._lib import (DEVICE_CPU, MASTER_ADDR_MAX, DTYPE_NAMES, DTYPE_SIZES, GETENV_FN, KV_FORMATS, MlaCopyRun,
                    MlaLaunchInfo, MlaTransferBuffers, MlaTransferPlanInfo, MlaTransferRequest,
-                   MlaTransferSide, lib)
+                   MlaTransferSide, c_struct, c_value, choice, expect_type, lib)
 
 TRANSFER_CACHES = {"latent": 0, "indexer": 1}  # mla::TransferCache
 TRANSFER_ORDERS = {"by_layer": 0, "whole": 1}  # mla::TransferOrder
@@ -98,19 +99,13 @@ class TransferBuffers:
 
 def transfer_cache_name(cache: int) -> str:
     """'latent' / 'indexer' for a TransferCache code ('?' for another)."""
-    return lib().fn("mla_transfer_cache_name")(int(cache)).decode()
-
-
-def _code(value, table: dict, name: str) -> int:
-    if value not in table:
-        raise errors.InvalidValueError(
-            f"{name} = {value!r} is not one of {sorted(table, key=table.get)}")
-    return table[value]
+    return lib().fn("mla_transfer_cache_name")(c_value(ctypes.c_int32, cache, "cache")).decode()
 
 
 def _side(side: TransferSide | None, name: str, keep: list) -> MlaTransferSide:
     if side is None:
         return MlaTransferSide()
+    expect_type(side, TransferSide, name)
     import numpy as np
 
     raw = np.asarray(side.pages)
@@ -123,27 +118,30 @@ def _side(side: TransferSide | None, name: str, keep: list) -> MlaTransferSide:
         raise errors.OutOfRangeError(f"{name}.pages[{j}] = {int(wide[j])} does not fit int32")
     pages = np.ascontiguousarray(wide, np.int32)
     keep.append(pages)
-    return MlaTransferSide(pages.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), pages.size,
-                           int(side.num_pages), int(side.page_size), int(side.page_stride),
-                           int(side.layer_stride))
+    fields = dataclasses.asdict(side)
+    fields.update(pages=pages.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                  num_page_ids=pages.size)
+    return c_struct(MlaTransferSide, name, fields)
 
 
 def _request(req: TransferRequest, keep: list) -> MlaTransferRequest:
+    expect_type(req, TransferRequest, "request")
     with_indexer = req.src_indexer is not None if req.with_indexer is None else bool(
         req.with_indexer)
     if with_indexer:
         for name in ("src_indexer", "dst_indexer"):
             if getattr(req, name) is None:
                 raise errors.InvalidValueError(f"with_indexer = True but {name} is None")
-    src_fmt = _code(req.src_format, KV_FORMATS, "src_format")
-    dst_fmt = _code(req.src_format if req.dst_format is None else req.dst_format, KV_FORMATS,
+    src_fmt = choice(req.src_format, KV_FORMATS, "src_format")
+    dst_fmt = choice(req.src_format if req.dst_format is None else req.dst_format, KV_FORMATS,
                     "dst_format")
-    return MlaTransferRequest(
-        int(req.first_token), int(req.num_tokens), int(req.num_layers), src_fmt, dst_fmt,
-        int(with_indexer), _code(req.order, TRANSFER_ORDERS, "order"), 0,
-        _side(req.src_latent, "src_latent", keep), _side(req.dst_latent, "dst_latent", keep),
-        _side(req.src_indexer if with_indexer else None, "src_indexer", keep),
-        _side(req.dst_indexer if with_indexer else None, "dst_indexer", keep))
+    sides = {n: _side(getattr(req, n) if with_indexer or n.endswith("latent") else None, n,
+                      keep)
+             for n in ("src_latent", "dst_latent", "src_indexer", "dst_indexer")}
+    return c_struct(MlaTransferRequest, "", dict(
+        first_token=req.first_token, num_tokens=req.num_tokens, num_layers=req.num_layers,
+        src_format=src_fmt, dst_format=dst_fmt, with_indexer=int(with_indexer),
+        order=choice(req.order, TRANSFER_ORDERS, "order"), **sides))
 
 
 def plan_transfer(request: TransferRequest | None = None, **fields) -> TransferPlan:
@@ -185,10 +183,12 @@ def layer_bases(base, layer_stride: int, num_layers: int) -> list:
     """Per-layer views of pools that share one allocation: layer l's view starts
     l * layer_stride bytes into `base` (a dense host array) and runs to its end."""
     flat = _bytes_view(base, "base")
-    n = max(int(num_layers), 0)
+    layer_stride = c_value(ctypes.c_int64, layer_stride, "layer_stride")
+    num_layers = c_value(ctypes.c_int32, num_layers, "num_layers")
+    n = max(num_layers, 0)
     out = (ctypes.c_void_p * n)()
-    lib().call("mla_layer_bases", ctypes.c_void_p(flat.ctypes.data), int(layer_stride),
-               int(num_layers), out, n)
+    lib().call("mla_layer_bases", ctypes.c_void_p(flat.ctypes.data), layer_stride, num_layers,
+               out, n)
     views = []
     for l, p in enumerate(out):
         off = (p or 0) - flat.ctypes.data
@@ -242,10 +242,16 @@ def execute_copy_plan(plan, src, dst) -> None:
     """Copies every run of `plan` (a TransferPlan or a list of CopyRun) with memcpy from
     the src pools to the dst pools: TransferBuffers, or a list of per-layer latent arrays.
     Host arrays only. Every base and bound is checked before the first copy."""
+    if not isinstance(plan, (TransferPlan, list, tuple)):
+        raise errors.InvalidValueError(
+            f"plan = {plan!r} is a {type(plan).__name__}, not a TransferPlan or a list of CopyRun")
     runs = plan.runs if isinstance(plan, TransferPlan) else list(plan)
+    for i, r in enumerate(runs):
+        expect_type(r, CopyRun, f"plan[{i}]")
     c_runs = (MlaCopyRun * len(runs))(*[
-        MlaCopyRun(r.src_offset, r.dst_offset, r.bytes, r.layer,
-                   _code(r.cache, TRANSFER_CACHES, f"runs[{i}].cache"))
+        c_struct(MlaCopyRun, f"runs[{i}]", dict(
+            src_offset=r.src_offset, dst_offset=r.dst_offset, bytes=r.bytes, layer=r.layer,
+            cache=choice(r.cache, TRANSFER_CACHES, f"runs[{i}].cache")))
         for i, r in enumerate(runs)])
     keep: list = []
     s = _buffers(src, "src", runs, keep)
@@ -267,12 +273,13 @@ class LaunchInfo:
     master_port: int = 0
 
     def _c(self) -> MlaLaunchInfo:
+        expect_type(self.master_addr, str, "who.master_addr")
         addr = self.master_addr.encode()
         if len(addr) >= MASTER_ADDR_MAX or b"\0" in addr:
             raise errors.InvalidValueError(
-                f"master_addr = {self.master_addr!r}: at most {MASTER_ADDR_MAX - 1} bytes, no NUL")
-        return MlaLaunchInfo(int(self.rank), int(self.world_size), int(self.local_rank),
-                             int(self.master_port), addr)
+                f"who.master_addr = {self.master_addr!r}: at most {MASTER_ADDR_MAX - 1} bytes, "
+                "no NUL")
+        return c_struct(MlaLaunchInfo, "who", dict(dataclasses.asdict(self), master_addr=addr))
 
 
 def launch_info_from_env(env=None) -> LaunchInfo:
@@ -282,6 +289,7 @@ def launch_info_from_env(env=None) -> LaunchInfo:
     if env is None:
         lib().call("mla_launch_info_from_env", ctypes.byref(c), GETENV_FN(), None)
     else:
+        expect_type(env, Mapping, "env")
         values = {k: ctypes.create_string_buffer(str(v).encode()) for k, v in env.items()}
 
         def get(name, _user):
@@ -295,8 +303,10 @@ def launch_info_from_env(env=None) -> LaunchInfo:
 def _exchange(fn: str, who: LaunchInfo, data, extra: tuple, timeout_ms: int) -> bytes:
     n = len(data) if data is not None else 0
     buf = ctypes.create_string_buffer(bytes(data) if data is not None else b"", n)
+    expect_type(who, LaunchInfo, "who")
     w = who._c()
-    lib().call(fn, ctypes.byref(w), *extra, buf, n, int(timeout_ms))
+    lib().call(fn, ctypes.byref(w), *extra, buf, n,
+               c_value(ctypes.c_int32, timeout_ms, "timeout_ms"))
     return buf.raw
 
 

@@ -187,32 +187,73 @@ def test_cuda_topk_length_past_the_block_table_translates_nothing_outside_it():
 # ---- the checked mode: device values checked on the host before the launch ----------------
 
 
-class checked_mode:
-    """mla_set_check_device_values for this thread (the Python binding has no switch yet)."""
+# issue 20's GPU repros for dense decode: (the tensor, the entry of request 0 it breaks, the
+# value, the checked mode's error). Lengths (20, 30), pages of 64: block_table [2, 1], 5 pages.
+BAD_DENSE = {
+    "page past the pool": ("block_table", (0, 0), 1000,
+                           r"block_table\[0\]\[0\] = 1000 is past num_pages"),
+    "page 2^31 - 1": ("block_table", (0, 0), 2**31 - 1,
+                      r"block_table\[0\]\[0\] = 2147483647 is past num_pages"),
+    "page -5": ("block_table", (0, 0), -5, r"block_table\[0\]\[0\] = -5 is negative"),
+    "length past the block table": ("cache_seqlens", 0, 65,
+                                    r"cache_seqlens\[0\] = 65 is past the capacity"),
+    "negative length": ("cache_seqlens", 0, -3, r"cache_seqlens\[0\] = -3 is negative"),
+}
 
-    def __enter__(self):
-        import ctypes
 
-        self.lib = ctypes.CDLL(mla.library_path())
-        self.lib.mla_set_check_device_values(1)
-
-    def __exit__(self, *exc):
-        self.lib.mla_set_check_device_values(0)
-
-
-def test_cuda_decode_bad_page_id_nan_rows_or_checked_error(rng):
+@pytest.mark.parametrize("what", sorted(BAD_DENSE))
+def test_cuda_decode_bad_device_values_nan_rows_or_checked_error(rng, what):
+    tensor, at, value, message = BAD_DENSE[what]
     q, cache, bt, sl = dense_problem(rng)
-    bt = bt.clone()
-    bt[0, 0] = 1000  # past the pool: request 0 reads it
+    bt, sl = bt.clone(), sl.clone()
+    {"block_table": bt, "cache_seqlens": sl}[tensor][at] = value
     out, lse = mla.mla_decode(q, cache, bt, sl, SCALE)  # unchecked: the documented guard
     torch = torch_mod()
     torch.cuda.synchronize()
     o, l = host(out).astype(np.float32), host(lse)
     assert np.isnan(o[0]).all() and np.isnan(l[0]).all(), "request 0 is not NaN"
     assert np.isfinite(o[1]).all() and np.isfinite(l[1]).all(), "request 1 was disturbed"
-    with checked_mode():
-        with pytest.raises(mla.OutOfRangeError, match=r"block_table\[0\]\[0\] = 1000"):
+    with mla.checked_device_values():
+        with pytest.raises(mla.OutOfRangeError, match=message):
             mla.mla_decode(q, cache, bt, sl, SCALE)
+
+
+def _bad_index_is_none(run, idx, bad, message):
+    """run(indices) with out-of-range entries in `bad` gives finite out and lse, those of
+    `idx` (-1 there); the checked mode names the first bad entry instead."""
+    idx, bad = cuda(idx), cuda(bad)
+    got, want = run(bad), run(idx)
+    go, wo = host(got[0]).astype(np.float32), host(want[0]).astype(np.float32)
+    gl, wl = host(got[1]), host(want[1])
+    assert np.isfinite(go).all() and np.isfinite(gl).all()
+    np.testing.assert_allclose(go, wo, rtol=0, atol=1e-2)  # bf16 outputs of size ~1
+    np.testing.assert_allclose(gl, wl, rtol=0, atol=1e-4)
+    with mla.checked_device_values():
+        with pytest.raises(mla.OutOfRangeError, match=message):
+            run(bad)
+
+
+def test_cuda_sparse_decode_bad_index_is_none(rng):
+    q, cache, _, _ = dense_problem(rng, lengths=(100, 120))
+    slots = cache.shape[0] * cache.shape[1]
+    idx = rng.integers(0, slots, (2, 1, 64)).astype(np.int32)
+    idx[:, :, 40:] = -1
+    bad = idx.copy()
+    bad[0, 0, 40], bad[0, 0, 41], bad[1, 0, 42] = 10**6, -5, 2**31 - 1
+    _bad_index_is_none(lambda i: mla.sparse_decode(q, cache, i, SCALE), idx, bad,
+                       r"indices\[0\]\[0\]\[40\] = 1000000")
+
+
+def test_cuda_sparse_prefill_bad_index_is_none(rng):
+    s_q, h, s_kv, topk = 4, 64, 256, 64
+    q = cuda(rng.standard_normal((s_q, h, 576)).astype(np.float32)).bfloat16()
+    kv = cuda(rng.standard_normal((s_kv, 576)).astype(np.float32)).bfloat16()
+    idx = np.stack([rng.permutation(s_kv)[:topk] for _ in range(s_q)]).astype(np.int32)
+    idx[:, 48:] = -1
+    bad = idx.copy()
+    bad[0, 48], bad[1, 49], bad[3, 50] = 10**6, -5, s_kv
+    _bad_index_is_none(lambda i: mla.sparse_prefill(q, kv, i, SCALE), idx, bad,
+                       r"indices\[0\]\[48\] = 1000000 is past")
 
 
 def test_cuda_checked_mode_names_bad_slots_and_indices(rng):
@@ -223,7 +264,7 @@ def test_cuda_checked_mode_names_bad_slots_and_indices(rng):
     mla.append_kv(c_kv, k_rope, slots, cache)  # unchecked: the bad slot is skipped
     idx = torch.full((2, 1, 64), -1, dtype=torch.int32, device="cuda")
     idx[1, 0, 5] = 10**6
-    with checked_mode():
+    with mla.checked_device_values():
         with pytest.raises(mla.OutOfRangeError, match=r"slots\[1\] = 1000000"):
             mla.append_kv(c_kv, k_rope, slots, cache)
         with pytest.raises(mla.OutOfRangeError, match=r"indices\[1\]\[0\]\[5\] = 1000000"):

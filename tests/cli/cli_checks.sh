@@ -37,6 +37,13 @@ expect octal-is-not-decimal 105 "--context.*'010' is not a decimal integer" -- p
 expect int-option-range 105 "--topk.*'4294967296' is out of range" -- plan --topk 4294967296
 expect double-overflow 105 "--mem-util.*'1e999' does not fit a double" -- plan --mem-util 1e999
 expect double-nan 105 "--mem-util.*'nan' is not a finite number" -- plan --mem-util nan
+# Bad values name the option and the value as given.
+expect unknown-model 2 "model 'nosuch' is not known; known models: deepseek-v3" -- plan --model nosuch
+expect unknown-gpu 2 "gpu 'nosuch' is not known; known gpus: h100" -- plan --gpu nosuch
+expect tp-zero 2 'tp = 0 must be >= 1' -- plan --tp 0
+expect mem-util-past-one 2 'mem_util = 2 must be in \(0, 1\]' -- plan --mem-util 2
+expect calibrate-missing-file 2 "--calibrate: cannot open '$tmp/none.json'" -- plan --calibrate "$tmp/none.json"
+expect unknown-option 109 'not expected: --bogus' -- plan --bogus
 # --json --list prints JSON.
 expect list-json 0 '"gpus": \[' -- plan --list --json
 out=$("$mla" plan --list --json) && python3 -c 'import json,sys; d=json.load(sys.stdin); assert {"gpus","models"} <= d.keys() and d["gpus"]' <<<"$out" \

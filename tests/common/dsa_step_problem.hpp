@@ -24,6 +24,19 @@ struct DsaStepShape {
   bool shared_table = false;
 };
 
+inline DsaStepShape dsa_step_shape(std::vector<int32_t> lengths, int64_t s_q, int64_t h_q,
+                                   int64_t page_size, KvFormat fmt = KvFormat::bf16,
+                                   bool shared = false) {
+  DsaStepShape s;
+  s.decode.lengths = std::move(lengths);
+  s.decode.s_q = s_q;
+  s.decode.h_q = h_q;
+  s.decode.cache.format = fmt;
+  s.decode.cache.page_size = page_size;
+  s.shared_table = shared;
+  return s;
+}
+
 struct DsaStepProblem {
   DecodeProblem dense;
   HostTensor index_cache;        // [index_pages, 8448] u8

@@ -133,33 +133,40 @@ TEST(BadInputs, CApiViewExtentOverflowIsAnError) {
 // ---- sizes derived from a caller's numbers -------------------------------------------
 
 DsaStepProblem dsa_problem(std::vector<int32_t> lengths, int64_t s_q = 1) {
-  DsaStepShape s;
-  s.decode.lengths = std::move(lengths);
-  s.decode.s_q = s_q;
-  s.decode.h_q = 16;
-  s.decode.cache.page_size = 16;
   Rng rng(11);
-  return testing::make_dsa_step_problem(rng, s);
+  return testing::make_dsa_step_problem(rng,
+                                        testing::dsa_step_shape(std::move(lengths), s_q, 16, 16));
 }
+
+// A DSA step (16 heads, pages of 16) with f32 outputs, run on the sparse path at top-64.
+struct SparseDsaStep {
+  DsaStepProblem p;
+  HostTensor out, lse;
+  DsaPolicy pol;
+  explicit SparseDsaStep(std::vector<int32_t> lengths)
+      : p(dsa_problem(std::move(lengths))),
+        out(p.dense.make_out(DType::f32)),
+        lse(p.dense.make_lse(DType::f32)) {
+    pol.path = DsaPath::sparse;
+    pol.topk = 64;
+  }
+  DsaDecodeArgs args(int64_t max_seqlen) const { return p.args(p.dense.q, out, lse, max_seqlen); }
+};
 
 TEST(BadInputs, DsaMaxSeqlen2Pow62IsAnErrorNotAHeapOverflow) {
   // The campaign's first crash: the logits workspace size wrapped, the step
   // then wrote past an 8.7 KB buffer.
-  DsaStepProblem p = dsa_problem({70, 100});
-  HostTensor out = p.dense.make_out(DType::f32), lse = p.dense.make_lse(DType::f32);
-  DsaPolicy pol;
-  pol.path = DsaPath::sparse;
-  pol.topk = 64;
-  const DsaDecodeArgs a = p.args(p.dense.q, out, lse, k2p62);
+  SparseDsaStep step({70, 100});
+  const DsaPolicy& pol = step.pol;
+  const DsaDecodeArgs a = step.args(k2p62);
   size_t bytes = 123;
   expect_error(dsa_decode_workspace_size(a, pol, &bytes), Errc::invalid_value,
                {"max_seqlen = 4611686018427387904", "overflows"});
   std::vector<uint8_t> ws(8704);
   expect_error(dsa_decode(a, pol, Workspace{ws.data(), ws.size()}), Errc::invalid_value,
                {"max_seqlen = 4611686018427387904"});
-  expect_error(
-      dsa_decode(p.args(p.dense.q, out, lse, INT64_MAX), pol, Workspace{ws.data(), ws.size()}),
-      Errc::invalid_value, {"max_seqlen = 9223372036854775807"});
+  expect_error(dsa_decode(step.args(INT64_MAX), pol, Workspace{ws.data(), ws.size()}),
+               Errc::invalid_value, {"max_seqlen = 9223372036854775807"});
 }
 
 TEST(BadInputs, DsaOutputStrideInt64MinIsAnError) {
@@ -324,12 +331,9 @@ TEST(BadInputs, OverlapRejectedInEveryOp) {
 }
 
 TEST(BadInputs, DsaWorkspaceOverlappingOutIsRejected) {
-  DsaStepProblem p = dsa_problem({70, 100});
-  HostTensor out = p.dense.make_out(DType::f32), lse = p.dense.make_lse(DType::f32);
-  DsaPolicy pol;
-  pol.path = DsaPath::sparse;
-  pol.topk = 64;
-  const DsaDecodeArgs a = p.args(p.dense.q, out, lse, 100);
+  SparseDsaStep step({70, 100});
+  const DsaPolicy& pol = step.pol;
+  const DsaDecodeArgs a = step.args(100);
   size_t bytes = 0;
   ASSERT_TRUE(dsa_decode_workspace_size(a, pol, &bytes).ok());
   std::vector<uint8_t> ws(bytes);
@@ -371,12 +375,9 @@ TEST(BadInputs, DecodeEmptyBatchAndEmptyStepAreNoOps) {
 }
 
 TEST(BadInputs, DsaEmptyBatchIsANoOp) {
-  DsaStepProblem p = dsa_problem({}, 1);
-  HostTensor out = p.dense.make_out(DType::f32), lse = p.dense.make_lse(DType::f32);
-  DsaPolicy pol;
-  pol.path = DsaPath::sparse;
-  pol.topk = 64;
-  DsaDecodeArgs a = p.args(p.dense.q, out, lse, 1 << 20);
+  SparseDsaStep step({});
+  const DsaPolicy& pol = step.pol;
+  DsaDecodeArgs a = step.args(1 << 20);
   size_t bytes = 1;
   ASSERT_TRUE(dsa_decode_workspace_size(a, pol, &bytes).ok());
   EXPECT_EQ(bytes, 0u);
@@ -487,21 +488,18 @@ TEST(BadInputs, CheckedModeKeepsTheCpuPath) {
 // ---- names ----------------------------------------------------------------------------------
 
 TEST(BadInputs, DsaNamesIndexBlockTable) {
-  DsaStepProblem p = dsa_problem({70, 100});
-  HostTensor out = p.dense.make_out(DType::f32), lse = p.dense.make_lse(DType::f32);
-  DsaPolicy pol;
-  pol.path = DsaPath::sparse;
-  pol.topk = 64;
+  SparseDsaStep step({70, 100});
+  const DsaPolicy& pol = step.pol;
   // A page id past the indexer cache, in the indexer's own table.
-  p.index_block_table.set(1, 1000);
-  DsaDecodeArgs a = p.args(p.dense.q, out, lse, 100);
+  step.p.index_block_table.set(1, 1000);
+  DsaDecodeArgs a = step.args(100);
   size_t bytes = 0;
   ASSERT_TRUE(dsa_decode_workspace_size(a, pol, &bytes).ok());
   std::vector<uint8_t> ws(bytes);
   expect_error(dsa_decode(a, pol, Workspace{ws.data(), ws.size()}), Errc::out_of_range,
                {"index_block_table[0][1] = 1000", "index_cache"});
   // A layout only the indexer stage checked before.
-  a = p.args(p.dense.q, out, lse, 100);
+  a = step.args(100);
   a.index_block_table.strides[1] = 2;  // rows of 3 columns: (0, 2) and (1, 0) stay inside
   a.index_block_table.shape[1] = 2;
   expect_error(dsa_decode(a, pol, Workspace{ws.data(), ws.size()}), Errc::invalid_stride,

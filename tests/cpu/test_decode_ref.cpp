@@ -209,12 +209,7 @@ TEST(DecodeRef, MatchesNaiveOverHeadCountsAndNewTokens) {
 
 TEST(DecodeRef, NonCausalSeesEveryKey) {
   Rng rng(7);
-  DecodeShape s;
-  s.s_q = 3;
-  s.h_q = 16;
-  s.causal = false;
-  s.lengths = {2, 0, 45};
-  s.cache.page_size = 16;
+  const DecodeShape s{.lengths = {2, 0, 45}, .s_q = 3, .cache = {.page_size = 16}, .causal = false};
   DecodeProblem p = testing::make_decode_problem(rng, s);
   check_f64(p, naive_decode(p));
 }
@@ -224,14 +219,12 @@ TEST(DecodeRef, NonCausalSeesEveryKey) {
 // rounded once (bf16 through f32).
 TEST(DecodeRef, InputAndOutputDtypes) {
   Rng rng(11);
-  DecodeShape s;
-  s.s_q = 2;
-  s.h_q = 16;
-  s.lengths = {1, 33, 0};
-  s.cache.page_size = 16;
-  s.cache.format = KvFormat::fp8_ds_mla;
-  s.cache.min_scale_exp = -9;
-  s.cache.max_scale_exp = -7;
+  const DecodeShape s{.lengths = {1, 33, 0},
+                      .s_q = 2,
+                      .cache = {.format = KvFormat::fp8_ds_mla,
+                                .page_size = 16,
+                                .min_scale_exp = -9,
+                                .max_scale_exp = -7}};
   DecodeProblem p = testing::make_decode_problem(rng, s);
   const Oracle o = naive_decode(p);
 
@@ -260,11 +253,7 @@ TEST(DecodeRef, InputAndOutputDtypes) {
 // A q view with padded strides (rows of a larger buffer) reads the same values.
 TEST(DecodeRef, StridedQuery) {
   Rng rng(5);
-  DecodeShape s;
-  s.s_q = 2;
-  s.h_q = 16;
-  s.lengths = {20, 9};
-  s.cache.page_size = 8;
+  const DecodeShape s{.lengths = {20, 9}, .s_q = 2, .cache = {.page_size = 8}};
   DecodeProblem p = testing::make_decode_problem(rng, s);
   HostTensor wide(DType::f64, {2, 2, 16, 640});  // 64 extra values per head row
   wide.poison();

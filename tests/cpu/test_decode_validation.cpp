@@ -16,6 +16,7 @@ namespace mla {
 namespace {
 
 using testing::expect_error;
+using Row = testing::BadRow<DecodeArgs>;
 
 using testing::DecodeProblem;
 using testing::DecodeShape;
@@ -43,6 +44,13 @@ struct Fixture {
   DecodeArgs args() const { return p.args(p.q, out, lse); }
 };
 
+// Each row against a fresh Fixture's valid arguments.
+void expect_decode_errors(const std::vector<Row>& rows) {
+  Fixture f;
+  testing::expect_errors(
+      f.args(), [](const DecodeArgs& a) { return mla_decode(a); }, rows);
+}
+
 TEST(DecodeValidation, ValidInputPasses) {
   Fixture f;
   Status st = mla_decode(f.args());
@@ -50,68 +58,50 @@ TEST(DecodeValidation, ValidInputPasses) {
 }
 
 TEST(DecodeValidation, QueryShapeDtypeStride) {
-  Fixture f;
-  DecodeArgs a = f.args();
-  a.q.shape[3] = 512;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "512", "576"});
-  a = f.args();
-  a.q.shape[1] = 0;  // a valid empty step (test_bad_inputs.cpp), but out is not [B, 0, ...]
-  expect_error(mla_decode(a), Errc::invalid_shape, {"out", "dim 1 is 2, expected 0"});
-  a = f.args();
-  a.q.ndim = 3;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "3 dims"});
-  a = f.args();
-  a.q.dtype = DType::i32;
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"q", "i32"});
-  a = f.args();
-  a.q.strides[3] = 2;
-  expect_error(mla_decode(a), Errc::invalid_stride, {"q", "stride of dim 3 is 2"});
-  a = f.args();
-  a.q = TensorView{};
-  expect_error(mla_decode(a), Errc::invalid_shape, {"q", "not given"});
+  expect_decode_errors({
+      Row(Errc::invalid_shape, {"q", "512", "576"}, [](auto& a) { a.q.shape[3] = 512; }),
+      // a valid empty step (test_bad_inputs.cpp), but out is not [B, 0, ...]
+      Row(Errc::invalid_shape, {"out", "dim 1 is 2, expected 0"},
+          [](auto& a) { a.q.shape[1] = 0; }),
+      Row(Errc::invalid_shape, {"q", "3 dims"}, [](auto& a) { a.q.ndim = 3; }),
+      Row(Errc::invalid_dtype, {"q", "i32"}, [](auto& a) { a.q.dtype = DType::i32; }),
+      Row(Errc::invalid_stride, {"q", "stride of dim 3 is 2"}, [](auto& a) { a.q.strides[3] = 2; }),
+      Row(Errc::invalid_shape, {"q", "not given"}, [](auto& a) { a.q = TensorView{}; }),
+  });
 }
 
 TEST(DecodeValidation, OutputShapesAndDtypes) {
-  Fixture f;
-  DecodeArgs a = f.args();
-  a.out.shape[3] = 576;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"out", "576"});
-  a = f.args();
-  a.out.dtype = DType::i32;
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"out", "i32"});
-  a = f.args();
-  a.lse.shape[1] = 2;  // [B, s_q, h_q] instead of [B, h_q, s_q]
-  a.lse.shape[2] = 16;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"lse", "[3, 2, 16]", "h_q"});
-  a = f.args();
-  a.lse.dtype = DType::bf16;
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"lse", "bf16"});
+  expect_decode_errors({
+      Row(Errc::invalid_shape, {"out", "576"}, [](auto& a) { a.out.shape[3] = 576; }),
+      Row(Errc::invalid_dtype, {"out", "i32"}, [](auto& a) { a.out.dtype = DType::i32; }),
+      // [B, s_q, h_q] instead of [B, h_q, s_q]
+      Row(Errc::invalid_shape, {"lse", "[3, 2, 16]", "h_q"},
+          [](auto& a) {
+            a.lse.shape[1] = 2;
+            a.lse.shape[2] = 16;
+          }),
+      Row(Errc::invalid_dtype, {"lse", "bf16"}, [](auto& a) { a.lse.dtype = DType::bf16; }),
+  });
 }
 
 TEST(DecodeValidation, BlockTableAndSeqlensShapes) {
-  Fixture f;
-  DecodeArgs a = f.args();
-  a.block_table.shape[0] = 4;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"block_table", "4"});
-  a = f.args();
-  a.block_table.dtype = DType::i64;
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"block_table", "i64"});
-  a = f.args();
-  a.cache_seqlens.shape[0] = 2;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"cache_seqlens", "[2]"});
-  a = f.args();
-  a.cache_seqlens.dtype = DType::f32;
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"cache_seqlens", "f32"});
+  expect_decode_errors({
+      Row(Errc::invalid_shape, {"block_table", "4"}, [](auto& a) { a.block_table.shape[0] = 4; }),
+      Row(Errc::invalid_dtype, {"block_table", "i64"},
+          [](auto& a) { a.block_table.dtype = DType::i64; }),
+      Row(Errc::invalid_shape, {"cache_seqlens", "[2]"},
+          [](auto& a) { a.cache_seqlens.shape[0] = 2; }),
+      Row(Errc::invalid_dtype, {"cache_seqlens", "f32"},
+          [](auto& a) { a.cache_seqlens.dtype = DType::f32; }),
+  });
 }
 
 TEST(DecodeValidation, CacheIsValidated) {
-  Fixture f;
-  DecodeArgs a = f.args();
-  a.kv.data.dtype = DType::u8;  // bf16 format over byte data
-  expect_error(mla_decode(a), Errc::invalid_dtype, {"kv", "u8"});
-  a = f.args();
-  a.kv.data.shape[3] = 656;
-  expect_error(mla_decode(a), Errc::invalid_shape, {"kv", "656"});
+  expect_decode_errors({
+      // bf16 format over byte data
+      Row(Errc::invalid_dtype, {"kv", "u8"}, [](auto& a) { a.kv.data.dtype = DType::u8; }),
+      Row(Errc::invalid_shape, {"kv", "656"}, [](auto& a) { a.kv.data.shape[3] = 656; }),
+  });
 }
 
 TEST(DecodeValidation, SoftmaxScale) {
@@ -126,16 +116,14 @@ TEST(DecodeValidation, SoftmaxScale) {
 }
 
 TEST(DecodeValidation, DevicesMustMatch) {
-  Fixture f;
-  DecodeArgs a = f.args();
-  a.out.device = Device::cuda(0);
-  expect_error(mla_decode(a), Errc::invalid_device, {"out", "cuda:0", "cpu:0"});
-  a = f.args();
-  a.block_table.device = Device::cuda(1);
-  expect_error(mla_decode(a), Errc::invalid_device, {"block_table", "cuda:1"});
-  a = f.args();
-  a.q.device.type = static_cast<DeviceType>(7);
-  expect_error(mla_decode(a), Errc::invalid_device, {"q", "7"});
+  expect_decode_errors({
+      Row(Errc::invalid_device, {"out", "cuda:0", "cpu:0"},
+          [](auto& a) { a.out.device = Device::cuda(0); }),
+      Row(Errc::invalid_device, {"block_table", "cuda:1"},
+          [](auto& a) { a.block_table.device = Device::cuda(1); }),
+      Row(Errc::invalid_device, {"q", "7"},
+          [](auto& a) { a.q.device.type = static_cast<DeviceType>(7); }),
+  });
 }
 
 // The example of the standards, verbatim: a page id past the pool.
@@ -253,25 +241,25 @@ TEST(DecodeValidation, MergeShapes) {
   MergeArgs m{po.view(), pl.view(), out.view(), lse.view()};
   EXPECT_TRUE(merge_attn_partials(m).ok());
 
-  MergeArgs b = m;
-  b.out.shape[1] = 9;
-  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"out", "[4, 9]", "[4, 8]"});
-  b = m;
-  b.partial_lse.shape[0] = 0;
-  b.partial_out.shape[0] = 0;
-  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"partial_lse", "S = 0"});
-  b = m;
-  b.partial_out.shape[1] = 3;
-  expect_error(merge_attn_partials(b), Errc::invalid_shape, {"partial_out", "[2, 3, 8]"});
-  b = m;
-  b.partial_lse.dtype = DType::bf16;
-  expect_error(merge_attn_partials(b), Errc::invalid_dtype, {"partial_lse", "bf16"});
-  b = m;
-  b.lse.device = Device::cuda(0);
-  expect_error(merge_attn_partials(b), Errc::invalid_device, {"lse"});
-  b = m;
-  b.partial_out.strides[2] = -1;
-  expect_error(merge_attn_partials(b), Errc::invalid_stride, {"partial_out", "-1"});
+  const std::vector<testing::BadRow<MergeArgs>> rows = {
+      testing::BadRow<MergeArgs>(Errc::invalid_shape, {"out", "[4, 9]", "[4, 8]"},
+                                 [](auto& b) { b.out.shape[1] = 9; }),
+      testing::BadRow<MergeArgs>(Errc::invalid_shape, {"partial_lse", "S = 0"},
+                                 [](auto& b) {
+                                   b.partial_lse.shape[0] = 0;
+                                   b.partial_out.shape[0] = 0;
+                                 }),
+      testing::BadRow<MergeArgs>(Errc::invalid_shape, {"partial_out", "[2, 3, 8]"},
+                                 [](auto& b) { b.partial_out.shape[1] = 3; }),
+      testing::BadRow<MergeArgs>(Errc::invalid_dtype, {"partial_lse", "bf16"},
+                                 [](auto& b) { b.partial_lse.dtype = DType::bf16; }),
+      testing::BadRow<MergeArgs>(Errc::invalid_device, {"lse"},
+                                 [](auto& b) { b.lse.device = Device::cuda(0); }),
+      testing::BadRow<MergeArgs>(Errc::invalid_stride, {"partial_out", "-1"},
+                                 [](auto& b) { b.partial_out.strides[2] = -1; }),
+  };
+  testing::expect_errors(
+      m, [](const MergeArgs& b) { return merge_attn_partials(b); }, rows);
 }
 
 }  // namespace

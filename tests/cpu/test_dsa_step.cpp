@@ -28,6 +28,8 @@ using testing::DsaStepShape;
 using testing::expect_error;
 using testing::HostTensor;
 using testing::Rng;
+using DsaRow = testing::BadRow<DsaDecodeArgs>;
+using ThresholdRow = testing::BadRow<plan::DsaThresholdOptions>;
 
 #define MLA_OK(x)                           \
   do {                                      \
@@ -133,16 +135,10 @@ void expect_close(const HostTensor& a, const HostTensor& b, const char* what) {
   }
 }
 
+// 16 query heads.
 DsaStepShape shape_of(std::vector<int32_t> lengths, int64_t s_q, int64_t page_size,
                       KvFormat fmt = KvFormat::bf16, bool shared = false) {
-  DsaStepShape s;
-  s.decode.lengths = std::move(lengths);
-  s.decode.s_q = s_q;
-  s.decode.h_q = 16;
-  s.decode.cache.format = fmt;
-  s.decode.cache.page_size = page_size;
-  s.shared_table = shared;
-  return s;
+  return testing::dsa_step_shape(std::move(lengths), s_q, 16, page_size, fmt, shared);
 }
 
 TEST(DsaStep, DispatchRule) {
@@ -320,22 +316,20 @@ TEST(DsaStep, ValidationErrors) {
   expect_error(dsa_decode(good, pol, Workspace{}), Errc::insufficient_workspace,
                {"0 bytes given (null)", need.c_str()});
 
-  a = good;
-  a.index_q8.dtype = DType::f32;
-  expect_error(dsa_decode(a, pol, w), Errc::invalid_dtype, {"index_q8"});
-  a = good;
-  a.index_w_folded.shape[2] = 32;
-  expect_error(dsa_decode(a, pol, w), Errc::invalid_shape, {"index_w_folded"});
-  a = good;
-  a.index_block_table = TensorView{};  // latent pages of 16 cannot address the indexer cache
-  expect_error(dsa_decode(a, pol, w), Errc::invalid_value,
-               {"index_block_table", "kv.page_size() = 16"});
-  a = good;
-  a.cache_seqlens.dtype = DType::i64;
-  expect_error(dsa_decode(a, pol, w), Errc::invalid_dtype, {"cache_seqlens"});
-  a = good;
-  a.index_cache.data.device = Device::cuda(0);
-  expect_error(dsa_decode(a, pol, w), Errc::invalid_device, {"index_cache"});
+  const std::vector<DsaRow> rows = {
+      DsaRow(Errc::invalid_dtype, {"index_q8"}, [](auto& a) { a.index_q8.dtype = DType::f32; }),
+      DsaRow(Errc::invalid_shape, {"index_w_folded"},
+             [](auto& a) { a.index_w_folded.shape[2] = 32; }),
+      // latent pages of 16 cannot address the indexer cache
+      DsaRow(Errc::invalid_value, {"index_block_table", "kv.page_size() = 16"},
+             [](auto& a) { a.index_block_table = TensorView{}; }),
+      DsaRow(Errc::invalid_dtype, {"cache_seqlens"},
+             [](auto& a) { a.cache_seqlens.dtype = DType::i64; }),
+      DsaRow(Errc::invalid_device, {"index_cache"},
+             [](auto& a) { a.index_cache.data.device = Device::cuda(0); }),
+  };
+  testing::expect_errors(
+      good, [&](const DsaDecodeArgs& a) { return dsa_decode(a, pol, w); }, rows);
   // The composed ops' own checks still name their arguments: a page id past the pool.
   HostTensor bt = p.index_block_table;
   bt.set(0, 100000);
@@ -416,18 +410,17 @@ TEST(DsaThreshold, CalibratedAndErrors) {
   o.kv = "fp4";
   expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
                {"opts.kv = \"fp4\""});
-  o = {};
-  o.topk = 100;
-  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
-               {"opts.topk = 100"});
-  o = {};
-  o.heads = 0;
-  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
-               {"opts.heads = 0"});
-  o = {};
-  o.batch = 0;
-  expect_error(plan::dsa_dense_threshold("h200", nullptr, &t, o), Errc::invalid_value,
-               {"opts.batch = 0"});
+  const std::vector<ThresholdRow> rows = {
+      ThresholdRow(Errc::invalid_value, {"opts.topk = 100"}, [](auto& o) { o.topk = 100; }),
+      ThresholdRow(Errc::invalid_value, {"opts.heads = 0"}, [](auto& o) { o.heads = 0; }),
+      ThresholdRow(Errc::invalid_value, {"opts.batch = 0"}, [](auto& o) { o.batch = 0; }),
+  };
+  testing::expect_errors(
+      plan::DsaThresholdOptions{},
+      [&](const plan::DsaThresholdOptions& o) {
+        return plan::dsa_dense_threshold("h200", nullptr, &t, o);
+      },
+      rows);
   expect_error(plan::dsa_dense_threshold("h200", "{not json", &t), Errc::invalid_value, {});
 }
 

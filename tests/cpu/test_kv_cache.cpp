@@ -38,6 +38,14 @@ struct Pool {
   }
   const uint8_t* bytes() const { return reinterpret_cast<const uint8_t*>(c.storage.data()); }
   int64_t capacity() const { return view.num_pages() * view.page_size(); }
+  // Appends one token (c_kv [512], k_rope [64] f32) at `slot`.
+  void append_one(std::vector<float>& c_kv, std::vector<float>& k_rope, int64_t slot) {
+    AppendKvArgs a{TensorView::make(c_kv.data(), DType::f32, {1, 512}),
+                   TensorView::make(k_rope.data(), DType::f32, {1, 64}),
+                   TensorView::make(&slot, DType::i64, {1}), view};
+    const Status st = append_kv(a);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
 };
 constexpr uint8_t kPoison = 0xff;
 
@@ -104,10 +112,7 @@ TEST(KvCache, Fp8EntryBytesMatchHandComputed) {
 
   Pool cache(KvFormat::fp8_ds_mla, 1, 2);
   int64_t slot = 0;
-  AppendKvArgs a{TensorView::make(c.data(), DType::f32, {1, 512}),
-                 TensorView::make(r.data(), DType::f32, {1, 64}),
-                 TensorView::make(&slot, DType::i64, {1}), cache.view};
-  ASSERT_TRUE(append_kv(a).ok());
+  cache.append_one(c, r, slot);
   for (int i = 0; i < 656; ++i) EXPECT_EQ(cache.bytes()[i], want[i]) << "byte " << i;
   // The second slot of the page was not touched.
   for (int i = 656; i < 2 * 656; ++i) ASSERT_EQ(cache.bytes()[i], kPoison);
@@ -133,11 +138,7 @@ TEST(KvCache, Bf16EntryBytes) {
   c[511] = -2.f;                           // 0xc000
   r[63] = 1.0f + 3 * std::ldexp(1.f, -8);  // 0x3f82
   Pool cache(KvFormat::bf16, 1, 1);
-  int64_t slot = 0;
-  AppendKvArgs a{TensorView::make(c.data(), DType::f32, {1, 512}),
-                 TensorView::make(r.data(), DType::f32, {1, 64}),
-                 TensorView::make(&slot, DType::i64, {1}), cache.view};
-  ASSERT_TRUE(append_kv(a).ok());
+  cache.append_one(c, r, 0);
   EXPECT_EQ(cache.bytes()[0], 0x80);
   EXPECT_EQ(cache.bytes()[1], 0x3f);
   EXPECT_EQ(cache.bytes()[1022], 0x00);
@@ -299,60 +300,27 @@ TEST(KvCacheValidation, ReadRejectsSkipSlot) {
 }
 
 TEST(KvCacheValidation, ShapesDtypesStridesDevices) {
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.c_kv.shape[1] = 576;
-    expect_error(append_kv(a), Errc::invalid_shape, "c_kv");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.k_rope.shape[0] = 2;  // T mismatch with slots
-    expect_error(append_kv(a), Errc::invalid_shape, "k_rope");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.slots.dtype = DType::i32;
-    expect_error(append_kv(a), Errc::invalid_dtype, "slots: dtype i32");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.cache.data.dtype = DType::bf16;  // fp8 format over a bf16 tensor
-    expect_error(append_kv(a), Errc::invalid_dtype, "cache.data");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.cache.format = KvFormat::bf16;  // 656-wide tensor labelled bf16
-    expect_error(append_kv(a), Errc::invalid_shape, "expected 576");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.cache.data.strides[0] = 3 * 656;  // pages overlap
-    expect_error(append_kv(a), Errc::invalid_stride, "page stride 1968");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.cache.data.strides[1] = 700;  // token dim not dense
-    expect_error(append_kv(a), Errc::invalid_stride, "cache.data");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.cache.data.shape[1] = 0;
-    expect_error(append_kv(a), Errc::invalid_shape, "page_size = 0");
-  }
-  {
-    AppendFixture f;
-    auto a = f.args();
-    a.c_kv.device = Device::cuda();
-    expect_error(append_kv(a), Errc::invalid_device, "c_kv");
-  }
+  using Row = testing::BadRow<AppendKvArgs>;
+  AppendFixture f;
+  const std::vector<Row> rows = {
+      Row(Errc::invalid_shape, {"c_kv"}, [](auto& a) { a.c_kv.shape[1] = 576; }),
+      // T mismatch with slots
+      Row(Errc::invalid_shape, {"k_rope"}, [](auto& a) { a.k_rope.shape[0] = 2; }),
+      Row(Errc::invalid_dtype, {"slots: dtype i32"}, [](auto& a) { a.slots.dtype = DType::i32; }),
+      // fp8 format over a bf16 tensor
+      Row(Errc::invalid_dtype, {"cache.data"}, [](auto& a) { a.cache.data.dtype = DType::bf16; }),
+      // 656-wide tensor labelled bf16
+      Row(Errc::invalid_shape, {"expected 576"}, [](auto& a) { a.cache.format = KvFormat::bf16; }),
+      // pages overlap
+      Row(Errc::invalid_stride, {"page stride 1968"},
+          [](auto& a) { a.cache.data.strides[0] = 3 * 656; }),
+      // token dim not dense
+      Row(Errc::invalid_stride, {"cache.data"}, [](auto& a) { a.cache.data.strides[1] = 700; }),
+      Row(Errc::invalid_shape, {"page_size = 0"}, [](auto& a) { a.cache.data.shape[1] = 0; }),
+      Row(Errc::invalid_device, {"c_kv"}, [](auto& a) { a.c_kv.device = Device::cuda(); }),
+  };
+  testing::expect_errors(
+      f.args(), [](const AppendKvArgs& a) { return append_kv(a); }, rows);
 }
 
 }  // namespace

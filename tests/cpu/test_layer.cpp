@@ -91,6 +91,19 @@ std::vector<double> random_hidden(Rng& rng, int64_t B, int64_t L, int64_t D) {
   return h;
 }
 
+// A small-config layer: seeded weights (seed) and random hidden states (seed + 1) of
+// B requests x L tokens of width D.
+struct LayerProblem {
+  LayerConfig c = small_test_layer();
+  OwnedWeights w;
+  int64_t B, L, D;
+  std::vector<double> hidden;
+  LayerProblem(int64_t B_, int64_t L_, uint64_t seed) : w(c, seed), B(B_), L(L_), D(c.hidden) {
+    Rng rng(seed + 1);
+    hidden = random_hidden(rng, B, L, D);
+  }
+};
+
 // Runs the layer on tokens [t0, t0 + s_q) of every request (lengths t0 + s_q).
 std::vector<double> run_layer(const LayerConfig& c, const OwnedWeights& w, Caches& caches,
                               const std::vector<double>& hidden, int64_t L, int64_t t0, int64_t s_q,
@@ -255,11 +268,8 @@ TEST(Layer, SeededWeightsAreDeterministicAndScaled) {
 }
 
 TEST(Layer, PrefillAndDecodeEqualTheNaiveLayer) {
-  const LayerConfig c = small_test_layer();
-  const OwnedWeights w(c, 11);
-  Rng rng(12);
-  const int64_t B = 2, L = 22, D = c.hidden;
-  const std::vector<double> hidden = random_hidden(rng, B, L, D);
+  const LayerProblem p(2, 22, 11);
+  const auto& [c, w, B, L, D, hidden] = p;
   std::vector<std::vector<double>> naive(B);
   for (int64_t b = 0; b < B; ++b) naive[b] = naive_layer(c, w, hidden.data() + b * L * D, L);
 
@@ -284,11 +294,8 @@ TEST(Layer, PrefillAndDecodeEqualTheNaiveLayer) {
 }
 
 TEST(Layer, DecodeAfterPrefillEqualsOneLongPrefill) {
-  const LayerConfig c = small_test_layer();
-  const OwnedWeights w(c, 21);
-  Rng rng(22);
-  const int64_t B = 2, L = 37, D = c.hidden;
-  const std::vector<double> hidden = random_hidden(rng, B, L, D);
+  const LayerProblem p(2, 37, 21);
+  const auto& [c, w, B, L, D, hidden] = p;
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
     SCOPED_TRACE(kv_format_name(f));
     Caches step(B, 32, L, f, false), whole(B, 32, L, f, false);
@@ -311,12 +318,9 @@ TEST(Layer, SparseWithTopkCoveringEveryKeyEqualsDense) {
   // top-k 64 >= every length here, so the indexer selects every causal key
   // and DSA must equal dense absorbed attention (the order of the selected
   // keys differs; the result is a sum).
-  const LayerConfig c = small_test_layer();
+  const LayerProblem p(2, 60, 31);
+  const auto& [c, w, B, L, D, hidden] = p;
   ASSERT_EQ(c.index_topk, 64);
-  const OwnedWeights w(c, 31);
-  Rng rng(32);
-  const int64_t B = 2, L = 60, D = c.hidden;
-  const std::vector<double> hidden = random_hidden(rng, B, L, D);
   for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
     SCOPED_TRACE(kv_format_name(f));
     Caches sparse(B, 64, L, f, true), dense(B, 64, L, f, true);
@@ -337,11 +341,8 @@ TEST(Layer, SparseWithTopkCoveringEveryKeyEqualsDense) {
 TEST(Layer, SparseWithFewerKeysThanContextDiffersFromDense) {
   // Past top-k (64) keys the indexer must drop some: the output must move
   // (a DSA path that silently attended to everything would pass the test above).
-  const LayerConfig c = small_test_layer();
-  const OwnedWeights w(c, 41);
-  Rng rng(42);
-  const int64_t B = 1, L = 130, D = c.hidden;
-  const std::vector<double> hidden = random_hidden(rng, B, L, D);
+  const LayerProblem p(1, 130, 41);
+  const auto& [c, w, B, L, D, hidden] = p;
   Caches sparse(B, 64, L, KvFormat::bf16, true), dense(B, 64, L, KvFormat::bf16, true);
   run_layer(c, w, sparse, hidden, L, 0, L - 1, LayerAttention::absorbed);
   run_layer(c, w, dense, hidden, L, 0, L - 1, LayerAttention::absorbed);

@@ -21,6 +21,7 @@ namespace mla {
 namespace {
 
 using testing::expect_error;
+using Row = testing::BadRow<MhaPrefillArgs>;
 
 using testing::HostTensor;
 using testing::Rng;
@@ -293,35 +294,29 @@ TEST(MhaRef, Validation) {
   const MhaPrefillArgs good{q.view(), k.view(), v.view(),   vl.cu_q.view(), vl.cu_k.view(),
                             0.2f,     true,     out.view(), lse.view()};
   ASSERT_TRUE(mha_prefill(good).ok());
-  MhaPrefillArgs a = good;
-  a.k.shape[2] = 20;
-  expect_error(mha_prefill(a), Errc::invalid_shape, {"k", "20", "24"});
-  a = good;
-  a.v.shape[0] = 6;
-  expect_error(mha_prefill(a), Errc::invalid_shape, {"v", "6", "7"});
-  a = good;
-  a.lse.shape[0] = 5;
-  a.lse.shape[1] = 2;
-  expect_error(mha_prefill(a), Errc::invalid_shape, {"lse", "[5, 2]", "[h, T]"});
-  a = good;
-  a.q.dtype = DType::i32;
-  expect_error(mha_prefill(a), Errc::invalid_dtype, {"q", "i32"});
-  a = good;
-  a.cu_seqlens_k.dtype = DType::i64;
-  expect_error(mha_prefill(a), Errc::invalid_dtype, {"cu_seqlens_k", "i64"});
-  a = good;
-  a.cu_seqlens_k.shape[0] = 4;
-  expect_error(mha_prefill(a), Errc::invalid_shape, {"cu_seqlens_k", "[4]"});
-  a = good;
-  a.softmax_scale = -1.f;
-  expect_error(mha_prefill(a), Errc::invalid_value, {"softmax_scale = -1"});
-  a = good;
-  a.out.device = Device::cuda(0);
-  expect_error(mha_prefill(a), Errc::invalid_device, {"out"});
-  a = good;
-  a.q.device = a.k.device = a.v.device = a.out.device = a.lse.device = a.cu_seqlens_q.device =
-      a.cu_seqlens_k.device = Device::cuda(0);
-  expect_error(mha_prefill(a), Errc::unsupported, {"mha_prefill"});
+  const std::vector<Row> rows = {
+      Row(Errc::invalid_shape, {"k", "20", "24"}, [](auto& a) { a.k.shape[2] = 20; }),
+      Row(Errc::invalid_shape, {"v", "6", "7"}, [](auto& a) { a.v.shape[0] = 6; }),
+      Row(Errc::invalid_shape, {"lse", "[5, 2]", "[h, T]"},
+          [](auto& a) {
+            a.lse.shape[0] = 5;
+            a.lse.shape[1] = 2;
+          }),
+      Row(Errc::invalid_dtype, {"q", "i32"}, [](auto& a) { a.q.dtype = DType::i32; }),
+      Row(Errc::invalid_dtype, {"cu_seqlens_k", "i64"},
+          [](auto& a) { a.cu_seqlens_k.dtype = DType::i64; }),
+      Row(Errc::invalid_shape, {"cu_seqlens_k", "[4]"},
+          [](auto& a) { a.cu_seqlens_k.shape[0] = 4; }),
+      Row(Errc::invalid_value, {"softmax_scale = -1"}, [](auto& a) { a.softmax_scale = -1.f; }),
+      Row(Errc::invalid_device, {"out"}, [](auto& a) { a.out.device = Device::cuda(0); }),
+      Row(Errc::unsupported, {"mha_prefill"},
+          [](auto& a) {
+            a.q.device = a.k.device = a.v.device = a.out.device = a.lse.device =
+                a.cu_seqlens_q.device = a.cu_seqlens_k.device = Device::cuda(0);
+          }),
+  };
+  testing::expect_errors(
+      good, [](const MhaPrefillArgs& a) { return mha_prefill(a); }, rows);
 
   vl.cu_q.set(1, 6);  // 0, 6, 5: decreasing
   expect_error(mha_prefill(good), Errc::out_of_range,

@@ -18,6 +18,7 @@ namespace mla {
 namespace {
 
 using testing::expect_error;
+using Row = testing::BadRow<ApplyRopeArgs>;
 
 using testing::HostTensor;
 using testing::Rng;
@@ -152,33 +153,22 @@ TEST(Rope, Validation) {
   HostTensor out(DType::f32, {c.T, c.H, 64});
   ApplyRopeArgs good{c.x.view(), c.pos.view(), out.view(), deepseek_v3_rope()};
   ASSERT_TRUE(apply_rope(good).ok());
-  ApplyRopeArgs a = good;
-  a.config.dim = 63;
-  expect_error(apply_rope(a), Errc::invalid_value, {"config.dim = 63"});
-  a = good;
-  a.config.dim = 32;
-  expect_error(apply_rope(a), Errc::invalid_shape, {"x", "64", "32"});
-  a = good;
-  a.config.beta_fast = 0.5;
-  expect_error(apply_rope(a), Errc::invalid_value, {"beta_fast = 0.5"});
-  a = good;
-  a.config.theta = NAN;
-  expect_error(apply_rope(a), Errc::invalid_value, {"theta = nan"});
-  a = good;
-  a.x.dtype = DType::bf16;
-  expect_error(apply_rope(a), Errc::invalid_dtype, {"x", "bf16"});
-  a = good;
-  a.positions.dtype = DType::f32;
-  expect_error(apply_rope(a), Errc::invalid_dtype, {"positions", "f32"});
-  a = good;
-  a.out.shape[1] = 4;
-  expect_error(apply_rope(a), Errc::invalid_shape, {"out", "[5, 4, 64]"});
-  a = good;
-  a.positions.device = Device::cuda(0);
-  expect_error(apply_rope(a), Errc::invalid_device, {"positions"});
-  a = good;
-  a.x.device = a.out.device = a.positions.device = Device::cuda(0);
-  expect_error(apply_rope(a), Errc::unsupported, {"apply_rope"});
+  const std::vector<Row> rows = {
+      Row(Errc::invalid_value, {"config.dim = 63"}, [](auto& a) { a.config.dim = 63; }),
+      Row(Errc::invalid_shape, {"x", "64", "32"}, [](auto& a) { a.config.dim = 32; }),
+      Row(Errc::invalid_value, {"beta_fast = 0.5"}, [](auto& a) { a.config.beta_fast = 0.5; }),
+      Row(Errc::invalid_value, {"theta = nan"}, [](auto& a) { a.config.theta = NAN; }),
+      Row(Errc::invalid_dtype, {"x", "bf16"}, [](auto& a) { a.x.dtype = DType::bf16; }),
+      Row(Errc::invalid_dtype, {"positions", "f32"},
+          [](auto& a) { a.positions.dtype = DType::f32; }),
+      Row(Errc::invalid_shape, {"out", "[5, 4, 64]"}, [](auto& a) { a.out.shape[1] = 4; }),
+      Row(Errc::invalid_device, {"positions"},
+          [](auto& a) { a.positions.device = Device::cuda(0); }),
+      Row(Errc::unsupported, {"apply_rope"},
+          [](auto& a) { a.x.device = a.out.device = a.positions.device = Device::cuda(0); }),
+  };
+  testing::expect_errors(
+      good, [](const ApplyRopeArgs& a) { return apply_rope(a); }, rows);
   c.pos.set(3, -7);
   expect_error(apply_rope(good), Errc::out_of_range, {"positions[3] = -7 is negative"});
   HostTensor f(DType::f32, {31});

@@ -89,11 +89,8 @@ class SparseDecode : public ::testing::TestWithParam<SparseCase> {};
 TEST_P(SparseDecode, FullListsEqualDenseDecode) {
   const auto p = GetParam();
   Rng rng(p.page_size * 17 + p.s_q * 3 + p.h_q);
-  testing::PagedCacheSpec spec;
-  spec.format = p.format;
-  spec.page_size = p.page_size;
-  spec.page_pad = 40;
-  const auto cache = testing::make_paged_cache(rng, p.lens, spec);
+  const auto cache = testing::make_paged_cache(
+      rng, p.lens, {.format = p.format, .page_size = p.page_size, .page_pad = 40});
   const int64_t B = p.lens.size(), s_q = p.s_q, h_q = p.h_q;
   const double scale = deepseek_v32_softmax_scale();
   auto q = testing::random_f64(rng, B * s_q * h_q * kDqk);
@@ -146,10 +143,8 @@ TEST_P(SparseDecode, FullListsEqualDenseDecode) {
 TEST_P(SparseDecode, RandomListsMatchNaive) {
   const auto p = GetParam();
   Rng rng(p.page_size * 19 + p.s_q * 5 + p.h_q);
-  testing::PagedCacheSpec spec;
-  spec.format = p.format;
-  spec.page_size = p.page_size;
-  const auto cache = testing::make_paged_cache(rng, p.lens, spec);
+  const auto cache =
+      testing::make_paged_cache(rng, p.lens, {.format = p.format, .page_size = p.page_size});
   const int64_t B = p.lens.size(), s_q = p.s_q, h_q = p.h_q, topk = 64;
   const double scale = 0.07;
   auto qb = testing::random_bf16(rng, B * s_q * h_q * kDqk, -2, 2);
@@ -212,8 +207,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, SparseDecode,
 
 TEST(Sparse, EmptyListsGiveZeroAndMinusInf) {
   Rng rng(3);
-  testing::PagedCacheSpec spec;
-  const auto cache = testing::make_paged_cache(rng, {10, 10}, spec);
+  const auto cache = testing::make_paged_cache(rng, {10, 10}, testing::PagedCacheSpec{});
   const int64_t B = 2, h_q = 16, topk = 64;
   auto q = testing::random_f32(rng, B * h_q * kDqk);
   std::vector<int32_t> idx(B * topk, -1), tl{64, 0};
@@ -324,9 +318,8 @@ TEST(Sparse, PrefillTopkLength) {
 
 TEST(SparseValidation, Errors) {
   Rng rng(4);
-  testing::PagedCacheSpec spec;
-  spec.page_size = 16;
-  const auto cache = testing::make_paged_cache(rng, {20, 20}, spec);  // capacity (2+2+3) * 16
+  // capacity (2+2+3) * 16
+  const auto cache = testing::make_paged_cache(rng, {20, 20}, {.page_size = 16});
   const int64_t B = 2, h_q = 16, topk = 64, cap = cache.num_pages * 16;
   auto q = testing::random_f32(rng, B * h_q * kDqk);
   std::vector<int32_t> idx(B * topk, -1), tl{64, 64};

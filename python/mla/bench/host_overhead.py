@@ -18,6 +18,8 @@ import json
 import statistics
 import time
 
+from .peers import preallocated
+
 SCALE = 0.135234
 
 
@@ -37,10 +39,8 @@ def _callers(torch, q, cache, bt, sl, with_flashmla: bool):
     import mla
     from mla import flash_mla_compat as compat
 
-    out = torch.empty(q.shape[0], q.shape[1], q.shape[2], 512, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
-    n = mla.decode_workspace_size(q, cache, bt, sl, SCALE, True, out=out, lse=lse)
-    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=q.device)
+    out, lse, ws = preallocated(torch, q, lambda **o: mla.decode_workspace_size(
+        q, cache, bt, sl, SCALE, True, **o))
     from mla import _call
 
     fast = _call.torch_ext_for(q) is not None

@@ -54,15 +54,22 @@ class DecodeInputs:
                              dtype=torch.bfloat16)
 
 
+def preallocated(torch, q, workspace_size):
+    """out [..., 512] (q's dtype) and lse (f32) for q [B, s_q, h_q, 576] (decode: lse
+    [B, h_q, s_q]) or [s_q, h_q, 576] (prefill: lse [s_q, h_q]), and a workspace of
+    workspace_size(out=out, lse=lse) bytes: a timed call then allocates nothing."""
+    lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else tuple(q.shape[:2])
+    out = torch.empty(*q.shape[:-1], 512, dtype=q.dtype, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    n = workspace_size(out=out, lse=lse)
+    return out, lse, torch.empty(max(n, 1), dtype=torch.uint8, device=q.device)
+
+
 def build_mla(torch, x: DecodeInputs):
     import mla
 
-    c = x.case
-    out = torch.empty(c.batch, c.s_q, c.h_q, 512, dtype=torch.bfloat16, device=x.device)
-    lse = torch.empty(c.batch, c.h_q, c.s_q, dtype=torch.float32, device=x.device)
-    n = mla.decode_workspace_size(x.q, x.cache, x.block_table, x.seqlens, SCALE, True,
-                                  out=out, lse=lse)
-    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=x.device)
+    out, lse, ws = preallocated(torch, x.q, lambda **o: mla.decode_workspace_size(
+        x.q, x.cache, x.block_table, x.seqlens, SCALE, True, **o))
 
     def run():
         mla.mla_decode(x.q, x.cache, x.block_table, x.seqlens, SCALE, True, out=out, lse=lse,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .peers import SCALE, NotApplicable, random_latent_cache
+from .peers import SCALE, NotApplicable, preallocated, random_latent_cache
 
 INDEXER_PAGE = 64
 
@@ -37,11 +37,8 @@ class SparseDecodeInputs:
 def build_mla_sparse_decode(torch, x: SparseDecodeInputs):
     import mla
 
-    c = x.case
-    out = torch.empty(c.batch, c.s_q, c.h_q, 512, dtype=torch.bfloat16, device=x.device)
-    lse = torch.empty(c.batch, c.h_q, c.s_q, dtype=torch.float32, device=x.device)
-    n = mla.sparse_decode_workspace_size(x.q, x.cache, x.indices, SCALE, out=out, lse=lse)
-    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=x.device)
+    out, lse, ws = preallocated(torch, x.q, lambda **o: mla.sparse_decode_workspace_size(
+        x.q, x.cache, x.indices, SCALE, **o))
 
     def run():
         mla.sparse_decode(x.q, x.cache, x.indices, SCALE, out=out, lse=lse, workspace=ws)
@@ -196,11 +193,8 @@ class SparsePrefillInputs:
 def build_mla_sparse_prefill(torch, x: SparsePrefillInputs):
     import mla
 
-    c = x.case
-    out = torch.empty(c.s_q, c.h_q, 512, dtype=torch.bfloat16, device=x.device)
-    lse = torch.empty(c.s_q, c.h_q, dtype=torch.float32, device=x.device)
-    n = mla.sparse_prefill_workspace_size(x.q, x.kv, x.indices, x.scale, out=out, lse=lse)
-    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=x.device)
+    out, lse, ws = preallocated(torch, x.q, lambda **o: mla.sparse_prefill_workspace_size(
+        x.q, x.kv, x.indices, x.scale, **o))
 
     def run():
         mla.sparse_prefill(x.q, x.kv, x.indices, x.scale, out=out, lse=lse, workspace=ws)

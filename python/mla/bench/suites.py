@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import string
 
 D_QK, D_V = 576, 512
 ENTRY_BYTES = {"bf16": 1152, "fp8_ds_mla": 656}
@@ -22,9 +23,35 @@ def _k(n: int) -> str:
     return f"{n // K}K" if n % K == 0 else str(n)
 
 
+class _Names(string.Formatter):
+    """str.format with one more spec: "{n:k}" writes n as _k does (4096 -> 4K)."""
+
+    def format_field(self, value, spec):
+        return _k(value) if spec == "k" else super().format_field(value, spec)
+
+
+_NAMES = _Names()
+
+
 class _Case:
     """What every case gives the comparison: suite, kind, label (one shape), group
-    (shapes that differ only in x: one line per plot), x, flops(), bytes()."""
+    (shapes that differ only in x: one line per plot), x, flops(), bytes(). A case
+    class may give label and group as templates of its fields (label_format,
+    group_format) and x as the name of a field (x_field)."""
+
+    label_format = group_format = x_field = ""
+
+    @property
+    def label(self) -> str:
+        return _NAMES.format(self.label_format, **dataclasses.asdict(self))
+
+    @property
+    def group(self) -> str:
+        return _NAMES.format(self.group_format, **dataclasses.asdict(self))
+
+    @property
+    def x(self):
+        return getattr(self, self.x_field)
 
     def fields(self) -> dict:
         d = dataclasses.asdict(self)
@@ -117,19 +144,9 @@ class SparseDecodeCase(_Case):
     s_k: int
     topk: int
     fmt: str = "bf16"
-
-    @property
-    def label(self) -> str:
-        return (f"b{self.batch} h{self.h_q} s_q{self.s_q} s_k{_k(self.s_k)} "
-                f"top{self.topk} {self.fmt}")
-
-    @property
-    def group(self) -> str:
-        return f"b{self.batch} s_q{self.s_q} top{self.topk} {self.fmt}"
-
-    @property
-    def x(self) -> int:
-        return self.h_q
+    label_format = "b{batch} h{h_q} s_q{s_q} s_k{s_k:k} top{topk} {fmt}"
+    group_format = "b{batch} s_q{s_q} top{topk} {fmt}"
+    x_field = "h_q"
 
     def flops(self) -> float:
         """2 * h_q * keys * (576 + 512) per query token, keys = topk."""
@@ -153,18 +170,9 @@ class SparsePrefillCase(_Case):
     h_q: int
     s_kv: int
     topk: int
-
-    @property
-    def label(self) -> str:
-        return f"s_q{_k(self.s_q)} h{self.h_q} s_kv{_k(self.s_kv)} top{self.topk}"
-
-    @property
-    def group(self) -> str:
-        return f"s_q{_k(self.s_q)} h{self.h_q} top{self.topk}"
-
-    @property
-    def x(self) -> int:
-        return self.s_kv
+    label_format = "s_q{s_q:k} h{h_q} s_kv{s_kv:k} top{topk}"
+    group_format = "s_q{s_q:k} h{h_q} top{topk}"
+    x_field = "s_kv"
 
     def flops(self) -> float:
         """2 * h_q * topk * (576 + 512) per query token."""
@@ -185,18 +193,9 @@ class TopkCase(_Case):
     rows: int
     n: int
     k: int = 2048
-
-    @property
-    def label(self) -> str:
-        return f"{self.rows} x {_k(self.n)} k{self.k}"
-
-    @property
-    def group(self) -> str:
-        return f"{self.rows} rows k{self.k}"
-
-    @property
-    def x(self) -> int:
-        return self.n
+    label_format = "{rows} x {n:k} k{k}"
+    group_format = "{rows} rows k{k}"
+    x_field = "n"
 
     def flops(self) -> float:
         return 0.0  # no tensor-core work: memory-bound
@@ -214,18 +213,9 @@ class IndexerDecodeCase(_Case):
     batch: int
     s_q: int
     length: int  # cached keys per request, the s_q new tokens included
-
-    @property
-    def label(self) -> str:
-        return f"b{self.batch} s_q{self.s_q} L{_k(self.length)}"
-
-    @property
-    def group(self) -> str:
-        return f"b{self.batch} s_q{self.s_q}"
-
-    @property
-    def x(self) -> int:
-        return self.length
+    label_format = "b{batch} s_q{s_q} L{length:k}"
+    group_format = "b{batch} s_q{s_q}"
+    x_field = "length"
 
     def keys_seen(self) -> int:
         return self.batch * sum(self.length - (self.s_q - 1 - i) for i in range(self.s_q))

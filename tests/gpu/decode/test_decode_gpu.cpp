@@ -345,13 +345,8 @@ TEST_P(DecodeGpu, LongRequestsSplitAcrossWorkers) {
 }
 
 TEST_P(DecodeGpu, BatchInvariantModeAndNonCausalAndF32Out) {
-  Case c;
-  c.lengths = kEdgeLengths;
-  c.h_q = 64;
-  c.s_q = 2;
-  c.invariant = true;
-  c.seed = 11;
-  c = on_kernel(c, GetParam());
+  Case c = on_kernel({.lengths = kEdgeLengths, .h_q = 64, .s_q = 2, .invariant = true, .seed = 11},
+                     GetParam());
   run_and_check(c);
   c.invariant = false;
   c.causal = false;
@@ -401,11 +396,8 @@ TEST_P(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
 
 // 100 calls reusing the buffers without clearing them: identical bits.
 TEST_P(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
-  Case c;
-  c.lengths = {3000, 70, 9000, 0, 1, 4100};
-  c.h_q = 128;
-  c.seed = 31;
-  c = on_kernel(c, GetParam());
+  const Case c =
+      on_kernel({.lengths = {3000, 70, 9000, 0, 1, 4100}, .h_q = 128, .seed = 31}, GetParam());
   Problem P;
   setup(P, c, /*with_reference=*/false);
   ASSERT_TRUE(run(P).ok());
@@ -418,12 +410,9 @@ TEST_P(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
 
 // The whole step captured once in a CUDA graph, replayed with new lengths.
 TEST_P(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
-  Case c;
-  c.lengths = {5000, 800, 20000, 64};  // capacity: the block table covers these
-  c.h_q = 64;
-  c.s_q = 2;
-  c.seed = 41;
-  c = on_kernel(c, GetParam());
+  // capacity: the block table covers these lengths
+  const Case c =
+      on_kernel({.lengths = {5000, 800, 20000, 64}, .h_q = 64, .s_q = 2, .seed = 41}, GetParam());
   Problem P;
   setup(P, c);
   ASSERT_FALSE(HasFatalFailure());
@@ -465,11 +454,7 @@ TEST_P(DecodeGpu, GraphCaptureAndReplayWithNewLengths) {
 // never reads through them and the request's rows come out NaN; the other
 // requests are unaffected.
 TEST_P(DecodeGpu, BadDeviceValuesGiveNanRowsNotCrashes) {
-  Case c;
-  c.lengths = {300, 300, 300, 300};
-  c.h_q = 16;
-  c.seed = 51;
-  c = on_kernel(c, GetParam());
+  const Case c = on_kernel({.lengths = {300, 300, 300, 300}, .h_q = 16, .seed = 51}, GetParam());
   Problem P;
   setup(P, c);
   ASSERT_FALSE(HasFatalFailure());

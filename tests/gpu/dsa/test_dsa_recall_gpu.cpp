@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/random.hpp"
-#include "cuda/topk/topk_cuda.hpp"
 #include "cuda/indexer/indexer_cuda.hpp"
+#include "cuda/topk/topk_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/indexer.hpp"
 #include "mla/topk.hpp"
@@ -26,13 +26,12 @@ namespace {
 using testing::DeviceBuffer;
 using testing::HostTensor;
 using testing::random_tensor;
-using testing::Rng;
 
 // The FP8 indexer + GPU top-k against the exact indexer (fp64 over the
 // unquantised q, k, w) on random data: the fraction of the exact top-k that
 // the FP8 pipeline finds. Reported; DeepSeek's target is >= 0.99.
 TEST(IndexerTopkGpu, Fp8RecallAgainstExactIndexer) {
-  Rng rng(109);
+  testing::Rng rng(109);
   const int T = 4, N = 8192, k = 2048;
   HostTensor qf = random_tensor(rng, DType::f32, {T, 64, 128}, -1, 1);
   HostTensor wf = random_tensor(rng, DType::f32, {T, 64}, -1, 1);

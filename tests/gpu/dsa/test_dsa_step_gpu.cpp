@@ -152,14 +152,7 @@ void expect_rows_close(const DsaStepProblem& p, const HostTensor& got_out,
 
 DsaStepShape gpu_shape(std::vector<int32_t> lengths, int64_t s_q, int64_t h_q, KvFormat fmt,
                        int64_t page_size, bool shared) {
-  DsaStepShape s;
-  s.decode.lengths = std::move(lengths);
-  s.decode.s_q = s_q;
-  s.decode.h_q = h_q;
-  s.decode.cache.format = fmt;
-  s.decode.cache.page_size = page_size;
-  s.shared_table = shared;
-  return s;
+  return testing::dsa_step_shape(std::move(lengths), s_q, h_q, page_size, fmt, shared);
 }
 
 TEST(DsaStepGpu, TopkAtLeastLengthMatchesCpuStep) {

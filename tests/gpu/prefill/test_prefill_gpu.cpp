@@ -124,6 +124,17 @@ struct AttnCase {
   bool shared_rope;  // k_rope [Tk, 64] shared by the heads vs a full k [Tk, h, 192]
 };
 
+// Every attention kernel, then the chosen one (nullopt), and the name of a run of one.
+std::vector<std::optional<cuda::prefill::Kernel>> kernels_then_chosen() {
+  std::vector<std::optional<cuda::prefill::Kernel>> kernels(std::begin(cuda::prefill::kAllKernels),
+                                                            std::end(cuda::prefill::kAllKernels));
+  kernels.push_back(std::nullopt);
+  return kernels;
+}
+std::string run_name(const char* what, std::optional<cuda::prefill::Kernel> kernel) {
+  return std::string(what) + " (" + (kernel ? kernel_name(*kernel) : "chosen") + ")";
+}
+
 void run_attention_case(const AttnCase& c, uint64_t seed) {
   Rng rng(seed);
   std::vector<int> cu_q{0}, cu_k{0};
@@ -152,27 +163,22 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
   dlse.poison();
   const double scale = deepseek_v32_softmax_scale();
   cuda::prefill::FlashFwdParams p;
-  p.q = dq.get();
-  p.q_row_stride = int64_t(h) * 192;
-  p.q_head_stride = 192;
-  p.k_nope = dk.get();
-  p.k_nope_row_stride = int64_t(h) * 192;
-  p.k_nope_head_stride = 192;
-  if (c.shared_rope) {
-    p.k_rope = drope.get();
-    p.k_rope_row_stride = 64;
-    p.k_rope_head_stride = 0;
-  } else {
-    p.k_rope = static_cast<char*>(dk.get()) + 128 * 2;
-    p.k_rope_row_stride = int64_t(h) * 192;
-    p.k_rope_head_stride = 192;
-  }
-  p.v = dv.get();
-  p.v_row_stride = int64_t(h) * 128;
-  p.v_head_stride = 128;
-  p.out = dout.get();
-  p.out_row_stride = int64_t(h) * 128;
-  p.out_head_stride = 128;
+  // [rows, heads, width] tensors: the address and the row and head strides (elements).
+  auto place = [](auto*& ptr, int64_t& row_stride, int64_t& head_stride, void* data, int64_t row,
+                  int64_t head) {
+    ptr = data;
+    row_stride = row;
+    head_stride = head;
+  };
+  place(p.q, p.q_row_stride, p.q_head_stride, dq.get(), int64_t(h) * 192, 192);
+  place(p.k_nope, p.k_nope_row_stride, p.k_nope_head_stride, dk.get(), int64_t(h) * 192, 192);
+  if (c.shared_rope)  // one rope vector per token, for every head
+    place(p.k_rope, p.k_rope_row_stride, p.k_rope_head_stride, drope.get(), 64, 0);
+  else  // the last 64 of each head's 192 values
+    place(p.k_rope, p.k_rope_row_stride, p.k_rope_head_stride,
+          static_cast<char*>(dk.get()) + 128 * 2, int64_t(h) * 192, 192);
+  place(p.v, p.v_row_stride, p.v_head_stride, dv.get(), int64_t(h) * 128, 128);
+  place(p.out, p.out_row_stride, p.out_head_stride, dout.get(), int64_t(h) * 128, 128);
   p.lse = static_cast<float*>(dlse.get());
   p.lse_head_stride = T;
   p.cu_seqlens_q = static_cast<const int32_t*>(dcq.get());
@@ -189,12 +195,8 @@ void run_attention_case(const AttnCase& c, uint64_t seed) {
                 double(float(scale)), c.causal, ref_out, ref_lse);
   // Every kernel, then the chosen one, each on freshly poisoned outputs.
   using cuda::prefill::Kernel;
-  std::vector<std::optional<Kernel>> kernels(std::begin(cuda::prefill::kAllKernels),
-                                             std::end(cuda::prefill::kAllKernels));
-  kernels.push_back(std::nullopt);
-  for (const std::optional<Kernel>& kernel : kernels) {
-    const std::string what =
-        std::string("attention (") + (kernel ? kernel_name(*kernel) : "chosen") + ")";
+  for (const std::optional<Kernel>& kernel : kernels_then_chosen()) {
+    const std::string what = run_name("attention", kernel);
     dout.poison();
     dlse.poison();
     if (kernel == Kernel::tma_warp_specialized && Tk == 0) {
@@ -365,12 +367,8 @@ void run_chunked_case(const ChunkCase& c, uint64_t seed) {
   // Every attention kernel, then the chosen one, on freshly poisoned outputs
   // and workspace.
   using cuda::prefill::Kernel;
-  std::vector<std::optional<Kernel>> kernels(std::begin(cuda::prefill::kAllKernels),
-                                             std::end(cuda::prefill::kAllKernels));
-  kernels.push_back(std::nullopt);
-  for (const std::optional<Kernel>& kernel : kernels) {
-    const std::string what =
-        std::string("chunked prefill (") + (kernel ? kernel_name(*kernel) : "chosen") + ")";
+  for (const std::optional<Kernel>& kernel : kernels_then_chosen()) {
+    const std::string what = run_name("chunked prefill", kernel);
     dout.poison();
     dlse.poison();
     ws.poison();

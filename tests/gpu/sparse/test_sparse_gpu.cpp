@@ -106,6 +106,32 @@ void sparse_oracle(const testing::PagedCache& cache, const std::vector<int32_t>&
   for (int i = 0; i < h; ++i) (*lse)[i] = l.get(i);
 }
 
+// One sparse decode on the device: the cache, q and index lists uploaded, out
+// [B, s_q, h, 512] bf16 and lse [B, h, s_q] poisoned; `a` is the call's arguments.
+struct SparseOnDevice {
+  DeviceBuffer dkv, dq, didx;
+  HostTensor out, lse;
+  DeviceBuffer dout, dlse;
+  SparseDecodeArgs a;
+  SparseOnDevice(const testing::PagedCache& cache, const HostTensor& q, const HostTensor& idx,
+                 float scale)
+      : dkv(cache.storage.data(), cache.storage.size() * 8),
+        dq(q),
+        didx(idx),
+        out(DType::bf16, {q.shape[0], q.shape[1], q.shape[2], kDv}),
+        lse(DType::f32, {q.shape[0], q.shape[2], q.shape[1]}),
+        dout(out),
+        dlse(lse) {
+    dout.poison(), dlse.poison();
+    a.q = dq.view(q);
+    a.kv = cache.view(Device::cuda(0));
+    a.kv.data.data = dkv.get();
+    a.indices = didx.view(idx);
+    a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
+  }
+  void fetch() { dout.to_host(out), dlse.to_host(lse); }
+};
+
 struct SparseCase {
   KvFormat format;
   int B, s_q, h, topk, page;
@@ -152,19 +178,12 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
       }
   }
   const float scale = 0.1352f;
-  DeviceBuffer dkv(cache.storage.data(), cache.storage.size() * 8);
-  DeviceBuffer dq(q), didx(idx), dtl(tl);
-  HostTensor out(DType::bf16, {c.B, c.s_q, c.h, kDv}), lse(DType::f32, {c.B, c.h, c.s_q});
-  DeviceBuffer dout(out), dlse(lse);
-  dout.poison(), dlse.poison();
-  SparseDecodeArgs a;
-  a.q = dq.view(q);
-  a.kv = cache.view(Device::cuda(0));
-  a.kv.data.data = dkv.get();
-  a.indices = didx.view(idx);
+  SparseOnDevice dev(cache, q, idx, scale);
+  DeviceBuffer dtl(tl);
+  SparseDecodeArgs& a = dev.a;
   a.indices.shape[1] = c.s_q;  // the first s_q rows (all of them unless unflat_index)
   if (c.use_topk_length) a.topk_length = dtl.view(tl);
-  a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
+  const HostTensor &out = dev.out, &lse = dev.lse;
 
   const cuda::sparse::Problem problem{.h_q = c.h,
                                       .tokens = int64_t(c.B) * c.s_q,
@@ -186,7 +205,7 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
   }
   ASSERT_MLA_OK(run.call(a, kernel, Workspace{ws.get(), need}));
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
-  dout.to_host(out), dlse.to_host(lse);
+  dev.fetch();
   double err2 = 0, ref2 = 0, lse_err = 0;
   int bad_inf = 0;
   for (int b = 0; b < c.B; ++b)
@@ -418,17 +437,9 @@ TEST_P(SparseGpu, AllKeysEqualsDenseDecode) {
     d.cache_seqlens = cache.seqlens_view();
     d.softmax_scale = 0.1352f, d.causal = true, d.out = dense_o.view(), d.lse = dense_l.view();
     ASSERT_MLA_OK(reference::mla_decode(d));
-    DeviceBuffer dkv(cache.storage.data(), cache.storage.size() * 8);
-    DeviceBuffer dq(q), didx(idx);
-    HostTensor out(DType::bf16, {B, 1, h, kDv}), lse(DType::f32, {B, h, 1});
-    DeviceBuffer dout(out), dlse(lse);
-    dout.poison(), dlse.poison();
-    SparseDecodeArgs a;
-    a.q = dq.view(q);
-    a.kv = cache.view(Device::cuda(0));
-    a.kv.data.data = dkv.get();
-    a.indices = didx.view(idx);
-    a.softmax_scale = 0.1352f, a.out = dout.view(out), a.lse = dlse.view(lse);
+    SparseOnDevice dev(cache, q, idx, 0.1352f);
+    const SparseDecodeArgs& a = dev.a;
+    const HostTensor &out = dev.out, &lse = dev.lse;
     DecodeRun run;
     size_t need = 0;
     // A kernel that does not take decode (prefill) must refuse it by name.
@@ -446,7 +457,7 @@ TEST_P(SparseGpu, AllKeysEqualsDenseDecode) {
     DeviceBuffer ws(need);
     ASSERT_MLA_OK(run.call(a, GetParam(), Workspace{ws.get(), need}));
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(out), dlse.to_host(lse);
+    dev.fetch();
     double err2 = 0, ref2 = 0, lerr = 0;
     for (int64_t i = 0; i < out.numel(); ++i) {
       const double e = out.get(i) - dense_o.get(i);
