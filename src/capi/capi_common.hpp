@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "mla/decode.hpp"
 #include "mla/c_api.h"
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
@@ -57,6 +58,27 @@ Status write_text(const std::string& text, char* buf, size_t buf_size, size_t* l
 
 // This thread's checked mode (mla_set_check_device_values).
 bool check_device_values();
+
+// mla_decode_plan_info <-> mla::DecodePlan (mla/decode.hpp), field by field.
+inline DecodePlan from_plan_info(const mla_decode_plan_info& c) {
+  DecodePlan p;
+  p.data = c.data;
+  p.bytes = c.bytes;
+  p.device = c.device;
+  p.num_workers = c.num_workers;
+  p.batch = c.batch;
+  p.s_q = c.s_q;
+  p.h_q = c.h_q;
+  p.batch_invariant = c.batch_invariant != 0;
+  p.sparse = c.sparse != 0;
+  p.topk = c.topk;
+  return p;
+}
+inline mla_decode_plan_info to_plan_info(const DecodePlan& p) {
+  return mla_decode_plan_info{p.data,  p.bytes, p.device, p.num_workers, p.batch,
+                              p.s_q,   p.h_q,   p.batch_invariant ? 1 : 0,
+                              p.sparse ? 1 : 0, p.topk};
+}
 
 inline ExecContext to_context(void* stream) {
   return ExecContext{stream, check_device_values()};
