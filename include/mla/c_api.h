@@ -178,11 +178,10 @@ typedef struct mla_decode_plan_info {
 } mla_decode_plan_info;
 
 MLA_C_EXPORT int32_t mla_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
-                                     const mla_tensor* block_table,
-                                     const mla_tensor* cache_seqlens, float softmax_scale,
-                                     int32_t causal, const mla_tensor* out, const mla_tensor* lse,
-                                     int32_t batch_invariant, void* workspace,
-                                     size_t workspace_bytes, void* stream,
+                                     const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                                     float softmax_scale, int32_t causal, const mla_tensor* out,
+                                     const mla_tensor* lse, int32_t batch_invariant,
+                                     void* workspace, size_t workspace_bytes, void* stream,
                                      mla_decode_plan_info* plan);
 MLA_C_EXPORT int32_t mla_decode_planned(const mla_tensor* q, const mla_tensor* kv,
                                         int32_t kv_format, const mla_tensor* block_table,

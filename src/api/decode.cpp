@@ -34,8 +34,8 @@ Status check_plan_use(const DecodePlan& plan, const DecodeArgs& a, const DecodeO
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2];
   if (plan.batch != B || plan.s_q != s_q || plan.h_q != h_q)
     return error(Errc::invalid_value,
-                 "opts.plan: made for B {} s_q {} h_q {}, but q has B {} s_q {} h_q {}",
-                 plan.batch, plan.s_q, plan.h_q, B, s_q, h_q);
+                 "opts.plan: made for B {} s_q {} h_q {}, but q has B {} s_q {} h_q {}", plan.batch,
+                 plan.s_q, plan.h_q, B, s_q, h_q);
   if (plan.batch_invariant != opts.batch_invariant)
     return error(Errc::invalid_value,
                  "opts.plan: made with batch_invariant = {}, this call has batch_invariant = {}",

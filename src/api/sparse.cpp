@@ -193,8 +193,7 @@ Status check_plan_use(const DecodePlan& plan, const SparseDecodeArgs& a) {
   if (plan.device != device)
     return error(Errc::invalid_value, "plan: made for device {}, but q is on device {} (-1: CPU)",
                  plan.device, device);
-  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2],
-                topk = a.indices.shape[2];
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2], topk = a.indices.shape[2];
   if (plan.batch != B || plan.s_q != s_q || plan.h_q != h_q || plan.topk != topk)
     return error(Errc::invalid_value,
                  "plan: made for B {} s_q {} h_q {} topk {}, but this call has B {} s_q {} h_q {} "

@@ -104,9 +104,9 @@ int32_t mla_sparse_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_
 
 int32_t mla_sparse_decode_planned(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
                                   const mla_tensor* indices, const mla_tensor* topk_length,
-                                  float softmax_scale, const mla_tensor* out,
-                                  const mla_tensor* lse, const mla_decode_plan_info* plan,
-                                  void* workspace, size_t workspace_bytes, void* stream) {
+                                  float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                                  const mla_decode_plan_info* plan, void* workspace,
+                                  size_t workspace_bytes, void* stream) {
   return guarded([&] {
     MLA_TRY(expect_pointer(plan, "plan"));
     SparseDecodeArgs a;

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "mla/decode.hpp"
 #include "mla/c_api.h"
+#include "mla/decode.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
@@ -75,8 +75,8 @@ inline DecodePlan from_plan_info(const mla_decode_plan_info& c) {
   return p;
 }
 inline mla_decode_plan_info to_plan_info(const DecodePlan& p) {
-  return mla_decode_plan_info{p.data,  p.bytes, p.device, p.num_workers, p.batch,
-                              p.s_q,   p.h_q,   p.batch_invariant ? 1 : 0,
+  return mla_decode_plan_info{p.data,           p.bytes, p.device, p.num_workers,
+                              p.batch,          p.s_q,   p.h_q,    p.batch_invariant ? 1 : 0,
                               p.sparse ? 1 : 0, p.topk};
 }
 

@@ -365,8 +365,7 @@ Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream
               const DecodePlan* plan = nullptr) {
   if (kernel == Kernel::prefill)
     return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
-  if (kernel == Kernel::decode_wgmma)
-    return run_decode_kernel(p, ws.data, ws.bytes, stream, plan);
+  if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream, plan);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
 

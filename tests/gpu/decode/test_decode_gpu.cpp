@@ -744,7 +744,8 @@ TEST_P(DecodeGpu, PlanAndLayersInOneGraphReplayWithNewLengths) {
   MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   ExecContext ctx;
   ctx.stream = stream;
-  Status st = decode_plan(L[0]->dev_args, {}, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan, ctx);
+  Status st =
+      decode_plan(L[0]->dev_args, {}, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan, ctx);
   for (auto& P : L)
     if (st.ok()) st = run_planned(*P, plan, stream);
   MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
