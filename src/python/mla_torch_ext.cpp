@@ -49,10 +49,15 @@ using SparseFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, cons
 using SparseSizeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
                                  const mla_tensor*, float, const mla_tensor*, const mla_tensor*,
                                  size_t*);
+using DecodePlannedFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_tensor*, const mla_tensor*, float, int32_t,
+                                    const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_decode_plan_info*, void*, size_t, void*);
 using LastErrorFn = const char* (*)();
 
 DecodeFn g_decode = nullptr;
 DecodeSizeFn g_decode_size = nullptr;
+DecodePlannedFn g_decode_planned = nullptr;  // null with an older libmla
 SparseFn g_sparse = nullptr;
 SparseSizeFn g_sparse_size = nullptr;
 LastErrorFn g_last_error = nullptr;
@@ -201,7 +206,9 @@ at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need, 
 std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                const at::Tensor& tbt, const at::Tensor& tsl,
                                                double scale, bool causal, int64_t fmt,
-                                               bool invariant, bool pos_inf, bool keep) {
+                                               bool invariant, bool pos_inf, bool keep,
+                                               const mla_decode_plan_info* plan = nullptr,
+                                               const at::Tensor* plan_ws = nullptr) {
   if (g_decode == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
   view(tq, "q", &q);
@@ -227,6 +234,19 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
   at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
   fill(out, &out_t);
   fill(lse, &lse_t);
+  if (plan != nullptr) {
+    // A plan (mla.decode_plan): its workspace is this call's scratch too, sized
+    // for these shapes when the plan was made (the C call checks the shapes).
+    if (g_decode_planned == nullptr)
+      fail(MLA_ERR_UNSUPPORTED, "mla_decode_planned: not in the loaded libmla");
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
+    const int32_t st =
+        g_decode_planned(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
+                         invariant, plan, plan_ws->data_ptr(), size_t(plan_ws->numel()), stream);
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
+    if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);
+    return {std::move(out), std::move(lse)};
+  }
   // Workspace size: remembered per argument metadata.
   Key key;
   int n = 0;
@@ -257,9 +277,26 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
 // decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
 //        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
 // argument is not a torch tensor (the caller's generic path then reads and names it).
-PyObject* decode_impl(PyObject* const* args) {
+// With 11 arguments, the last two are a plan's workspace (a torch tensor) and its
+// record (bytes of an mla_decode_plan_info: mla/plans.py).
+PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
   for (int i : {0, 1, 3, 4})
     if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  mla_decode_plan_info plan{};
+  at::Tensor plan_ws;
+  const bool planned = nargs == 11;
+  if (planned) {
+    if (!THPVariable_Check(args[9])) Py_RETURN_NOTIMPLEMENTED;
+    char* buf = nullptr;
+    Py_ssize_t len = 0;
+    if (PyBytes_AsStringAndSize(args[10], &buf, &len) < 0) return nullptr;
+    if (size_t(len) != sizeof(plan)) {
+      PyErr_SetString(PyExc_ValueError, "plan: not an mla_decode_plan_info record");
+      return nullptr;
+    }
+    std::memcpy(&plan, buf, sizeof(plan));
+    plan_ws = THPVariable_Unpack(args[9]);
+  }
   long fmt = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
@@ -270,7 +307,8 @@ PyObject* decode_impl(PyObject* const* args) {
   if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
   auto [out, lse] = decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
                                 THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
-                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true);
+                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true,
+                                planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -381,8 +419,8 @@ PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9) {
-    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments");
+  if (nargs != 9 && nargs != 11) {
+    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments, or 11 with a plan");
     return nullptr;
   }
   if (g_decode == nullptr) {
@@ -390,7 +428,7 @@ PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   try {
-    return decode_impl(args);
+    return decode_impl(args, nargs);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -412,6 +450,7 @@ PyObject* bind(PyObject*, PyObject* args) {
   void* h = reinterpret_cast<void*>(uintptr_t(handle));
   g_decode = reinterpret_cast<DecodeFn>(dlsym(h, "mla_decode"));
   g_decode_size = reinterpret_cast<DecodeSizeFn>(dlsym(h, "mla_decode_workspace_size"));
+  g_decode_planned = reinterpret_cast<DecodePlannedFn>(dlsym(h, "mla_decode_planned"));
   g_last_error = reinterpret_cast<LastErrorFn>(dlsym(h, "mla_last_error_message"));
   g_sparse = reinterpret_cast<SparseFn>(dlsym(h, "mla_sparse_decode_ws"));
   g_sparse_size = reinterpret_cast<SparseSizeFn>(dlsym(h, "mla_sparse_decode_workspace_size"));
@@ -508,7 +547,7 @@ void register_cuda_impls() {
 PyMethodDef g_methods[] = {
     {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&decode)), METH_FASTCALL,
      "decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, "
-     "batch_invariant, lse_pos_inf) -> (out, lse)"},
+     "batch_invariant, lse_pos_inf[, plan_workspace, plan_record]) -> (out, lse)"},
     {"sparse_decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&sparse_decode)),
      METH_FASTCALL,
      "sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf, "
