@@ -774,6 +774,36 @@ TEST_P(DecodeGpu, PlanAndLayersInOneGraphReplayWithNewLengths) {
   cudaStreamDestroy(stream);
 }
 
+// For compute-sanitizer: the plan call and two layers that read it (the main
+// kernel launched right after another main kernel's combine, as programmatic
+// dependents), small enough for racecheck.
+TEST_P(DecodeGpu, SanitizerSmallPlan) {
+  Case c;
+  c.lengths = {0, 1, 70, 300, 1000};
+  c.h_q = 16;
+  c.s_q = 2;
+  c.page_size = 64;
+  c.seed = 81;
+  c = on_kernel(c, GetParam());
+  if (!kernel_takes(c)) return;
+  auto L = layers_of(c, 2);
+  ASSERT_FALSE(HasFatalFailure());
+  DeviceBuffer plan_ws(L[0]->d_ws.bytes());
+  DecodePlan plan;
+  const Status st =
+      decode_plan(L[0]->dev_args, {}, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (auto& P : L) {
+    P->d_out.poison();
+    P->d_lse.poison();
+  }
+  for (auto& P : L) ASSERT_TRUE(run_planned(*P, plan).ok());
+  for (auto& P : L) {
+    check(*P, fetch(*P));
+    ASSERT_FALSE(HasFatalFailure());
+  }
+}
+
 // A plan used with other shapes or another mode is refused before any launch.
 TEST(DecodeGpuArgs, PlanMadeForOtherShapesIsRefused) {
   Case c;
