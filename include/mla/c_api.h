@@ -175,6 +175,7 @@ typedef struct mla_decode_plan_info {
   int32_t batch_invariant;
   int32_t sparse; /* made by mla_sparse_decode_plan */
   int64_t topk;
+  int64_t capacity; /* dense: max_pages * page_size of the plan's block table */
 } mla_decode_plan_info;
 
 MLA_C_EXPORT int32_t mla_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,

@@ -73,6 +73,9 @@ struct DecodePlan {
   bool batch_invariant = false;
   bool sparse = false;  // key lists (sparse_decode) rather than pages
   int64_t topk = 0;     // sparse: the index lists' width
+  // Dense: keys the block table could hold (max_pages * page_size). A call's
+  // may not be smaller: a length the plan took as valid must stay in range.
+  int64_t capacity = 0;
 };
 
 struct DecodeOptions {

@@ -219,6 +219,7 @@ class MlaDecodePlanInfo(ctypes.Structure):
         ("batch_invariant", ctypes.c_int32),
         ("sparse", ctypes.c_int32),
         ("topk", ctypes.c_int64),
+        ("capacity", ctypes.c_int64),
     ]
 
 

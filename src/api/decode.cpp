@@ -36,6 +36,12 @@ Status check_plan_use(const DecodePlan& plan, const DecodeArgs& a, const DecodeO
     return error(Errc::invalid_value,
                  "opts.plan: made for B {} s_q {} h_q {}, but q has B {} s_q {} h_q {}", plan.batch,
                  plan.s_q, plan.h_q, B, s_q, h_q);
+  const int64_t capacity = a.block_table.shape[1] * a.kv.page_size();
+  if (capacity < plan.capacity)
+    return error(Errc::invalid_value,
+                 "opts.plan: made for a block table of {} keys (max_pages * page_size), this "
+                 "call's holds {}",
+                 plan.capacity, capacity);
   if (plan.batch_invariant != opts.batch_invariant)
     return error(Errc::invalid_value,
                  "opts.plan: made with batch_invariant = {}, this call has batch_invariant = {}",
@@ -102,6 +108,7 @@ Status decode_plan(const DecodeArgs& args, const DecodeOptions& opts, Workspace 
   h.s_q = args.q.shape[1];
   h.h_q = args.q.shape[2];
   h.batch_invariant = opts.batch_invariant;
+  h.capacity = args.block_table.shape[1] * args.kv.page_size();
   if (!detail::on_cuda(args.q.device) || args.out.numel() == 0) {
     // The reference and an empty step schedule nothing: the record only.
     h.device = detail::on_cuda(args.q.device) ? args.q.device.id : -1;

@@ -72,12 +72,13 @@ inline DecodePlan from_plan_info(const mla_decode_plan_info& c) {
   p.batch_invariant = c.batch_invariant != 0;
   p.sparse = c.sparse != 0;
   p.topk = c.topk;
+  p.capacity = c.capacity;
   return p;
 }
 inline mla_decode_plan_info to_plan_info(const DecodePlan& p) {
-  return mla_decode_plan_info{p.data,           p.bytes, p.device, p.num_workers,
-                              p.batch,          p.s_q,   p.h_q,    p.batch_invariant ? 1 : 0,
-                              p.sparse ? 1 : 0, p.topk};
+  return mla_decode_plan_info{p.data,           p.bytes, p.device,  p.num_workers,
+                              p.batch,          p.s_q,   p.h_q,     p.batch_invariant ? 1 : 0,
+                              p.sparse ? 1 : 0, p.topk,  p.capacity};
 }
 
 inline ExecContext to_context(void* stream) {

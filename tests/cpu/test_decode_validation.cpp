@@ -292,6 +292,7 @@ TEST(DecodePlanValidation, CpuPlanIsARecordAndIsReused) {
   EXPECT_EQ(plan.h_q, 16);
   EXPECT_FALSE(plan.sparse);
   EXPECT_EQ(plan.data, nullptr);
+  EXPECT_EQ(plan.capacity, f.args().block_table.shape[1] * 16);
   DecodeOptions o;
   o.plan = &plan;
   st = mla_decode(f.args(), o);
@@ -327,6 +328,11 @@ TEST(DecodePlanValidation, PlanForOtherShapesOrModeIsRefused) {
   gpu.device = 0;
   so.plan = &gpu;
   expect_error(mla_decode(f.args(), so), Errc::invalid_value, {"opts.plan", "cuda:0", "CPU"});
+  // A narrower block table than the plan's: a planned length could be past it.
+  DecodeArgs narrow = f.args();
+  narrow.block_table.shape[1] -= 1;
+  o.batch_invariant = false;
+  expect_error(mla_decode(narrow, o), Errc::invalid_value, {"opts.plan", "block table"});
   // A plan is made without one, and into a non-null record.
   DecodeOptions with;
   with.plan = &plan;
