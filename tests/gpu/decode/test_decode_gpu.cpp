@@ -634,15 +634,18 @@ std::vector<std::unique_ptr<Problem>> layers_of(const Case& c, int n) {
   return L;
 }
 
-Status run_planned(Problem& P, const DecodePlan& plan, cudaStream_t stream = nullptr) {
+// P's call reading `plan`, with P's workspace as scratch unless `ws` is given.
+Status run_planned(Problem& P, const DecodePlan& plan, cudaStream_t stream = nullptr,
+                   const DeviceBuffer* ws = nullptr) {
   DecodeOptions opts;
   opts.batch_invariant = P.c.invariant;
   opts.plan = &plan;
   ExecContext ctx;
   ctx.stream = stream;
-  const Workspace ws{P.d_ws.get(), P.d_ws.bytes()};
-  if (P.c.kernel == Kernel::automatic) return mla_decode(P.dev_args, opts, ws, ctx);
-  return cuda::mla_decode(P.dev_args, opts, ws, ctx, P.c.kernel);
+  const DeviceBuffer& scratch = ws != nullptr ? *ws : P.d_ws;
+  const Workspace w{scratch.get(), scratch.bytes()};
+  if (P.c.kernel == Kernel::automatic) return mla_decode(P.dev_args, opts, w, ctx);
+  return cuda::mla_decode(P.dev_args, opts, w, ctx, P.c.kernel);
 }
 
 void expect_same_bits(const Result& a, const Result& b, const std::string& what) {
@@ -693,18 +696,13 @@ TEST_P(DecodeGpu, PlanReusedAcrossLayersIsBitIdentical) {
       expect_same_bits(plain[i], fetch(*L[i]), "layer " + std::to_string(i) + " " + c.name());
     }
     // The plan's own workspace as a layer's scratch: its prefix is left alone.
-    {
-      Problem& P = *L[1];
-      P.d_out.poison();
-      P.d_lse.poison();
-      DecodeOptions o = opts;
-      o.plan = &plan;
-      st = mla_decode(P.dev_args, o, Workspace{plan_ws.get(), plan_ws.bytes()});
+    for (size_t i : {size_t(1), size_t(2)}) {
+      L[i]->d_out.poison();
+      L[i]->d_lse.poison();
+      st = run_planned(*L[i], plan, nullptr, &plan_ws);
       ASSERT_TRUE(st.ok()) << st.to_string();
-      expect_same_bits(plain[1], fetch(P), "scratch in the plan's workspace");
-      st = mla_decode(L[2]->dev_args, o, Workspace{plan_ws.get(), plan_ws.bytes()});
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      expect_same_bits(plain[2], fetch(*L[2]), "second layer in the plan's workspace");
+      expect_same_bits(plain[i], fetch(*L[i]),
+                       "layer " + std::to_string(i) + " with its scratch in the plan's workspace");
     }
     // Copied elsewhere (FlashMLA-style metadata copy_ into a graph buffer).
     DeviceBuffer copy(plan.bytes);
