@@ -166,16 +166,7 @@ Status prepare(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws, Geo
     return error(Errc::misaligned, "workspace: pointer {} must be non-null and {}-byte aligned",
                  ws.data, split::kWorkspaceAlign);
   const DecodePlan* plan = opts.plan;
-  if (plan != nullptr) {
-    // The API layer checked the shapes; what depends on the device is here.
-    if (plan->num_workers != g.num_workers || plan->bytes != g.layout.plan_bytes)
-      return error(Errc::invalid_value,
-                   "opts.plan: made for {} workers and {} schedule bytes, this call has {} and {}",
-                   plan->num_workers, plan->bytes, g.num_workers, g.layout.plan_bytes);
-    if (reinterpret_cast<uintptr_t>(plan->data) % split::kWorkspaceAlign != 0)
-      return error(Errc::misaligned, "opts.plan: data {} must be {}-byte aligned", plan->data,
-                   split::kWorkspaceAlign);
-  }
+  if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "opts.plan"));
 
   int current = -1;
   MLA_CUDA_TRY(cudaGetDevice(&current), "cudaGetDevice");

@@ -292,15 +292,7 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
                          DecodePlan* plan_only = nullptr) {
   DecodeGeometry g;
   MLA_TRY(decode_geometry(sp, &g));
-  if (plan != nullptr) {
-    if (plan->num_workers != g.num_workers || plan->bytes != g.layout.plan_bytes)
-      return error(Errc::invalid_value,
-                   "plan: made for {} workers and {} schedule bytes, this call has {} and {}",
-                   plan->num_workers, plan->bytes, g.num_workers, g.layout.plan_bytes);
-    if (reinterpret_cast<uintptr_t>(plan->data) % split::kWorkspaceAlign != 0)
-      return error(Errc::misaligned, "plan: data {} must be {}-byte aligned", plan->data,
-                   split::kWorkspaceAlign);
-  }
+  if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "plan"));
   if (workspace_bytes < g.layout.total)
     return error(Errc::insufficient_workspace,
                  "workspace: {} bytes given, this call needs {} (sparse_workspace_size)",

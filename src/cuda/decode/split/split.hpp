@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/decode/decode_params.hpp"
+#include "mla/decode.hpp"
 
 namespace mla::cuda::split {
 
@@ -21,6 +22,11 @@ WorkspaceLayout workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_
                                  bool token_lengths);
 void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* workspace,
                     const void* plan = nullptr);
+// The device-dependent half of a plan's misuse checks (the API layer checks the
+// shapes): made for these workers and this layout, aligned. `what` names the
+// argument in the error (opts.plan, plan).
+Status check_plan(const DecodePlan& plan, const WorkspaceLayout& L, int64_t num_workers,
+                  const char* what);
 
 // One CTA: cache lengths -> pieces, partial slots and worker ranges.
 cudaError_t launch_schedule(const decode::DecodeParams& p, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Workspace layout of the split-KV schedule (split.hpp).
 #include <algorithm>
 
+#include "common/validate.hpp"
 #include "cuda/decode/split/split.hpp"
 
 namespace mla::cuda::split {
@@ -43,6 +44,18 @@ WorkspaceLayout workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_
   off = align_up(off + sizeof(float) * L.max_slots * rows * decode::kDv);
   L.total = off;
   return L;
+}
+
+Status check_plan(const DecodePlan& plan, const WorkspaceLayout& L, int64_t num_workers,
+                  const char* what) {
+  if (plan.num_workers != num_workers || plan.bytes != L.plan_bytes)
+    return detail::error(Errc::invalid_value,
+                         "{}: made for {} workers and {} schedule bytes, this call has {} and {}",
+                         what, plan.num_workers, plan.bytes, num_workers, L.plan_bytes);
+  if (reinterpret_cast<uintptr_t>(plan.data) % kWorkspaceAlign != 0)
+    return detail::error(Errc::misaligned, "{}: data {} must be {}-byte aligned", what, plan.data,
+                         kWorkspaceAlign);
+  return Status::Ok();
 }
 
 void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* workspace,
