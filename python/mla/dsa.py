@@ -55,6 +55,14 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
     if plan is not None and not _call.torch_compiling():
         from .plans import sparse_decode_planned
 
+        if out is None and lse is None and out_dtype is None and workspace is None and \
+                stream is None:
+            fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
+            if fast is not None:
+                res = fast.sparse_decode(q, kv, kv_format_code(kv_format), indices, topk_length,
+                                         softmax_scale, False, 0, plan.workspace, plan._record)
+                if res is not NotImplemented:
+                    return res
         out, lse = _call.decode_outputs(q, out, lse, out_dtype)
         sparse_decode_planned(q, kv, indices, topk_length, softmax_scale, kv_format, out, lse,
                               plan, workspace, stream)

@@ -39,7 +39,7 @@ import math
 from . import _call, errors
 from ._call import float_out, framework_of
 from .dsa import sparse_decode, sparse_prefill
-from .plans import decode_plan, decode_planned
+from .plans import decode_plan, decode_planned, sparse_decode_plan
 
 TILE_SCHEDULER_METADATA_SIZE = 8  # FlashMLA's int32 words per SM partition
 _BLOCK_M = 64  # FlashMLA's query rows per block (sets its number of SM partitions)
@@ -57,6 +57,7 @@ class FlashMLASchedMeta:
         self.num_splits = None
         self.have_initialized = False
         self.plan = None  # mla.DecodePlan of the dense decode, made by the first call
+        self.sparse_plan = None  # the same for sparse decode (indices=)
 
 
 _SM_COUNT: dict = {}
@@ -181,8 +182,20 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         total = int(k_cache.shape[0]) * int(k_cache.shape[1])
         fast = None if _call.torch_compiling() else _call.torch_ext_for(q)
         if fast is not None:  # torch CUDA: the C++ hot path, when built
+            extra = ()
+            meta = tile_scheduler_metadata
+            if isinstance(meta, FlashMLASchedMeta):  # plan once per object, as the dense path
+                plan = meta.sparse_plan
+                if plan is None or (plan.batch, plan.s_q, plan.h_q, plan.topk) != \
+                        (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]),
+                         int(indices.shape[-1])):
+                    plan = meta.sparse_plan = sparse_decode_plan(
+                        q, k_cache, indices, softmax_scale, topk_length=topk_length,
+                        kv_format=kv_format)
+                    meta.have_initialized = True
+                extra = (plan.workspace, plan._record)
             res = fast.sparse_decode(q, k_cache, kv_format, indices, topk_length, softmax_scale,
-                                     True, total)
+                                     True, total, *extra)
             if res is not NotImplemented:
                 return res
         out, lse = sparse_decode(q, k_cache, _invalid_to_minus_one(indices, total), softmax_scale,

@@ -227,6 +227,12 @@ def test_sparse_decode_through_the_compat_layer(rng, fmt):
                                      kv_format=fmt, out_dtype="bf16")
     assert torch.equal(out, w_out)
     assert torch.equal(lse, torch.where(torch.isneginf(w_lse), float("inf"), w_lse))
+    # The object planned on that call (with mla._torch_ext); a second layer reuses it.
+    first = sched.sparse_plan
+    out2, _ = fm.flash_mla_with_kvcache(gq, gc, None, None, 512, sched, None, SCALE,
+                                        is_fp8_kvcache=fmt != "bf16", indices=cuda(idx),
+                                        topk_length=cuda(tl))
+    assert sched.sparse_plan is first and torch.equal(out2, w_out)
 
 
 def test_plan_reused_by_layers_eager_and_in_a_cuda_graph(rng):

@@ -53,6 +53,10 @@ using DecodePlannedFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_
                                     const mla_tensor*, const mla_tensor*, float, int32_t,
                                     const mla_tensor*, const mla_tensor*, int32_t,
                                     const mla_decode_plan_info*, void*, size_t, void*);
+using SparsePlannedFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_tensor*, const mla_tensor*, float, const mla_tensor*,
+                                    const mla_tensor*, const mla_decode_plan_info*, void*, size_t,
+                                    void*);
 using LastErrorFn = const char* (*)();
 
 DecodeFn g_decode = nullptr;
@@ -60,6 +64,7 @@ DecodeSizeFn g_decode_size = nullptr;
 DecodePlannedFn g_decode_planned = nullptr;  // null with an older libmla
 SparseFn g_sparse = nullptr;
 SparseSizeFn g_sparse_size = nullptr;
+SparsePlannedFn g_sparse_planned = nullptr;  // null with an older libmla
 LastErrorFn g_last_error = nullptr;
 PyObject* g_errors[128] = {};
 PyObject* g_base_error = nullptr;
@@ -277,8 +282,24 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
 // decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
 //        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
 // argument is not a torch tensor (the caller's generic path then reads and names it).
-// With 11 arguments, the last two are a plan's workspace (a torch tensor) and its
-// record (bytes of an mla_decode_plan_info: mla/plans.py).
+// A plan's two trailing arguments (mla/plans.py): its workspace (a torch tensor)
+// and its record (the bytes of an mla_decode_plan_info). 1: read; 0: the
+// workspace is not a torch tensor (NotImplemented); -1: a Python error is set.
+int plan_args(PyObject* ws_obj, PyObject* record, mla_decode_plan_info* plan, at::Tensor* ws) {
+  if (!THPVariable_Check(ws_obj)) return 0;
+  char* buf = nullptr;
+  Py_ssize_t len = 0;
+  if (PyBytes_AsStringAndSize(record, &buf, &len) < 0) return -1;
+  if (size_t(len) != sizeof(*plan)) {
+    PyErr_SetString(PyExc_ValueError, "plan: not an mla_decode_plan_info record");
+    return -1;
+  }
+  std::memcpy(plan, buf, sizeof(*plan));
+  *ws = THPVariable_Unpack(ws_obj);
+  return 1;
+}
+
+// With 11 arguments, the last two are a plan's (plan_args).
 PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
   for (int i : {0, 1, 3, 4})
     if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
@@ -286,16 +307,9 @@ PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
   at::Tensor plan_ws;
   const bool planned = nargs == 11;
   if (planned) {
-    if (!THPVariable_Check(args[9])) Py_RETURN_NOTIMPLEMENTED;
-    char* buf = nullptr;
-    Py_ssize_t len = 0;
-    if (PyBytes_AsStringAndSize(args[10], &buf, &len) < 0) return nullptr;
-    if (size_t(len) != sizeof(plan)) {
-      PyErr_SetString(PyExc_ValueError, "plan: not an mla_decode_plan_info record");
-      return nullptr;
-    }
-    std::memcpy(&plan, buf, sizeof(plan));
-    plan_ws = THPVariable_Unpack(args[9]);
+    const int r = plan_args(args[9], args[10], &plan, &plan_ws);
+    if (r < 0) return nullptr;
+    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
   }
   long fmt = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
@@ -322,7 +336,9 @@ PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
 std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                at::Tensor indices, const at::Tensor* topk_length,
                                                double scale, int64_t fmt, bool pos_inf,
-                                               int64_t invalid_from, bool keep) {
+                                               int64_t invalid_from, bool keep,
+                                               const mla_decode_plan_info* plan = nullptr,
+                                               const at::Tensor* plan_ws = nullptr) {
   if (g_sparse == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   const c10::cuda::CUDAGuard guard(tq.device());
   if (invalid_from > 0) indices = at::masked_fill(indices, at::ge(indices, invalid_from), -1);
@@ -349,6 +365,17 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
   fill(out, &out_t);
   fill(lse, &lse_t);
   const mla_tensor* tlp = topk_length ? &tl : nullptr;
+  if (plan != nullptr) {  // as in decode_core: the plan's workspace is the scratch
+    if (g_sparse_planned == nullptr)
+      fail(MLA_ERR_UNSUPPORTED, "mla_sparse_decode_planned: not in the loaded libmla");
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
+    const int32_t st =
+        g_sparse_planned(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t, plan,
+                         plan_ws->data_ptr(), size_t(plan_ws->numel()), stream);
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
+    if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);
+    return {std::move(out), std::move(lse)};
+  }
   Key key;
   int n = 0;
   key.v[n++] = -2;  // sparse, apart from dense keys
@@ -378,10 +405,19 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
 }
 
 // sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf,
-//               invalid_from) -> (out, lse), or NotImplemented (as decode).
-PyObject* sparse_impl(PyObject* const* args) {
+//               invalid_from[, plan_workspace, plan_record]) -> (out, lse), or
+// NotImplemented (as decode).
+PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
   for (int i : {0, 1, 3})
     if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  mla_decode_plan_info plan{};
+  at::Tensor plan_ws;
+  const bool planned = nargs == 10;
+  if (planned) {
+    const int r = plan_args(args[8], args[9], &plan, &plan_ws);
+    if (r < 0) return nullptr;
+    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
+  }
   if (args[4] != Py_None && !THPVariable_Check(args[4])) Py_RETURN_NOTIMPLEMENTED;
   long fmt = 0, invalid_from = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
@@ -394,7 +430,7 @@ PyObject* sparse_impl(PyObject* const* args) {
   auto [out, lse] =
       sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
                   THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from,
-                  /*keep=*/true);
+                  /*keep=*/true, planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -403,12 +439,12 @@ PyObject* sparse_impl(PyObject* const* args) {
 }
 
 PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8) {
-    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments");
+  if (nargs != 8 && nargs != 10) {
+    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments, or 10 with a plan");
     return nullptr;
   }
   try {
-    return sparse_impl(args);
+    return sparse_impl(args, nargs);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -454,6 +490,7 @@ PyObject* bind(PyObject*, PyObject* args) {
   g_last_error = reinterpret_cast<LastErrorFn>(dlsym(h, "mla_last_error_message"));
   g_sparse = reinterpret_cast<SparseFn>(dlsym(h, "mla_sparse_decode_ws"));
   g_sparse_size = reinterpret_cast<SparseSizeFn>(dlsym(h, "mla_sparse_decode_workspace_size"));
+  g_sparse_planned = reinterpret_cast<SparsePlannedFn>(dlsym(h, "mla_sparse_decode_planned"));
   if (!g_decode || !g_decode_size || !g_last_error || !g_sparse || !g_sparse_size) {
     PyErr_SetString(PyExc_ImportError, "mla._torch_ext: the C ABI is missing from the library");
     return nullptr;
@@ -551,7 +588,7 @@ PyMethodDef g_methods[] = {
     {"sparse_decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&sparse_decode)),
      METH_FASTCALL,
      "sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf, "
-     "invalid_from) -> (out, lse)"},
+     "invalid_from[, plan_workspace, plan_record]) -> (out, lse)"},
     {"bind", bind, METH_VARARGS, "bind(dlopen_handle, errors_by_code, base_error)"},
     {"release_workspaces", release, METH_NOARGS, "drops the kept workspaces"},
     {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},
