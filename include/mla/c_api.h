@@ -161,6 +161,37 @@ MLA_C_EXPORT int32_t mla_decode(const mla_tensor* q, const mla_tensor* kv, int32
                                 const mla_tensor* lse, int32_t batch_invariant, void* workspace,
                                 size_t workspace_bytes, void* stream);
 
+/* Plan reuse (mla::DecodePlan, mla/decode.hpp): mla_decode_plan runs the split
+ * schedule of these lengths into the start of `workspace` (the same size as
+ * mla_decode's) and fills *plan; every later mla_decode_planned with the same
+ * shapes, batch_invariant and cache_seqlens values skips the schedule. A plan
+ * made for other shapes gives MLA_ERR_INVALID_VALUE naming both. */
+typedef struct mla_decode_plan_info {
+  const void* data; /* device: the schedule (may be re-pointed at a copy of its bytes) */
+  size_t bytes;
+  int32_t device; /* -1: CPU */
+  int32_t num_workers;
+  int64_t batch, s_q, h_q;
+  int32_t batch_invariant;
+  int32_t sparse; /* made by mla_sparse_decode_plan */
+  int64_t topk;
+  int64_t capacity; /* dense: max_pages * page_size of the plan's block table */
+} mla_decode_plan_info;
+
+MLA_C_EXPORT int32_t mla_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                                     const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                                     float softmax_scale, int32_t causal, const mla_tensor* out,
+                                     const mla_tensor* lse, int32_t batch_invariant,
+                                     void* workspace, size_t workspace_bytes, void* stream,
+                                     mla_decode_plan_info* plan);
+MLA_C_EXPORT int32_t mla_decode_planned(const mla_tensor* q, const mla_tensor* kv,
+                                        int32_t kv_format, const mla_tensor* block_table,
+                                        const mla_tensor* cache_seqlens, float softmax_scale,
+                                        int32_t causal, const mla_tensor* out,
+                                        const mla_tensor* lse, int32_t batch_invariant,
+                                        const mla_decode_plan_info* plan, void* workspace,
+                                        size_t workspace_bytes, void* stream);
+
 /* Attention over keys [kv_begin[b], kv_end[b]) only; out f32. */
 MLA_C_EXPORT int32_t mla_decode_partial(const mla_tensor* q, const mla_tensor* kv,
                                         int32_t kv_format, const mla_tensor* block_table,
@@ -312,6 +343,20 @@ MLA_C_EXPORT int32_t mla_sparse_decode_ws(const mla_tensor* q, const mla_tensor*
                                           const mla_tensor* topk_length, float softmax_scale,
                                           const mla_tensor* out, const mla_tensor* lse,
                                           void* workspace, size_t workspace_bytes, void* stream);
+/* Plan reuse for sparse decode (mla::sparse_decode_plan); workspace: as for
+ * mla_sparse_decode_ws. */
+MLA_C_EXPORT int32_t mla_sparse_decode_plan(const mla_tensor* q, const mla_tensor* kv,
+                                            int32_t kv_format, const mla_tensor* indices,
+                                            const mla_tensor* topk_length, float softmax_scale,
+                                            const mla_tensor* out, const mla_tensor* lse,
+                                            void* workspace, size_t workspace_bytes, void* stream,
+                                            mla_decode_plan_info* plan);
+MLA_C_EXPORT int32_t mla_sparse_decode_planned(const mla_tensor* q, const mla_tensor* kv,
+                                               int32_t kv_format, const mla_tensor* indices,
+                                               const mla_tensor* topk_length, float softmax_scale,
+                                               const mla_tensor* out, const mla_tensor* lse,
+                                               const mla_decode_plan_info* plan, void* workspace,
+                                               size_t workspace_bytes, void* stream);
 MLA_C_EXPORT int32_t mla_sparse_prefill_workspace_size(const mla_tensor* q, const mla_tensor* kv,
                                                        const mla_tensor* indices,
                                                        float softmax_scale, const mla_tensor* out,

@@ -56,18 +56,62 @@ struct DecodeArgs {
   TensorView lse;
 };
 
+// A decode step's split schedule, made once by decode_plan (dense) or
+// sparse_decode_plan (mla/sparse.hpp) from the lengths and reused by every
+// later call of the step with the same lengths (one per layer), which then
+// skips the schedule kernel. The schedule itself is device memory: the first
+// `bytes` of the workspace given to the plan call, written by a kernel on the
+// plan call's stream (no synchronisation, so it can be captured in a CUDA graph
+// with the layers' calls and replayed with new lengths). It holds no
+// addresses, so those bytes may be copied elsewhere (a CUDA-graph buffer) and
+// `data` pointed there. This host record says what the schedule was made for;
+// a call whose shapes, mode or device differ is refused (Errc::invalid_value).
+// What the host cannot see: the lengths (cache_seqlens, or the sparse
+// topk_length) must hold the same values at every call that uses the plan as
+// at the plan call, else keys past a request's planned tiles are skipped or
+// its rows come out wrong.
+struct DecodePlan {
+  const void* data = nullptr;  // device: the schedule (null on CPU)
+  size_t bytes = 0;            // its size
+  // What it was made for.
+  int device = -1;  // CUDA ordinal, -1: CPU tensors
+  int64_t batch = 0, s_q = 0, h_q = 0;
+  int32_t num_workers = 0;  // persistent workers of the main kernel
+  bool batch_invariant = false;
+  bool sparse = false;  // key lists (sparse_decode) rather than pages
+  int64_t topk = 0;     // sparse: the index lists' width
+  // Dense: keys the block table could hold (max_pages * page_size). A call's
+  // may not be smaller: a length the plan took as valid must stay in range.
+  int64_t capacity = 0;
+};
+
 struct DecodeOptions {
   // Bits of a request's output do not depend on the rest of the batch: the
   // split of its keys depends only on its own length.
   bool batch_invariant = false;
+  // Not null: `plan` (from decode_plan for the same shapes, mode and lengths)
+  // holds the schedule, and this call reads it instead of computing one. The
+  // call's workspace is still needed (decode_workspace_size) for the
+  // partials; it may be the plan's own workspace (its prefix is left alone).
+  const DecodePlan* plan = nullptr;
 };
 
 // Scratch bytes a call with these shapes needs (0 on CPU). Only shapes, dtypes
-// and the device of `args` are read, not the data.
+// and the device of `args` are read, not the data. The same size serves
+// decode_plan and the calls that use its plan.
 Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, size_t* bytes);
 
 Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts = {}, Workspace ws = {},
                   const ExecContext& ctx = {});
+
+// Computes the schedule of `args`' lengths into the start of `ws` (CUDA: one
+// small kernel on ctx's stream; CPU: nothing, the record only) and fills
+// `*plan`. q, kv, block_table and cache_seqlens are read for their shapes and
+// (cache_seqlens) values; out and lse only for their shapes. opts.plan must be
+// null. ws must stay alive and unmodified in [0, plan->bytes) while the plan is
+// used (a later call's scratch, even in the same workspace, does not touch it).
+Status decode_plan(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
+                   DecodePlan* plan, const ExecContext& ctx = {});
 
 // --- Split-KV pieces, so GPU split strategies can be checked piece by piece ---
 

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstddef>
 
+#include "mla/decode.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
@@ -43,12 +44,23 @@ struct SparseDecodeArgs {
   float softmax_scale = 0.f;
   TensorView out;
   TensorView lse;
+  // Not null: the schedule made by sparse_decode_plan for the same shapes and
+  // topk_length values (mla/decode.hpp DecodePlan); the call skips computing it.
+  const DecodePlan* plan = nullptr;
 };
 // CUDA: q and out bf16, lse f32, h_q a multiple of 16, B * s_q <= 65535.
 // Index values and topk_length live on the GPU and are not checked on the
 // host: entries outside the cache are skipped (never read), topk_length is
 // clamped to [0, topk]. The CPU path checks them and answers out_of_range.
 Status sparse_decode(const SparseDecodeArgs& args, Workspace ws = {}, const ExecContext& ctx = {});
+// The schedule of a sparse decode step (its per-token key counts come from
+// topk_length, or topk) into the start of ws, for every layer's sparse_decode
+// with args.plan = plan (mla/decode.hpp DecodePlan: what may change between
+// the calls, what must not). ws: sparse_workspace_size bytes. CPU tensors: the
+// record only. CUDA calls that run another kernel than the split decode kernel
+// (index lists whose [B, s_q] dims do not flatten) get Errc::unsupported.
+Status sparse_decode_plan(const SparseDecodeArgs& args, Workspace ws, DecodePlan* plan,
+                          const ExecContext& ctx = {});
 
 // Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)

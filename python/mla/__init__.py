@@ -27,6 +27,7 @@ from .dsa import (decompress_kv, mha_prefill, sparse_decode, sparse_decode_works
                   sparse_prefill, sparse_prefill_workspace_size, topk_indices)
 from .dsa_step import (DsaPolicy, dsa_decode, dsa_decode_path, dsa_decode_workspace_size,
                        dsa_default_policy, dsa_dense_threshold)
+from .plans import DecodePlan, decode_plan, sparse_decode_plan
 from .rope import RopeConfig, apply_rope, rope_attention_factor, rope_inv_freq
 from .layer import LayerConfig, init_layer_weights, layer_forward, layer_weight_shapes
 from .block_sparse import (BlockSparseParams, block_sparse_capacity, block_sparse_preset,

@@ -185,6 +185,24 @@ def expect_type(value, cls, path: str) -> None:
             f"{path} = {value!r} is a {type(value).__name__}, not a {cls.__name__}")
 
 
+class MlaDecodePlanInfo(ctypes.Structure):
+    """Mirror of ``mla_decode_plan_info`` (mla::DecodePlan)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("device", ctypes.c_int32),
+        ("num_workers", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("s_q", ctypes.c_int64),
+        ("h_q", ctypes.c_int64),
+        ("batch_invariant", ctypes.c_int32),
+        ("sparse", ctypes.c_int32),
+        ("topk", ctypes.c_int64),
+        ("capacity", ctypes.c_int64),
+    ]
+
+
 _T = ctypes.POINTER(MlaTensor)
 _R = ctypes.POINTER(MlaRopeConfig)
 _BSP = ctypes.POINTER(MlaBlockSparseParams)
@@ -207,6 +225,14 @@ SIGNATURES: dict[str, list] = {
                                   ctypes.POINTER(_sz)],
     "mla_decode": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32, _vp, _sz, _vp],
     "mla_decode_partial": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _T, _T, _vp],
+    "mla_decode_plan": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32, _vp, _sz, _vp,
+                        ctypes.POINTER(MlaDecodePlanInfo)],
+    "mla_decode_planned": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32,
+                           ctypes.POINTER(MlaDecodePlanInfo), _vp, _sz, _vp],
+    "mla_sparse_decode_plan": [_T, _T, _i32, _T, _T, _f32, _T, _T, _vp, _sz, _vp,
+                               ctypes.POINTER(MlaDecodePlanInfo)],
+    "mla_sparse_decode_planned": [_T, _T, _i32, _T, _T, _f32, _T, _T,
+                                  ctypes.POINTER(MlaDecodePlanInfo), _vp, _sz, _vp],
     "mla_merge_attn_partials": [_T, _T, _T, _T, _vp],
     "mla_validate_indexer_cache": [_T],
     "mla_append_indexer_keys": [_T, _T, _T, _vp],

@@ -51,11 +51,28 @@ def sparse_prefill_workspace_size(q, kv, indices, softmax_scale, *, out=None, ls
 
 
 def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
-                  lse=None, out_dtype=None, workspace=None, stream=None):
+                  lse=None, out_dtype=None, workspace=None, stream=None, plan=None):
     """Sparse absorbed decode: q [B, s_q, h_q, 576] attends to the cache slots of
     indices [B, s_q, topk] int32 (-1: none; no causal mask, the list is the mask).
     Returns (out [B, s_q, h_q, 512], lse [B, h_q, s_q]); no valid entry: out 0, lse -inf.
-    `workspace` (bytes on q's device) is allocated with q's framework when not given."""
+    `workspace` (bytes on q's device) is allocated with q's framework when not given.
+    `plan`: a mla.DecodePlan from mla.sparse_decode_plan for these shapes and
+    topk_length values; the call reads its schedule and uses its workspace."""
+    if plan is not None and not _call.torch_compiling():
+        from .plans import sparse_decode_planned
+
+        if out is None and lse is None and out_dtype is None and workspace is None and \
+                stream is None:
+            fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
+            if fast is not None:
+                res = fast.sparse_decode(q, kv, kv_format_code(kv_format), indices, topk_length,
+                                         softmax_scale, False, 0, plan.workspace, plan._record)
+                if res is not NotImplemented:
+                    return res
+        out, lse = _call.decode_outputs(q, out, lse, out_dtype)
+        sparse_decode_planned(q, kv, indices, topk_length, softmax_scale, kv_format, out, lse,
+                              plan, workspace, stream)
+        return out, lse
     if _call.torch_compiling() and out is None and lse is None and out_dtype is None:
         from . import torch_ops
 

@@ -7,12 +7,15 @@ Both FlashMLA generations' call sequences work unchanged (docs/python.md):
     num_q_tokens_per_head_k, num_heads_k)`` returns two int32 tensors on
     cache_seqlens' device ([num_sm_parts, 8] and [B + 1], FlashMLA's shapes), which
     may be ``copy_``-ed into CUDA-graph buffers and passed back as
-    ``tile_scheduler_metadata`` / ``num_splits``. Our kernels schedule inside the
-    call, so their contents are not read.
+    ``tile_scheduler_metadata`` / ``num_splits``. Their contents are not read: each call
+    schedules itself (a plan needs the block table, whose capacity bounds each
+    length, and the query's s_q and h_q, which this call does not receive).
   * newer (vLLM, FlashMLA's current API): ``get_mla_metadata()``, or with any of
     its newer arguments (num_heads_q, is_fp8_kvcache, topk), returns a
-    :class:`FlashMLASchedMeta` (which keeps the decode workspace between calls; vLLM
-    sets tile_scheduler_metadata / num_splits on it) and None.
+    :class:`FlashMLASchedMeta` and None. As FlashMLA's, the first dense call with it
+    schedules (here: mla.decode_plan) and every later call with it reuses that
+    schedule, so one object serves the layers of one step with the same lengths
+    (vLLM sets tile_scheduler_metadata / num_splits on it).
   * vLLM's fp8 dense entry points ``get_mla_metadata_dense_fp8`` and
     ``flash_mla_with_kvcache_fp8`` (per-tensor e4m3 cache entries of 576 bytes with
     descale_q / descale_k): accepted call shapes; the kernel does not exist yet, so
@@ -36,6 +39,7 @@ import math
 from . import _call, errors
 from ._call import float_out, framework_of
 from .dsa import sparse_decode, sparse_prefill
+from .plans import decode_plan, decode_planned, sparse_decode_plan
 
 TILE_SCHEDULER_METADATA_SIZE = 8  # FlashMLA's int32 words per SM partition
 _BLOCK_M = 64  # FlashMLA's query rows per block (sets its number of SM partitions)
@@ -52,6 +56,8 @@ class FlashMLASchedMeta:
         self.tile_scheduler_metadata = None
         self.num_splits = None
         self.have_initialized = False
+        self.plan = None  # mla.DecodePlan of the dense decode, made by the first call
+        self.sparse_plan = None  # the same for sparse decode (indices=)
 
 
 _SM_COUNT: dict = {}
@@ -176,8 +182,20 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         total = int(k_cache.shape[0]) * int(k_cache.shape[1])
         fast = None if _call.torch_compiling() else _call.torch_ext_for(q)
         if fast is not None:  # torch CUDA: the C++ hot path, when built
+            extra = ()
+            meta = tile_scheduler_metadata
+            if isinstance(meta, FlashMLASchedMeta):  # plan once per object, as the dense path
+                plan = meta.sparse_plan
+                if plan is None or (plan.batch, plan.s_q, plan.h_q, plan.topk) != \
+                        (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]),
+                         int(indices.shape[-1])):
+                    plan = meta.sparse_plan = sparse_decode_plan(
+                        q, k_cache, indices, softmax_scale, topk_length=topk_length,
+                        kv_format=kv_format)
+                    meta.have_initialized = True
+                extra = (plan.workspace, plan._record)
             res = fast.sparse_decode(q, k_cache, kv_format, indices, topk_length, softmax_scale,
-                                     True, total)
+                                     True, total, *extra)
             if res is not NotImplemented:
                 return res
         out, lse = sparse_decode(q, k_cache, _invalid_to_minus_one(indices, total), softmax_scale,
@@ -191,6 +209,27 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     keep = isinstance(meta, FlashMLASchedMeta)
     tile = meta.tile_scheduler_metadata if keep else meta
     invariant = tile is not None and len(tile.shape) == 2 and int(tile.shape[0]) == 1
+    if keep and not _call.torch_compiling():
+        # FlashMLA's newer API: the first call with this object schedules, every
+        # later one (the other layers of the step) reuses it: here an mla.DecodePlan.
+        # A call of other shapes (FlashMLA would refuse it) makes a new plan.
+        plan = meta.plan
+        if plan is None or (plan.batch, plan.s_q, plan.h_q, plan.batch_invariant) != \
+                (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), invariant):
+            plan = meta.plan = decode_plan(q, k_cache, block_table, cache_seqlens,
+                                           softmax_scale, bool(causal), kv_format=kv_format,
+                                           batch_invariant=invariant)
+            meta.have_initialized = True
+        fast = _call.torch_ext_for(q)
+        if fast is not None:
+            res = fast.decode(q, k_cache, kv_format, block_table, cache_seqlens, softmax_scale,
+                              causal, invariant, True, plan.workspace, plan._record)
+            if res is not NotImplemented:
+                return res
+        out, lse = _call.decode_outputs(q, None, None, None)
+        decode_planned(q, k_cache, block_table, cache_seqlens, softmax_scale, bool(causal),
+                       kv_format, invariant, out, lse, plan, None, None)
+        return out, _neg_to_pos_inf(lse)
     if _call.torch_compiling():
         from . import torch_ops
 

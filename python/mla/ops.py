@@ -99,7 +99,7 @@ def decode_workspace_size(q, kv, block_table, cache_seqlens, softmax_scale, caus
 
 def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *, kv_format=None,
                out=None, lse=None, out_dtype=None, batch_invariant=False, workspace=None,
-               stream=None):
+               stream=None, plan=None):
     """Absorbed MLA decode over a paged latent cache (docs/design.md).
 
     q [B, s_q, h_q, 576]; kv [num_pages, page_size, 1, 576] bf16 or [.., 656] u8
@@ -109,8 +109,11 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
     out's dtype defaults to q's (bf16 on CUDA). `workspace` (any byte buffer on
     q's device) is allocated with q's framework when not given (torch CUDA on the
     current stream: one per stream is kept, see mla.release_workspaces).
+    `plan`: a mla.DecodePlan made by mla.decode_plan for these shapes and lengths
+    (one per step, reused by every layer): the call reads its schedule instead of
+    computing one, and uses its workspace unless `workspace` is given.
     """
-    if _call.torch_compiling():
+    if _call.torch_compiling():  # (a plan only saves the schedule: the bits are the same)
         from . import torch_ops
 
         if out is None and lse is None and out_dtype is None:
@@ -126,12 +129,19 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
             stream is None:
         fast = _call.torch_ext_for(q)  # torch CUDA: the C++ hot path, when built
         if fast is not None:
+            extra = () if plan is None else (plan.workspace, plan._record)
             res = fast.decode(q, kv, kv_format_code(kv_format), block_table, cache_seqlens,
                               softmax_scale, flag(causal, "causal"),
-                              flag(batch_invariant, "batch_invariant"), False)
+                              flag(batch_invariant, "batch_invariant"), False, *extra)
             if res is not NotImplemented:  # (an argument of another framework)
                 return res
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
+    if plan is not None:
+        from .plans import decode_planned
+
+        decode_planned(q, kv, block_table, cache_seqlens, softmax_scale, causal, kv_format,
+                       batch_invariant, out, lse, plan, workspace, stream)
+        return out, lse
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),
                              block_table, cache_seqlens, softmax_scale, flag(causal, "causal"),

@@ -227,3 +227,59 @@ def test_sparse_decode_through_the_compat_layer(rng, fmt):
                                      kv_format=fmt, out_dtype="bf16")
     assert torch.equal(out, w_out)
     assert torch.equal(lse, torch.where(torch.isneginf(w_lse), float("inf"), w_lse))
+    # The object planned on that call (with mla._torch_ext); a second layer reuses it.
+    first = sched.sparse_plan
+    out2, _ = fm.flash_mla_with_kvcache(gq, gc, None, None, 512, sched, None, SCALE,
+                                        is_fp8_kvcache=fmt != "bf16", indices=cuda(idx),
+                                        topk_length=cuda(tl))
+    assert sched.sparse_plan is first and torch.equal(out2, w_out)
+
+
+def test_plan_reused_by_layers_eager_and_in_a_cuda_graph(rng):
+    """One mla.decode_plan per step, three layers with their own q and cache: every
+    layer bit-identical to its call without a plan (the torch fast path with a plan);
+    then the plan call and the layers captured in one graph, replayed with new lengths."""
+    import torch
+
+    lengths = [5000, 70, 20000, 0, 1]
+    layers = [problem(rng, 5, 128, lengths) for _ in range(3)]
+    bt, sl = layers[0][2], layers[0][3]
+    plan = mla.decode_plan(layers[0][0], layers[0][1], bt, sl, SCALE, True)
+    for q, cache, _, _ in layers:
+        got = mla.mla_decode(q, cache, bt, sl, SCALE, True, plan=plan)
+        want = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        p = mla.decode_plan(layers[0][0], layers[0][1], bt, sl, SCALE, True)
+        outs = [mla.mla_decode(q, cache, bt, sl, SCALE, True, plan=p) for q, cache, _, _ in layers]
+    for new in ([4999, 1, 19000, 64, 0], [2, 64, 63, 1, 4096]):
+        sl.copy_(torch.tensor(new, dtype=torch.int32))
+        for q, _, _, _ in layers:
+            q.normal_()
+        g.replay()
+        for (q, cache, _, _), (o, lse) in zip(layers, outs):
+            w_out, w_lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+            assert torch.equal(o, w_out) and torch.equal(lse, w_lse)
+    with pytest.raises(mla.InvalidValueError, match="plan"):
+        mla.mla_decode(layers[0][0][:2], layers[0][1], bt[:2], sl[:2], SCALE, True, plan=plan)
+
+
+def test_flashmla_newer_api_plans_once_on_the_gpu(rng):
+    """vLLM's sequence: one sched object per step; the first layer's call plans, the
+    others reuse it; results equal the native call's with FlashMLA's +inf lse."""
+    import torch
+
+    lengths = [4641, 45118, 1730, 1696]
+    layers = [problem(rng, 4, 16, lengths, s_q=4) for _ in range(3)]
+    bt, sl = layers[0][2], layers[0][3]
+    sched, _ = fm.get_mla_metadata(sl, 4 * 16, 1, is_fp8_kvcache=False)
+    for i, (q, cache, _, _) in enumerate(layers):
+        o, lse = fm.flash_mla_with_kvcache(q, cache, bt, sl, 512, sched, None,
+                                           softmax_scale=SCALE, causal=True)
+        first = sched.plan if i == 0 else first
+        assert sched.plan is first
+        w_out, w_lse = mla.mla_decode(q, cache, bt, sl, SCALE, True)
+        assert torch.equal(o, w_out)
+        assert torch.equal(lse, torch.where(torch.isneginf(w_lse), torch.inf, w_lse))

@@ -182,8 +182,62 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
 #endif
 }
 
+namespace {
+
+// The host-visible half of a plan's misuse checks (the CUDA backend adds the
+// worker count and the schedule size).
+Status check_plan_use(const DecodePlan& plan, const SparseDecodeArgs& a) {
+  const int device = detail::on_cuda(a.q.device) ? a.q.device.id : -1;
+  if (!plan.sparse)
+    return error(Errc::invalid_value, "plan: made by decode_plan, this is a sparse_decode call");
+  if (plan.device != device)
+    return error(Errc::invalid_value, "plan: made for device {}, but q is on device {} (-1: CPU)",
+                 plan.device, device);
+  const int64_t B = a.q.shape[0], s_q = a.q.shape[1], h_q = a.q.shape[2], topk = a.indices.shape[2];
+  if (plan.batch != B || plan.s_q != s_q || plan.h_q != h_q || plan.topk != topk)
+    return error(Errc::invalid_value,
+                 "plan: made for B {} s_q {} h_q {} topk {}, but this call has B {} s_q {} h_q {} "
+                 "topk {}",
+                 plan.batch, plan.s_q, plan.h_q, plan.topk, B, s_q, h_q, topk);
+  if (device >= 0 && plan.data == nullptr)
+    return error(Errc::invalid_value, "plan: data is null (not filled by sparse_decode_plan)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status sparse_decode_plan(const SparseDecodeArgs& a, Workspace ws, DecodePlan* plan,
+                          const ExecContext& ctx) {
+  if (plan == nullptr) return error(Errc::invalid_value, "plan: output pointer is null");
+  *plan = DecodePlan{};
+  if (a.plan != nullptr)
+    return error(Errc::invalid_value, "args.plan: must be null when making a plan");
+  MLA_TRY(validate_decode_shapes(a));
+  DecodePlan h;
+  h.sparse = true;
+  h.batch = a.q.shape[0];
+  h.s_q = a.q.shape[1];
+  h.h_q = a.q.shape[2];
+  h.topk = a.indices.shape[2];
+  h.device = detail::on_cuda(a.q.device) ? a.q.device.id : -1;
+  if (h.device < 0 || a.out.numel() == 0) {  // nothing to schedule: the record only
+    *plan = h;
+    return Status::Ok();
+  }
+#ifdef MLA_HAS_CUDA
+  MLA_TRY(cuda::sparse_decode_plan(a, ws, &h, ctx));
+  *plan = h;
+  return Status::Ok();
+#else
+  (void)ws;
+  (void)ctx;
+  return detail::no_cuda_backend("sparse_decode_plan");
+#endif
+}
+
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_decode_shapes(a));
+  if (a.plan != nullptr) MLA_TRY(check_plan_use(*a.plan, a));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(a.q.device)) {

@@ -56,6 +56,44 @@ int32_t mla_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
   });
 }
 
+int32_t mla_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                        const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                        float softmax_scale, int32_t causal, const mla_tensor* out,
+                        const mla_tensor* lse, int32_t batch_invariant, void* workspace,
+                        size_t workspace_bytes, void* stream, mla_decode_plan_info* plan) {
+  return guarded([&] {
+    MLA_TRY(expect_pointer(plan, "plan"));
+    DecodeArgs a;
+    MLA_TRY(to_decode_args(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, out,
+                           lse, &a));
+    DecodeOptions o;
+    o.batch_invariant = batch_invariant != 0;
+    DecodePlan p;
+    MLA_TRY(mla::decode_plan(a, o, Workspace{workspace, workspace_bytes}, &p, to_context(stream)));
+    *plan = to_plan_info(p);
+    return Status::Ok();
+  });
+}
+
+int32_t mla_decode_planned(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                           const mla_tensor* block_table, const mla_tensor* cache_seqlens,
+                           float softmax_scale, int32_t causal, const mla_tensor* out,
+                           const mla_tensor* lse, int32_t batch_invariant,
+                           const mla_decode_plan_info* plan, void* workspace,
+                           size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    MLA_TRY(expect_pointer(plan, "plan"));
+    DecodeArgs a;
+    MLA_TRY(to_decode_args(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, out,
+                           lse, &a));
+    const DecodePlan p = from_plan_info(*plan);
+    DecodeOptions o;
+    o.batch_invariant = batch_invariant != 0;
+    o.plan = &p;
+    return mla::mla_decode(a, o, Workspace{workspace, workspace_bytes}, to_context(stream));
+  });
+}
+
 int32_t mla_decode_partial(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
                            const mla_tensor* block_table, const mla_tensor* cache_seqlens,
                            float softmax_scale, int32_t causal, const mla_tensor* kv_begin,

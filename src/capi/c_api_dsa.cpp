@@ -85,6 +85,39 @@ int32_t mla_sparse_decode_ws(const mla_tensor* q, const mla_tensor* kv, int32_t 
   });
 }
 
+int32_t mla_sparse_decode_plan(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                               const mla_tensor* indices, const mla_tensor* topk_length,
+                               float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                               void* workspace, size_t workspace_bytes, void* stream,
+                               mla_decode_plan_info* plan) {
+  return guarded([&] {
+    MLA_TRY(expect_pointer(plan, "plan"));
+    SparseDecodeArgs a;
+    MLA_TRY(
+        sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    DecodePlan p;
+    MLA_TRY(sparse_decode_plan(a, Workspace{workspace, workspace_bytes}, &p, to_context(stream)));
+    *plan = to_plan_info(p);
+    return Status::Ok();
+  });
+}
+
+int32_t mla_sparse_decode_planned(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                                  const mla_tensor* indices, const mla_tensor* topk_length,
+                                  float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
+                                  const mla_decode_plan_info* plan, void* workspace,
+                                  size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    MLA_TRY(expect_pointer(plan, "plan"));
+    SparseDecodeArgs a;
+    MLA_TRY(
+        sparse_decode_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
+    const DecodePlan p = from_plan_info(*plan);
+    a.plan = &p;
+    return sparse_decode(a, Workspace{workspace, workspace_bytes}, to_context(stream));
+  });
+}
+
 int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
                           const mla_tensor* indices, const mla_tensor* topk_length,
                           float softmax_scale, const mla_tensor* out, const mla_tensor* lse,

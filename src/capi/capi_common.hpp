@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "mla/c_api.h"
+#include "mla/decode.hpp"
 #include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
@@ -57,6 +58,28 @@ Status write_text(const std::string& text, char* buf, size_t buf_size, size_t* l
 
 // This thread's checked mode (mla_set_check_device_values).
 bool check_device_values();
+
+// mla_decode_plan_info <-> mla::DecodePlan (mla/decode.hpp), field by field.
+inline DecodePlan from_plan_info(const mla_decode_plan_info& c) {
+  DecodePlan p;
+  p.data = c.data;
+  p.bytes = c.bytes;
+  p.device = c.device;
+  p.num_workers = c.num_workers;
+  p.batch = c.batch;
+  p.s_q = c.s_q;
+  p.h_q = c.h_q;
+  p.batch_invariant = c.batch_invariant != 0;
+  p.sparse = c.sparse != 0;
+  p.topk = c.topk;
+  p.capacity = c.capacity;
+  return p;
+}
+inline mla_decode_plan_info to_plan_info(const DecodePlan& p) {
+  return mla_decode_plan_info{p.data,           p.bytes, p.device,  p.num_workers,
+                              p.batch,          p.s_q,   p.h_q,     p.batch_invariant ? 1 : 0,
+                              p.sparse ? 1 : 0, p.topk,  p.capacity};
+}
 
 inline ExecContext to_context(void* stream) {
   return ExecContext{stream, check_device_values()};

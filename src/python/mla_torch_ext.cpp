@@ -49,12 +49,22 @@ using SparseFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, cons
 using SparseSizeFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t, const mla_tensor*,
                                  const mla_tensor*, float, const mla_tensor*, const mla_tensor*,
                                  size_t*);
+using DecodePlannedFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_tensor*, const mla_tensor*, float, int32_t,
+                                    const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_decode_plan_info*, void*, size_t, void*);
+using SparsePlannedFn = int32_t (*)(const mla_tensor*, const mla_tensor*, int32_t,
+                                    const mla_tensor*, const mla_tensor*, float, const mla_tensor*,
+                                    const mla_tensor*, const mla_decode_plan_info*, void*, size_t,
+                                    void*);
 using LastErrorFn = const char* (*)();
 
 DecodeFn g_decode = nullptr;
 DecodeSizeFn g_decode_size = nullptr;
+DecodePlannedFn g_decode_planned = nullptr;  // null with an older libmla
 SparseFn g_sparse = nullptr;
 SparseSizeFn g_sparse_size = nullptr;
+SparsePlannedFn g_sparse_planned = nullptr;  // null with an older libmla
 LastErrorFn g_last_error = nullptr;
 PyObject* g_errors[128] = {};
 PyObject* g_base_error = nullptr;
@@ -201,7 +211,9 @@ at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need, 
 std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                const at::Tensor& tbt, const at::Tensor& tsl,
                                                double scale, bool causal, int64_t fmt,
-                                               bool invariant, bool pos_inf, bool keep) {
+                                               bool invariant, bool pos_inf, bool keep,
+                                               const mla_decode_plan_info* plan = nullptr,
+                                               const at::Tensor* plan_ws = nullptr) {
   if (g_decode == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   mla_tensor q{}, kv{}, bt{}, sl{}, out_t{}, lse_t{};
   view(tq, "q", &q);
@@ -227,6 +239,19 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
   at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
   fill(out, &out_t);
   fill(lse, &lse_t);
+  if (plan != nullptr) {
+    // A plan (mla.decode_plan): its workspace is this call's scratch too, sized
+    // for these shapes when the plan was made (the C call checks the shapes).
+    if (g_decode_planned == nullptr)
+      fail(MLA_ERR_UNSUPPORTED, "mla_decode_planned: not in the loaded libmla");
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
+    const int32_t st =
+        g_decode_planned(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
+                         invariant, plan, plan_ws->data_ptr(), size_t(plan_ws->numel()), stream);
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
+    if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);
+    return {std::move(out), std::move(lse)};
+  }
   // Workspace size: remembered per argument metadata.
   Key key;
   int n = 0;
@@ -257,9 +282,35 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
 // decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal,
 //        batch_invariant, lse_pos_inf) -> (out, lse), or NotImplemented when an array
 // argument is not a torch tensor (the caller's generic path then reads and names it).
-PyObject* decode_impl(PyObject* const* args) {
+// A plan's two trailing arguments (mla/plans.py): its workspace (a torch tensor)
+// and its record (the bytes of an mla_decode_plan_info). 1: read; 0: the
+// workspace is not a torch tensor (NotImplemented); -1: a Python error is set.
+int plan_args(PyObject* ws_obj, PyObject* record, mla_decode_plan_info* plan, at::Tensor* ws) {
+  if (!THPVariable_Check(ws_obj)) return 0;
+  char* buf = nullptr;
+  Py_ssize_t len = 0;
+  if (PyBytes_AsStringAndSize(record, &buf, &len) < 0) return -1;
+  if (size_t(len) != sizeof(*plan)) {
+    PyErr_SetString(PyExc_ValueError, "plan: not an mla_decode_plan_info record");
+    return -1;
+  }
+  std::memcpy(plan, buf, sizeof(*plan));
+  *ws = THPVariable_Unpack(ws_obj);
+  return 1;
+}
+
+// With 11 arguments, the last two are a plan's (plan_args).
+PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
   for (int i : {0, 1, 3, 4})
     if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  mla_decode_plan_info plan{};
+  at::Tensor plan_ws;
+  const bool planned = nargs == 11;
+  if (planned) {
+    const int r = plan_args(args[9], args[10], &plan, &plan_ws);
+    if (r < 0) return nullptr;
+    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
+  }
   long fmt = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
@@ -270,7 +321,8 @@ PyObject* decode_impl(PyObject* const* args) {
   if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
   auto [out, lse] = decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
                                 THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
-                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true);
+                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true,
+                                planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -284,7 +336,9 @@ PyObject* decode_impl(PyObject* const* args) {
 std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::Tensor& tkv,
                                                at::Tensor indices, const at::Tensor* topk_length,
                                                double scale, int64_t fmt, bool pos_inf,
-                                               int64_t invalid_from, bool keep) {
+                                               int64_t invalid_from, bool keep,
+                                               const mla_decode_plan_info* plan = nullptr,
+                                               const at::Tensor* plan_ws = nullptr) {
   if (g_sparse == nullptr) fail(MLA_ERR_INTERNAL, "mla._torch_ext: bind() was not called");
   const c10::cuda::CUDAGuard guard(tq.device());
   if (invalid_from > 0) indices = at::masked_fill(indices, at::ge(indices, invalid_from), -1);
@@ -311,6 +365,17 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
   fill(out, &out_t);
   fill(lse, &lse_t);
   const mla_tensor* tlp = topk_length ? &tl : nullptr;
+  if (plan != nullptr) {  // as in decode_core: the plan's workspace is the scratch
+    if (g_sparse_planned == nullptr)
+      fail(MLA_ERR_UNSUPPORTED, "mla_sparse_decode_planned: not in the loaded libmla");
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
+    const int32_t st =
+        g_sparse_planned(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t, plan,
+                         plan_ws->data_ptr(), size_t(plan_ws->numel()), stream);
+    if (st != MLA_OK) fail(st, "%s", g_last_error());
+    if (pos_inf) at::nan_to_num_(lse, NAN, INFINITY, INFINITY);
+    return {std::move(out), std::move(lse)};
+  }
   Key key;
   int n = 0;
   key.v[n++] = -2;  // sparse, apart from dense keys
@@ -340,10 +405,19 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
 }
 
 // sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf,
-//               invalid_from) -> (out, lse), or NotImplemented (as decode).
-PyObject* sparse_impl(PyObject* const* args) {
+//               invalid_from[, plan_workspace, plan_record]) -> (out, lse), or
+// NotImplemented (as decode).
+PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
   for (int i : {0, 1, 3})
     if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
+  mla_decode_plan_info plan{};
+  at::Tensor plan_ws;
+  const bool planned = nargs == 10;
+  if (planned) {
+    const int r = plan_args(args[8], args[9], &plan, &plan_ws);
+    if (r < 0) return nullptr;
+    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
+  }
   if (args[4] != Py_None && !THPVariable_Check(args[4])) Py_RETURN_NOTIMPLEMENTED;
   long fmt = 0, invalid_from = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
@@ -356,7 +430,7 @@ PyObject* sparse_impl(PyObject* const* args) {
   auto [out, lse] =
       sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
                   THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from,
-                  /*keep=*/true);
+                  /*keep=*/true, planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
   Ref o, l;
   o.p = THPVariable_Wrap(std::move(out));
   l.p = THPVariable_Wrap(std::move(lse));
@@ -365,12 +439,12 @@ PyObject* sparse_impl(PyObject* const* args) {
 }
 
 PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8) {
-    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments");
+  if (nargs != 8 && nargs != 10) {
+    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments, or 10 with a plan");
     return nullptr;
   }
   try {
-    return sparse_impl(args);
+    return sparse_impl(args, nargs);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -381,8 +455,8 @@ PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9) {
-    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments");
+  if (nargs != 9 && nargs != 11) {
+    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments, or 11 with a plan");
     return nullptr;
   }
   if (g_decode == nullptr) {
@@ -390,7 +464,7 @@ PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   try {
-    return decode_impl(args);
+    return decode_impl(args, nargs);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -412,9 +486,11 @@ PyObject* bind(PyObject*, PyObject* args) {
   void* h = reinterpret_cast<void*>(uintptr_t(handle));
   g_decode = reinterpret_cast<DecodeFn>(dlsym(h, "mla_decode"));
   g_decode_size = reinterpret_cast<DecodeSizeFn>(dlsym(h, "mla_decode_workspace_size"));
+  g_decode_planned = reinterpret_cast<DecodePlannedFn>(dlsym(h, "mla_decode_planned"));
   g_last_error = reinterpret_cast<LastErrorFn>(dlsym(h, "mla_last_error_message"));
   g_sparse = reinterpret_cast<SparseFn>(dlsym(h, "mla_sparse_decode_ws"));
   g_sparse_size = reinterpret_cast<SparseSizeFn>(dlsym(h, "mla_sparse_decode_workspace_size"));
+  g_sparse_planned = reinterpret_cast<SparsePlannedFn>(dlsym(h, "mla_sparse_decode_planned"));
   if (!g_decode || !g_decode_size || !g_last_error || !g_sparse || !g_sparse_size) {
     PyErr_SetString(PyExc_ImportError, "mla._torch_ext: the C ABI is missing from the library");
     return nullptr;
@@ -508,11 +584,11 @@ void register_cuda_impls() {
 PyMethodDef g_methods[] = {
     {"decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&decode)), METH_FASTCALL,
      "decode(q, kv, kv_format, block_table, cache_seqlens, softmax_scale, causal, "
-     "batch_invariant, lse_pos_inf) -> (out, lse)"},
+     "batch_invariant, lse_pos_inf[, plan_workspace, plan_record]) -> (out, lse)"},
     {"sparse_decode", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&sparse_decode)),
      METH_FASTCALL,
      "sparse_decode(q, kv, kv_format, indices, topk_length, softmax_scale, lse_pos_inf, "
-     "invalid_from) -> (out, lse)"},
+     "invalid_from[, plan_workspace, plan_record]) -> (out, lse)"},
     {"bind", bind, METH_VARARGS, "bind(dlopen_handle, errors_by_code, base_error)"},
     {"release_workspaces", release, METH_NOARGS, "drops the kept workspaces"},
     {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},

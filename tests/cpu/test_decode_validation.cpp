@@ -264,3 +264,70 @@ TEST(DecodeValidation, MergeShapes) {
 
 }  // namespace
 }  // namespace mla
+
+// ---- DecodePlan (plan reuse): the host-visible misuse checks ----
+namespace mla {
+namespace {
+
+TEST(DecodePlanValidation, CpuPlanIsARecordAndIsReused) {
+  Fixture f;
+  DecodePlan plan;
+  Status st = decode_plan(f.args(), {}, {}, &plan);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(plan.device, -1);
+  EXPECT_EQ(plan.batch, 3);
+  EXPECT_EQ(plan.s_q, 2);
+  EXPECT_EQ(plan.h_q, 16);
+  EXPECT_FALSE(plan.sparse);
+  EXPECT_EQ(plan.data, nullptr);
+  EXPECT_EQ(plan.capacity, f.args().block_table.shape[1] * 16);
+  DecodeOptions o;
+  o.plan = &plan;
+  st = mla_decode(f.args(), o);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST(DecodePlanValidation, PlanForOtherShapesOrModeIsRefused) {
+  Fixture f;
+  DecodePlan plan;
+  ASSERT_TRUE(decode_plan(f.args(), {}, {}, &plan).ok());
+  DecodeOptions o;
+  o.plan = &plan;
+  DecodeShape s = Fixture::default_shape();
+  s.lengths = {5, 40};
+  Fixture g(s);
+  expect_error(mla_decode(g.args(), o), Errc::invalid_value, {"opts.plan", "B 3", "B 2"});
+  s = Fixture::default_shape();
+  s.h_q = 32;
+  Fixture h(s);
+  expect_error(mla_decode(h.args(), o), Errc::invalid_value, {"opts.plan", "h_q 16", "h_q 32"});
+  s = Fixture::default_shape();
+  s.s_q = 1;
+  Fixture k(s);
+  expect_error(mla_decode(k.args(), o), Errc::invalid_value, {"opts.plan", "s_q 2", "s_q 1"});
+  o.batch_invariant = true;
+  expect_error(mla_decode(f.args(), o), Errc::invalid_value, {"opts.plan", "batch_invariant"});
+  DecodePlan sparse = plan;
+  sparse.sparse = true;
+  DecodeOptions so;
+  so.plan = &sparse;
+  expect_error(mla_decode(f.args(), so), Errc::invalid_value, {"opts.plan", "sparse"});
+  DecodePlan gpu = plan;
+  gpu.device = 0;
+  so.plan = &gpu;
+  expect_error(mla_decode(f.args(), so), Errc::invalid_value, {"opts.plan", "cuda:0", "CPU"});
+  // A narrower block table than the plan's: a planned length could be past it.
+  DecodeArgs narrow = f.args();
+  narrow.block_table.shape[1] -= 1;
+  o.batch_invariant = false;
+  expect_error(mla_decode(narrow, o), Errc::invalid_value, {"opts.plan", "block table"});
+  // A plan is made without one, and into a non-null record.
+  DecodeOptions with;
+  with.plan = &plan;
+  DecodePlan again;
+  expect_error(decode_plan(f.args(), with, {}, &again), Errc::invalid_value, {"opts.plan"});
+  expect_error(decode_plan(f.args(), {}, {}, nullptr), Errc::invalid_value, {"plan"});
+}
+
+}  // namespace
+}  // namespace mla

@@ -53,6 +53,11 @@ def _callers(torch, q, cache, bt, sl, with_flashmla: bool):
         "mla.mla_decode(out, lse, workspace given)":
             lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True, out=out, lse=lse, workspace=ws),
     }
+    # One plan per step, reused by every layer (mla.decode_plan): no schedule launch.
+    plan = mla.decode_plan(q, cache, bt, sl, SCALE, True)
+    c["mla.mla_decode(plan=)" + (" [mla._torch_ext]" if fast else " [mla._ext]")] = \
+        lambda: mla.mla_decode(q, cache, bt, sl, SCALE, True, plan=plan)
+    # (the newer API's object plans on its first call and reuses the plan after)
     sched, _ = compat.get_mla_metadata()
     c["mla.flash_mla_compat (new API)"] = lambda: compat.flash_mla_with_kvcache(
         q, cache, bt, sl, 512, sched, None, softmax_scale=SCALE, causal=True)

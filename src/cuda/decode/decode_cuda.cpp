@@ -150,10 +150,13 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
   return Status::Ok();
 }
 
-Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
-                  const ExecContext& ctx, Kernel kernel) {
+namespace {
+
+// The checks every launching call shares, and the params of the call.
+Status prepare(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws, Geometry* gp,
+               DecodeParams* pp) {
   MLA_TRY(check_args(a, /*need_data=*/true));
-  Geometry g;
+  Geometry& g = *gp;
   MLA_TRY(geometry(a, opts, &g));
   if (ws.bytes < g.layout.total)
     return error(Errc::insufficient_workspace,
@@ -162,7 +165,8 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   if (ws.data == nullptr || reinterpret_cast<uintptr_t>(ws.data) % split::kWorkspaceAlign != 0)
     return error(Errc::misaligned, "workspace: pointer {} must be non-null and {}-byte aligned",
                  ws.data, split::kWorkspaceAlign);
-  if (g.B == 0) return Status::Ok();
+  const DecodePlan* plan = opts.plan;
+  if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "opts.plan"));
 
   int current = -1;
   MLA_CUDA_TRY(cudaGetDevice(&current), "cudaGetDevice");
@@ -206,7 +210,34 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);
   p.num_workers = g.num_workers;
   p.batch_invariant = opts.batch_invariant;
-  split::bind_workspace(&p, g.layout, ws.data);
+  split::bind_workspace(&p, g.layout, ws.data, plan != nullptr ? plan->data : nullptr);
+  *pp = p;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status decode_plan(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws, DecodePlan* plan,
+                   const ExecContext& ctx) {
+  Geometry g;
+  DecodeParams p;
+  MLA_TRY(prepare(a, opts, ws, &g, &p));
+  MLA_CUDA_TRY(split::launch_schedule(p, static_cast<cudaStream_t>(ctx.stream)),
+               "split_schedule_kernel launch");
+  plan->data = ws.data;
+  plan->bytes = g.layout.plan_bytes;
+  plan->device = a.q.device.id;
+  plan->num_workers = g.num_workers;
+  return Status::Ok();
+}
+
+Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
+                  const ExecContext& ctx, Kernel kernel) {
+  Geometry g;
+  DecodeParams p;
+  MLA_TRY(prepare(a, opts, ws, &g, &p));
+  if (g.B == 0) return Status::Ok();
+  const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
 
   // The choice depends on the TMA map, which needs the pointers. A forced
   // kernel that cannot run this cache format and page size is refused before
@@ -220,7 +251,8 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   if (!kernel_takes(kernel, problem)) return refuse("");
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
-  MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
+  if (opts.plan == nullptr)
+    MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
   CUtensorMap kv_map{};
   problem.tma_map = tma_shape && encode_kv_bf16_map(&kv_map, p.kv, p.num_pages, p.page_size,
                                                     p.token_stride_bytes, p.page_stride_bytes);

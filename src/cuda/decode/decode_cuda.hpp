@@ -38,4 +38,8 @@ Status decode_workspace_size(const DecodeArgs& args, const DecodeOptions& opts, 
 // kernel: a forced kernel that cannot run these arguments is an error.
 Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
                   const ExecContext& ctx, decode::Kernel kernel = decode::Kernel::automatic);
+// Runs the schedule kernel into ws and fills plan's device fields (data,
+// bytes, num_workers, device); the API layer fills the shapes.
+Status decode_plan(const DecodeArgs& args, const DecodeOptions& opts, Workspace ws,
+                   DecodePlan* plan, const ExecContext& ctx);
 }  // namespace mla::cuda

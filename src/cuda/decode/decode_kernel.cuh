@@ -66,6 +66,7 @@
 #include "cuda/decode/decode_config.hpp"
 #include "cuda/decode/decode_keys.cuh"
 #include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/split/pdl.hpp"
 
 namespace mla::cuda::decode {
 
@@ -583,6 +584,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::mbar_fence_init();
   }
   __syncthreads();
+  // Launched as a programmatic dependent (split/pdl.hpp): nothing global is
+  // read or written before the wait; the combine may be scheduled from here
+  // (it waits for this grid's completion itself).
+  split::grid_dependency_wait();
+  split::grid_launch_dependents();
 
   const int row_block = blockIdx.y;
   const int piece_begin = p.worker_begin[blockIdx.x];
@@ -783,8 +789,8 @@ cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStre
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_workers, row_blocks), kThreads, kSmemBytes, stream>>>(p, kv_map);
-  return cudaGetLastError();
+  return split::launch_dependent(kernel, dim3(p.num_workers, row_blocks), dim3(kThreads),
+                                 kSmemBytes, stream, p, kv_map);
 }
 
 }  // namespace mla::cuda::decode

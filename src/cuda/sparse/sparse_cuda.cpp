@@ -253,7 +253,7 @@ Status decode_geometry(const SparseAttnParams& sp, DecodeGeometry* g) {
 // The decode kernel's params: every query token is a request of s_q = 1 whose
 // keys are its index list (decode_params.hpp, key source Indexed).
 decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGeometry& g,
-                                      void* workspace) {
+                                      void* workspace, const void* plan) {
   decode::DecodeParams p{};
   p.q = sp.q;
   p.q_stride_b = sp.q_sb, p.q_stride_s = sp.q_ss, p.q_stride_h = sp.q_sh;
@@ -273,7 +273,7 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
   p.scale_log2 = float(double(sp.softmax_scale) * 1.4426950408889634);
   p.num_workers = g.num_workers;
   p.batch_invariant = false;
-  split::bind_workspace(&p, g.layout, workspace);
+  split::bind_workspace(&p, g.layout, workspace, plan);
   p.tokens_per_batch = sp.s_q;
   p.indices = sp.indices;
   p.idx_stride_token = index_token_stride(sp);
@@ -285,10 +285,14 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
   return p;
 }
 
+// plan: null, or the schedule to read instead of running the schedule kernel
+// (plan_only: run the schedule kernel alone, into the workspace's prefix).
 Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t workspace_bytes,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const DecodePlan* plan = nullptr,
+                         DecodePlan* plan_only = nullptr) {
   DecodeGeometry g;
   MLA_TRY(decode_geometry(sp, &g));
+  if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "plan"));
   if (workspace_bytes < g.layout.total)
     return error(Errc::insufficient_workspace,
                  "workspace: {} bytes given, this call needs {} (sparse_workspace_size)",
@@ -297,9 +301,18 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
     return error(Errc::misaligned, "workspace: pointer {} must be non-null and {}-byte aligned",
                  workspace, split::kWorkspaceAlign);
   if (g.tokens == 0) return Status::Ok();
-  const decode::DecodeParams p = decode_params_of(sp, g, workspace);
+  const decode::DecodeParams p =
+      decode_params_of(sp, g, workspace, plan != nullptr ? plan->data : nullptr);
   const CUtensorMap none{};  // no TMA on indexed keys
-  MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
+  if (plan_only != nullptr) {
+    MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
+    plan_only->data = workspace;
+    plan_only->bytes = g.layout.plan_bytes;
+    plan_only->num_workers = g.num_workers;
+    return Status::Ok();
+  }
+  if (plan == nullptr)
+    MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
   const cudaError_t launched =
       sp.fp8 ? decode::launch_decode_kernel<decode::IndexedKeys, true, false>(p, g.row_blocks,
                                                                               stream, none)
@@ -340,10 +353,11 @@ Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream_t stream) {
+Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream_t stream,
+              const DecodePlan* plan = nullptr) {
   if (kernel == Kernel::prefill)
     return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
-  if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream);
+  if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream, plan);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
 
@@ -446,7 +460,23 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
     MLA_TRY(workspace_need(kernel, p, &need));
     MLA_TRY(expect_workspace(ws, need, "sparse_workspace_size"));
   }
-  return launch(kernel, p, ws, stream_of(ctx));
+  if (a.plan != nullptr && kernel != Kernel::decode_wgmma)
+    return error(Errc::unsupported, "plan: the {} kernel runs this call, it takes no plan",
+                 k::kernel_name(kernel));
+  return launch(kernel, p, ws, stream_of(ctx), a.plan);
+}
+
+Status sparse_decode_plan(const SparseDecodeArgs& a, Workspace ws, DecodePlan* plan,
+                          const ExecContext& ctx, const sparse::Options& opts) {
+  SparseAttnParams p;
+  MLA_TRY(decode_params(a, &p));
+  Kernel kernel;
+  MLA_TRY(resolve_kernel(opts.kernel, p, /*prefill=*/false, &kernel));
+  if (kernel != Kernel::decode_wgmma)
+    return error(Errc::unsupported,
+                 "sparse_decode_plan: the {} kernel runs these arguments, it takes no plan",
+                 k::kernel_name(kernel));
+  return run_decode_kernel(p, ws.data, ws.bytes, stream_of(ctx), nullptr, plan);
 }
 
 Status sparse_prefill_workspace_size(const SparsePrefillArgs& a, size_t* bytes,

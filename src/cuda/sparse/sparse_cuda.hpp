@@ -60,6 +60,9 @@ Status sparse_decode_workspace_size(const SparseDecodeArgs& args, size_t* bytes,
                                     const sparse::Options& opts = {});
 Status sparse_decode(const SparseDecodeArgs& args, Workspace ws, const ExecContext& ctx,
                      const sparse::Options& opts = {});
+// The decode kernel's schedule into ws; fills plan's data, bytes, num_workers.
+Status sparse_decode_plan(const SparseDecodeArgs& args, Workspace ws, DecodePlan* plan,
+                          const ExecContext& ctx, const sparse::Options& opts = {});
 Status sparse_prefill_workspace_size(const SparsePrefillArgs& args, size_t* bytes,
                                      const sparse::Options& opts = {});
 Status sparse_prefill(const SparsePrefillArgs& args, Workspace ws, const ExecContext& ctx,

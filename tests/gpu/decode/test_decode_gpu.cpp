@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -730,5 +731,246 @@ TEST_P(DecodeGpu, ManySplitRequestsCombinedPerWarp) {
   c.seed = 970;
   run_and_check(on_kernel(c, GetParam()));
 }
+}  // namespace
+}  // namespace mla::testing
+
+// ---- plan reuse (DecodePlan): one schedule per step, every layer reads it ----
+namespace mla::testing {
+namespace {
+
+// Layers of one step: the same lengths and shapes, their own q and cache.
+std::vector<std::unique_ptr<Problem>> layers_of(const Case& c, int n) {
+  std::vector<std::unique_ptr<Problem>> L;
+  for (int i = 0; i < n; ++i) {
+    Case ci = c;
+    ci.seed = c.seed + 1000 * uint64_t(i);
+    L.push_back(std::make_unique<Problem>());
+    setup(*L.back(), ci);
+    if (::testing::Test::HasFatalFailure()) return {};
+  }
+  return L;
+}
+
+// P's call reading `plan`, with P's workspace as scratch unless `ws` is given.
+Status run_planned(Problem& P, const DecodePlan& plan, cudaStream_t stream = nullptr,
+                   const DeviceBuffer* ws = nullptr) {
+  DecodeOptions opts;
+  opts.batch_invariant = P.c.invariant;
+  opts.plan = &plan;
+  ExecContext ctx;
+  ctx.stream = stream;
+  const DeviceBuffer& scratch = ws != nullptr ? *ws : P.d_ws;
+  const Workspace w{scratch.get(), scratch.bytes()};
+  if (P.c.kernel == Kernel::automatic) return mla_decode(P.dev_args, opts, w, ctx);
+  return cuda::mla_decode(P.dev_args, opts, w, ctx, P.c.kernel);
+}
+
+void expect_same_bits(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.out.size(), b.out.size());
+  EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 4), 0) << what << ": out";
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0) << what << ": lse";
+}
+
+// Plan once, run three layers (different q and cache, same lengths): every
+// layer bit-identical to its call without a plan, and to the reference. The
+// plan's bytes copied to another buffer (a graph buffer) serve the same.
+TEST_P(DecodeGpu, PlanReusedAcrossLayersIsBitIdentical) {
+  for (bool invariant : {false, true}) {
+    Case c;
+    c.lengths = {3000, 70, 9000, 0, 1, 4100, 20000};
+    c.h_q = 64;
+    c.s_q = 2;
+    c.invariant = invariant;
+    c.seed = 61;
+    c = on_kernel(c, GetParam());
+    if (!kernel_takes(c)) return;
+    auto L = layers_of(c, 3);
+    ASSERT_FALSE(HasFatalFailure());
+    std::vector<Result> plain;
+    for (auto& P : L) {
+      const Status st = run(*P);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      plain.push_back(fetch(*P));
+      check(*P, plain.back());
+      ASSERT_FALSE(HasFatalFailure());
+    }
+    DeviceBuffer plan_ws(L[0]->d_ws.bytes());
+    plan_ws.poison();
+    DecodeOptions opts;
+    opts.batch_invariant = invariant;
+    DecodePlan plan;
+    Status st = decode_plan(L[0]->dev_args, opts, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(plan.data, plan_ws.get());
+    EXPECT_GT(plan.bytes, 0u);
+    EXPECT_LT(plan.bytes, plan_ws.bytes());
+    for (size_t i = 0; i < L.size(); ++i) {
+      L[i]->d_out.poison();
+      L[i]->d_lse.poison();
+      L[i]->d_ws.poison();  // the scratch: nothing of the schedule may come from it
+      st = run_planned(*L[i], plan);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_same_bits(plain[i], fetch(*L[i]), "layer " + std::to_string(i) + " " + c.name());
+    }
+    // The plan's own workspace as a layer's scratch: its prefix is left alone.
+    for (size_t i : {size_t(1), size_t(2)}) {
+      L[i]->d_out.poison();
+      L[i]->d_lse.poison();
+      st = run_planned(*L[i], plan, nullptr, &plan_ws);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      expect_same_bits(plain[i], fetch(*L[i]),
+                       "layer " + std::to_string(i) + " with its scratch in the plan's workspace");
+    }
+    // Copied elsewhere (FlashMLA-style metadata copy_ into a graph buffer).
+    DeviceBuffer copy(plan.bytes);
+    MLA_CUDA_CHECK(cudaMemcpy(copy.get(), plan.data, plan.bytes, cudaMemcpyDeviceToDevice));
+    DecodePlan moved = plan;
+    moved.data = copy.get();
+    plan_ws.poison();
+    L[0]->d_out.poison();
+    L[0]->d_lse.poison();
+    st = run_planned(*L[0], moved);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    expect_same_bits(plain[0], fetch(*L[0]), "plan copied to another buffer");
+  }
+}
+
+// One graph: the plan call and three layers. Replayed with new lengths, every
+// layer matches the reference of the new lengths.
+TEST_P(DecodeGpu, PlanAndLayersInOneGraphReplayWithNewLengths) {
+  Case c;
+  c.lengths = {5000, 800, 20000, 64};
+  c.h_q = 128;
+  c.s_q = 1;
+  c.seed = 71;
+  c = on_kernel(c, GetParam());
+  if (!kernel_takes(c)) return;
+  auto L = layers_of(c, 3);
+  ASSERT_FALSE(HasFatalFailure());
+  // Every layer reads the same lengths buffer (as an engine's step does).
+  for (auto& P : L) P->dev_args.cache_seqlens = L[0]->dev_args.cache_seqlens;
+  DeviceBuffer plan_ws(L[0]->d_ws.bytes());
+  cudaStream_t stream;
+  MLA_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaDeviceSynchronize();
+  DecodePlan plan;
+  MLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ExecContext ctx;
+  ctx.stream = stream;
+  Status st =
+      decode_plan(L[0]->dev_args, {}, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan, ctx);
+  for (auto& P : L)
+    if (st.ok()) st = run_planned(*P, plan, stream);
+  MLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  MLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const std::vector<std::vector<int32_t>> lens_seq = {
+      c.lengths, {4999, 1, 19000, 0}, {2, 799, 64, 63}, {5000, 800, 20000, 64}};
+  for (const auto& lens : lens_seq) {
+    for (auto& P : L) {
+      P->cache.seqlens = lens;
+      reference(*P);
+      ASSERT_FALSE(HasFatalFailure());
+      P->d_out.poison();
+      P->d_lse.poison();
+    }
+    L[0]->d_len.upload(lens.data(), lens.size() * 4);
+    MLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (auto& P : L) {
+      check(*P, fetch(*P));
+      ASSERT_FALSE(HasFatalFailure());
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// For compute-sanitizer: the plan call and two layers that read it (the main
+// kernel launched right after another main kernel's combine, as programmatic
+// dependents), small enough for racecheck.
+TEST_P(DecodeGpu, SanitizerSmallPlan) {
+  Case c;
+  c.lengths = {0, 1, 70, 300, 1000};
+  c.h_q = 16;
+  c.s_q = 2;
+  c.page_size = 64;
+  c.seed = 81;
+  c = on_kernel(c, GetParam());
+  if (!kernel_takes(c)) return;
+  auto L = layers_of(c, 2);
+  ASSERT_FALSE(HasFatalFailure());
+  DeviceBuffer plan_ws(L[0]->d_ws.bytes());
+  DecodePlan plan;
+  const Status st =
+      decode_plan(L[0]->dev_args, {}, Workspace{plan_ws.get(), plan_ws.bytes()}, &plan);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (auto& P : L) {
+    P->d_out.poison();
+    P->d_lse.poison();
+  }
+  for (auto& P : L) ASSERT_TRUE(run_planned(*P, plan).ok());
+  for (auto& P : L) {
+    check(*P, fetch(*P));
+    ASSERT_FALSE(HasFatalFailure());
+  }
+}
+
+// A plan used with other shapes or another mode is refused before any launch.
+TEST(DecodeGpuArgs, PlanMadeForOtherShapesIsRefused) {
+  Case c;
+  c.lengths = {300, 70, 900};
+  c.h_q = 64;
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  DecodePlan plan;
+  Status st = decode_plan(P.dev_args, {}, Workspace{P.d_ws.get(), P.d_ws.bytes()}, &plan);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto refused = [&](const Problem& Q, DecodeOptions o, const char* needle) {
+    o.plan = &plan;
+    const Status s = mla_decode(Q.dev_args, o, Workspace{Q.d_ws.get(), Q.d_ws.bytes()});
+    EXPECT_EQ(s.code(), Errc::invalid_value) << s.to_string();
+    EXPECT_NE(s.message().find("opts.plan"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.to_string();
+  };
+  Case other = c;
+  other.lengths = {300, 70};  // B 2
+  Problem Q;
+  setup(Q, other, /*with_reference=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  refused(Q, {}, "B 3");
+  other = c;
+  other.h_q = 128;
+  Problem R;
+  setup(R, other, /*with_reference=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  refused(R, {}, "h_q 64");
+  DecodeOptions inv;
+  inv.batch_invariant = true;
+  refused(P, inv, "batch_invariant");
+  DecodePlan sparse = plan;
+  sparse.sparse = true;
+  DecodeOptions o;
+  o.plan = &sparse;
+  st = mla_decode(P.dev_args, o, Workspace{P.d_ws.get(), P.d_ws.bytes()});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  DecodePlan workers = plan;
+  workers.num_workers += 1;
+  o.plan = &workers;
+  st = mla_decode(P.dev_args, o, Workspace{P.d_ws.get(), P.d_ws.bytes()});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("workers"), std::string::npos) << st.to_string();
+  // Making a plan with a plan given is a mistake too.
+  o.plan = &plan;
+  DecodePlan again;
+  st = decode_plan(P.dev_args, o, Workspace{P.d_ws.get(), P.d_ws.bytes()}, &again);
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  cudaDeviceSynchronize();
+}
+
 }  // namespace
 }  // namespace mla::testing

@@ -470,5 +470,81 @@ TEST_P(SparseGpu, AllKeysEqualsDenseDecode) {
   }
 }
 
+// Plan reuse (sparse_decode_plan): one schedule from topk_length, three
+// "layers" (their own q, the same lists and lengths) bit-identical to the calls
+// without a plan; a plan for another topk or batch is refused by name.
+TEST(SparseGpuPlan, PlanReusedAcrossLayersIsBitIdentical) {
+  Rng rng(77);
+  const int B = 3, s_q = 2, h = 64, topk = 300, page = 64;
+  std::vector<int32_t> lens = {900, 2000, 400};
+  testing::PagedCacheSpec spec;
+  spec.page_size = page;
+  testing::PagedCache cache = testing::make_paged_cache(rng, lens, spec);
+  HostTensor idx(DType::i32, {B, s_q, topk}), tl(DType::i32, {B});
+  for (int b = 0; b < B; ++b) {
+    tl.set(b, double(b == 1 ? 0 : rng.randint(1, topk)));
+    for (int i = 0; i < s_q * topk; ++i)
+      idx.set(b * s_q * topk + i,
+              rng.randint(0, 9) == 0 ? -1.0 : double(cache.slot(b, rng.randint(0, lens[b] - 1))));
+  }
+  DeviceBuffer dkv(cache.storage.data(), cache.storage.size() * 8), didx(idx), dtl(tl);
+  HostTensor out(DType::bf16, {B, s_q, h, kDv}), lse(DType::f32, {B, h, s_q});
+  DeviceBuffer dout(out), dlse(lse);
+  std::vector<HostTensor> qs;
+  std::vector<DeviceBuffer> dqs;
+  for (int l = 0; l < 3; ++l) {
+    qs.push_back(random_tensor(rng, DType::bf16, {B, s_q, h, kDqk}, -2, 2));
+    dqs.emplace_back(qs.back());
+  }
+  auto args = [&](int l) {
+    SparseDecodeArgs a;
+    a.q = dqs[l].view(qs[l]);
+    a.kv = cache.view(Device::cuda(0));
+    a.kv.data.data = dkv.get();
+    a.indices = didx.view(idx);
+    a.topk_length = dtl.view(tl);
+    a.softmax_scale = 0.1352f, a.out = dout.view(out), a.lse = dlse.view(lse);
+    return a;
+  };
+  size_t need = 0;
+  ASSERT_MLA_OK(sparse_workspace_size(args(0), &need));
+  DeviceBuffer ws(need), plan_ws(need);
+  std::vector<HostTensor> want_out, want_lse;
+  for (int l = 0; l < 3; ++l) {
+    dout.poison(), dlse.poison();
+    ASSERT_MLA_OK(sparse_decode(args(l), Workspace{ws.get(), need}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(out), dlse.to_host(lse);
+    want_out.push_back(out), want_lse.push_back(lse);
+  }
+  DecodePlan plan;
+  ASSERT_MLA_OK(sparse_decode_plan(args(0), Workspace{plan_ws.get(), need}, &plan));
+  EXPECT_TRUE(plan.sparse);
+  EXPECT_EQ(plan.topk, topk);
+  for (int l = 0; l < 3; ++l) {
+    dout.poison(), dlse.poison(), ws.poison();
+    SparseDecodeArgs a = args(l);
+    a.plan = &plan;
+    ASSERT_MLA_OK(sparse_decode(a, Workspace{ws.get(), need}));
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    dout.to_host(out), dlse.to_host(lse);
+    EXPECT_TRUE(same_bytes(out, want_out[l])) << "layer " << l;
+    EXPECT_TRUE(same_bytes(lse, want_lse[l])) << "layer " << l;
+  }
+  SparseDecodeArgs a = args(0);
+  a.indices.shape[2] = topk - 1;  // another list width
+  a.plan = &plan;
+  Status st = sparse_decode(a, Workspace{ws.get(), need});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("topk 300"), std::string::npos) << st.to_string();
+  DecodePlan dense = plan;
+  dense.sparse = false;
+  a = args(0);
+  a.plan = &dense;
+  st = sparse_decode(a, Workspace{ws.get(), need});
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("decode_plan"), std::string::npos) << st.to_string();
+}
+
 }  // namespace
 }  // namespace mla

@@ -8,6 +8,7 @@
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/decode/decode_keys.cuh"
+#include "cuda/decode/split/pdl.hpp"
 #include "cuda/decode/split/split.hpp"
 
 namespace mla::cuda::split {
@@ -160,6 +161,11 @@ __device__ __forceinline__ void combine_row_cta(const DecodeParams& p, int b, in
 // grid (B, ceil(rows / rows_per_cta)); rows_per_cta is 1 or kCombineWarps.
 __global__ void __launch_bounds__(kCombineThreads)
     split_combine_kernel(const DecodeParams p, int rows_per_cta) {
+  // A programmatic dependent of the main kernel (pdl.hpp): its partials and
+  // direct rows are visible after the wait. The next kernel in the stream (the
+  // next layer's main kernel) may be scheduled from here; it waits itself.
+  grid_dependency_wait();
+  grid_launch_dependents();
   const int b = blockIdx.x;
   const RequestSplit rs = p.req_split[b];
   if (rs.num_pieces <= 1) return;
@@ -180,8 +186,8 @@ cudaError_t launch_combine(const DecodeParams& p, cudaStream_t stream) {
   const int64_t warp_ctas = int64_t(p.B) * ((p.rows + kCombineWarps - 1) / kCombineWarps);
   const int rows_per_cta = p.batch_invariant || warp_ctas >= main_ctas ? kCombineWarps : 1;
   const int row_ctas = (p.rows + rows_per_cta - 1) / rows_per_cta;
-  split_combine_kernel<<<dim3(p.B, row_ctas), kCombineThreads, 0, stream>>>(p, rows_per_cta);
-  return cudaGetLastError();
+  return launch_dependent(split_combine_kernel, dim3(p.B, row_ctas), dim3(kCombineThreads), 0,
+                          stream, p, rows_per_cta);
 }
 
 }  // namespace mla::cuda::split

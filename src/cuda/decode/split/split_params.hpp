@@ -39,7 +39,12 @@ struct RequestSplit {
   int32_t slot_base;   // first partial slot of the request (when num_pieces > 1)
 };
 
-// Byte offsets of the workspace regions (all kWorkspaceAlign-aligned).
+// Byte offsets of the workspace regions (all kWorkspaceAlign-aligned). The
+// schedule (pieces .. token_len) comes first, in [0, plan_bytes): a plan
+// (mla/decode.hpp DecodePlan) is that prefix, written once per step and read by
+// every later call with the same lengths; the partials after it are per-call
+// scratch. Nothing in the prefix is an address, so its bytes may be copied to
+// another buffer (a CUDA-graph buffer) and stay valid there.
 inline constexpr size_t kWorkspaceAlign = 256;
 struct WorkspaceLayout {
   int64_t max_pieces = 0;   // upper bound of the pieces the scheduler may emit
@@ -49,9 +54,10 @@ struct WorkspaceLayout {
   size_t req_pos = 0;       // int64[B]: scratch of the scheduler
   size_t req_split = 0;     // RequestSplit[B]
   size_t worker_begin = 0;  // int32[P + 1]: worker w runs pieces [begin[w], begin[w+1])
+  size_t token_len = 0;     // int32[B]: per-request key counts (key source Indexed only)
+  size_t plan_bytes = 0;    // end of the schedule regions above
   size_t partial_lse = 0;   // f32[max_slots * rows]
   size_t partial_out = 0;   // f32[max_slots * rows * 512]
-  size_t token_len = 0;     // int32[B]: per-request key counts (key source Indexed only)
   size_t total = 0;
 };
 

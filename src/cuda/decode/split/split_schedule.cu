@@ -12,6 +12,7 @@
 // same positions; its output bits cannot depend on the batch.
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/decode/split/pdl.hpp"
 #include "cuda/decode/split/split.hpp"
 
 namespace mla::cuda::split {
@@ -45,6 +46,10 @@ __global__ void __launch_bounds__(kSchedThreads) split_schedule_kernel(DecodePar
   __shared__ typename Scan::TempStorage scan_tmp;
   const int tid = threadIdx.x;
   const int64_t c = kPieceOverheadTiles;
+  // The main kernel (a programmatic dependent, pdl.hpp) may be scheduled now:
+  // it waits for this grid's completion before reading the schedule. This
+  // kernel itself follows the stream's previous work in plain stream order.
+  grid_launch_dependents();
 
   // Pass 0 (key source Indexed only): each request's key count from
   // topk_length, into the workspace array that p.seqlens points at.

@@ -1,6 +1,7 @@
 // Workspace layout of the split-KV schedule (split.hpp).
 #include <algorithm>
 
+#include "common/validate.hpp"
 #include "cuda/decode/split/split.hpp"
 
 namespace mla::cuda::split {
@@ -32,29 +33,46 @@ WorkspaceLayout workspace_layout(int64_t B, int64_t rows, int64_t P, bool batch_
   off = align_up(off + sizeof(RequestSplit) * B);
   L.worker_begin = off;
   off = align_up(off + sizeof(int32_t) * (P + 1));
-  L.partial_lse = off;
-  off = align_up(off + sizeof(float) * L.max_slots * rows);
-  L.partial_out = off;
-  off = align_up(off + sizeof(float) * L.max_slots * rows * decode::kDv);
   if (token_lengths) {
     L.token_len = off;
     off = align_up(off + sizeof(int32_t) * B);
   }
+  L.plan_bytes = off;
+  L.partial_lse = off;
+  off = align_up(off + sizeof(float) * L.max_slots * rows);
+  L.partial_out = off;
+  off = align_up(off + sizeof(float) * L.max_slots * rows * decode::kDv);
   L.total = off;
   return L;
 }
 
-void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* workspace) {
+Status check_plan(const DecodePlan& plan, const WorkspaceLayout& L, int64_t num_workers,
+                  const char* what) {
+  if (plan.num_workers != num_workers || plan.bytes != L.plan_bytes)
+    return detail::error(Errc::invalid_value,
+                         "{}: made for {} workers and {} schedule bytes, this call has {} and {}",
+                         what, plan.num_workers, plan.bytes, num_workers, L.plan_bytes);
+  if (reinterpret_cast<uintptr_t>(plan.data) % kWorkspaceAlign != 0)
+    return detail::error(Errc::misaligned, "{}: data {} must be {}-byte aligned", what, plan.data,
+                         kWorkspaceAlign);
+  return Status::Ok();
+}
+
+void bind_workspace(decode::DecodeParams* p, const WorkspaceLayout& L, void* workspace,
+                    const void* plan) {
   auto* base = static_cast<uint8_t*>(workspace);
+  // The schedule regions: in the plan when one is given (read-only then: the
+  // schedule kernel does not run), else in the workspace's own prefix.
+  auto* sched = plan != nullptr ? static_cast<uint8_t*>(const_cast<void*>(plan)) : base;
   p->max_pieces = L.max_pieces;
-  p->pieces = reinterpret_cast<Piece*>(base + L.pieces);
-  p->piece_pos = reinterpret_cast<int64_t*>(base + L.piece_pos);
-  p->req_pos = reinterpret_cast<int64_t*>(base + L.req_pos);
-  p->req_split = reinterpret_cast<RequestSplit*>(base + L.req_split);
-  p->worker_begin = reinterpret_cast<int32_t*>(base + L.worker_begin);
+  p->pieces = reinterpret_cast<Piece*>(sched + L.pieces);
+  p->piece_pos = reinterpret_cast<int64_t*>(sched + L.piece_pos);
+  p->req_pos = reinterpret_cast<int64_t*>(sched + L.req_pos);
+  p->req_split = reinterpret_cast<RequestSplit*>(sched + L.req_split);
+  p->worker_begin = reinterpret_cast<int32_t*>(sched + L.worker_begin);
   p->partial_lse = reinterpret_cast<float*>(base + L.partial_lse);
   p->partial_out = reinterpret_cast<float*>(base + L.partial_out);
-  if (L.token_len != 0) p->token_len = reinterpret_cast<int32_t*>(base + L.token_len);
+  if (L.token_len != 0) p->token_len = reinterpret_cast<int32_t*>(sched + L.token_len);
 }
 
 }  // namespace mla::cuda::split
