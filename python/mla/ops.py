@@ -139,8 +139,9 @@ def mla_decode(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
     if plan is not None:
         from .plans import decode_planned
 
-        decode_planned(q, kv, block_table, cache_seqlens, softmax_scale, flag(causal, "causal"), kv_format,
-                       flag(batch_invariant, "batch_invariant"), out, lse, plan, workspace, stream)
+        decode_planned(q, kv, block_table, cache_seqlens, softmax_scale, flag(causal, "causal"),
+                       kv_format, flag(batch_invariant, "batch_invariant"), out, lse, plan,
+                       workspace, stream)
         return out, lse
     st = _call.stream_handle(q, stream)
     _call.run_with_workspace("mla_decode", q, st, workspace, q, kv, kv_format_code(kv_format),
