@@ -26,9 +26,10 @@ struct SparsePrefillConfig {
   // R = blocks 4..8 (V columns 256..511 and the 64 rope columns).
   static constexpr int kBuffers = 2, kHalves = 2;
   static constexpr int kLBlocks = 4, kRBlocks = kQkBlocks - kLBlocks;
-  // After S of tile 2i, its rope block is free: P of that tile (bf16, one
-  // SW128 block) is handed to the other warpgroup there. P of tile 2i + 1
-  // needs a block of its own.
+  // P of one tile (bf16, one SW128 block), handed between the warpgroups:
+  // P0 then P1 of a pair in turn. It is the only block written by generic
+  // stores; K and Q blocks are written only by cp.async (a block written by
+  // both proxies needs an ordering that racecheck cannot follow).
   static constexpr int kRopeBlock = kQkBlocks - 1;
   static constexpr int kSmemP = kRows * kKeys * 2;
   // Two math warpgroups, each owning half of the output columns; a producer

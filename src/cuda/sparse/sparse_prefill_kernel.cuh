@@ -23,10 +23,13 @@
 //     wg0: m0 = max(m, rowmax S0); O_L, l0 rescaled to m0; P0 = exp2(S0 - m0);
 //          hands m0 over; O_L += P0 V0_L (P0 from registers);
 //     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
-//          hands m1 over; O_R += P1 V1_R; P1 into shared memory;
-//     wg0: P0 * exp2(m0 - m1) into K0's rope block (S0 is done with it);
-//          O_L, l0 rescaled to m1;
-//     wg1: O_R += (P0 scaled) V0_R;   wg0: O_L += P1 V1_L.
+//          hands m1 over; O_R += P1 V1_R;
+//     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
+//     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
+//     wg0: O_L += P1 V1_L.
+//   sP is the one shared block the math warpgroups write with generic stores;
+//   every other block is written only by cp.async and read only by wgmma (no
+//   region is written by both proxies, so racecheck has nothing to order).
 //   Both end the pair at max m1 (so l0 + l1 is the row sum at the end), and
 //   each warpgroup's softmax runs while the other's products occupy the tensor
 //   cores. The S of the next pair is issued as soon as its first half lands.
@@ -37,18 +40,19 @@
 //     math waits parity gp & 1.
 //   free[b][h] (4 arrivals: lane 0 of each warp of the warpgroup that reads
 //     the half last, once that product completed): L0 and L1 by warpgroup 0
-//     (its P0 V0_L and P1 V1_L), R0 and R1 by warpgroup 1 (P0 V0_R, P1 V1_R,
-//     which also read P0 in R0's rope block); the producer waits parity
+//     (its P0 V0_L and P1 V1_L), R0 and R1 by warpgroup 1 (P0 V0_R, P1 V1_R);
+//     the producer waits parity
 //     (gp & 1) ^ 1 (the first round passes at once).
 //   q_full (128 arrivals, as ready): Q of item k; math waits parity k & 1.
 //   q_empty (8 arrivals: every math warp once its last S of item k completed,
 //     at once for an item without keys): the producer waits parity
 //     (k & 1) ^ 1 before loading Q of item k.
 //   named barriers (256 threads; one warpgroup arrives, the other syncs):
-//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written),
-//     kBarP1 (P1 written; warpgroup 1 arrives after its P1 V1_R and the
-//     write, warpgroup 0's P1 V1_L of the previous pair completed before it
-//     arrived at kBarM0), kBarSum (row sums of an item, both sync).
+//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written into sP;
+//     warpgroup 0's P1 V1_L of the previous pair, the last reader of sP,
+//     completed before its warps arrived at kBarM0), kBarP1 (P1 written into
+//     sP), kBarSum (row sums of an item, both sync); kBarW1 (warpgroup 1's
+//     128 threads: P0 V0_R completed in every warp before any overwrites sP).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -263,7 +267,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
   }
 }
 
-enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5 };
+enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
 
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
@@ -334,8 +338,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
   const uint32_t q_addr = smem_addr(sQ);
   const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
-  unsigned char* const p0_block = sK + C::kRopeBlock * C::kKBlockBytes;  // in buffer 0
-  const uint32_t p0_addr = smem_addr(p0_block), p1_addr = smem_addr(sP);
+  const uint32_t p_addr = smem_addr(sP);
   auto release = [&](uint64_t* bar) {  // after this warp's products reading it completed
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_sync(kBarM1, C::kMathThreads);
         const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
-        store_p(s, b0, b1, p0_block, r0, c);
+        store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
         named_barrier_arrive(kBarP0, C::kMathThreads);
         wgmma::wait<0>();
@@ -404,7 +407,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         m0 = x0, m1 = x1;
         named_barrier_sync(kBarP1, C::kMathThreads);
         wgmma::fence();
-        issue_pv_ss(o, p1_addr, k1_addr);  // O_L += P1 V1_L
+        issue_pv_ss(o, p_addr, k1_addr);  // O_L += P1 V1_L
         wgmma::commit();
         if (i + 1 < it.pairs) {
           valid = tile_valid_mask(p, it, 2 * i + 2, lane);
@@ -458,18 +461,19 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         wgmma::fence();
         issue_pv_rs(o, pa, k1_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P1 V1_R
         wgmma::commit();
-        store_p(s, 1.f, 1.f, sP, r0, c);
-        wgmma::fence_proxy_async();
         named_barrier_sync(kBarP0, C::kMathThreads);
-        issue_pv_ss(o, p0_addr, k0_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P0 V0_R
+        issue_pv_ss(o, p_addr, k0_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P0 V0_R
         wgmma::commit();
-        named_barrier_arrive(kBarP1, C::kMathThreads);
         wgmma::wait<1>();
         wgmma::fence_regs(o);
         hold_a(pa);
         release(&free_bar[2 + R]);
         wgmma::wait<0>();
         wgmma::fence_regs(o);
+        named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
+        store_p(s, 1.f, 1.f, sP, r0, c);
+        wgmma::fence_proxy_async();
+        named_barrier_arrive(kBarP1, C::kMathThreads);
         release(&free_bar[0 + R]);
       }
     }
