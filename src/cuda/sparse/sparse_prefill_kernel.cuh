@@ -14,7 +14,11 @@
 //   load while the current one finishes. Each thread's copies are tracked by
 //   the barrier they fill (cp.async.mbarrier.arrive.noinc: the producer never
 //   blocks on its own copies). Invalid entries are zero-filled (never read),
-//   so that 0 * garbage cannot reach P.V.
+//   so that 0 * garbage cannot reach P.V. fp8_ds_mla keys (kFp8) are loaded
+//   into registers instead, dequantised (e4m3 x power-of-two scale: exact in
+//   bf16) and stored with generic stores, then fence.proxy.async and a plain
+//   arrival on the barrier they fill; in that instantiation the K buffers are
+//   written by generic stores only (still never by two proxies).
 //
 // math (warpgroups 0, 1): warpgroup 0 owns output columns 0..255 (O_L) and
 //   computes S0 = Q K0^T of tile 2i; warpgroup 1 owns columns 256..511 (O_R)
@@ -56,13 +60,18 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/fp8.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/sparse/sparse_prefill_config.hpp"
+#include "cuda/sparse/sparse_prefill_launch.hpp"
 #include "cuda/sparse/sparse_prefill_params.hpp"
+#include "mla/kv_cache.hpp"
 
 namespace mla::cuda::sparse {
 
@@ -174,6 +183,82 @@ __device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
   ptx::cp_async_mbar_arrive_noinc(ready);
 }
 
+// Eight e4m3 codes times `scale` as eight bf16 (exact: 4 significant bits and
+// a power-of-two scale).
+__device__ __forceinline__ uint4 dequant8(uint2 codes, float scale) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? codes.x : codes.y;
+    const float2 f = e4m3x2_to_float2(static_cast<uint16_t>(word >> (16 * (i & 1))));
+    w[i] = ptx::pack_bf16x2(f.x * scale, f.y * scale);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// gather_half for fp8_ds_mla entries (mla/kv_cache.hpp's layout), blocks
+// [B0, B1) (compile-time: the registers hold only those): the same pieces
+// (row kgrp + 16 pass, piece `sub` of each block), each loaded into registers
+// (8 e4m3 codes and their group's scale, or 8 bf16 of the rope block),
+// dequantised and stored; two rows' loads in flight per thread. Then
+// fence.proxy.async (the wgmma reads through the async proxy) and a plain
+// arrival on `ready`.
+template <int B0, int B1>
+__device__ __forceinline__ void gather_half_fp8(const SparsePrefillParams& p,
+                                                const int (&row)[SparsePrefillConfig::kPasses],
+                                                unsigned char* tile, uint64_t* ready,
+                                                uint64_t* free_bar, uint32_t free_parity,
+                                                int ptid) {
+  using C = SparsePrefillConfig;
+  using F = Fp8DsMlaLayout;
+  static_assert(F::kGroup == 2 * C::kCol && B0 % 2 == 0, "one scale covers blocks 2g, 2g + 1");
+  static_assert(F::kRopeOffset % 16 == 0 && F::kEntryBytes % 16 == 0,
+                "rope pieces are 16-byte aligned in every entry");
+  constexpr int kNope = (B1 > C::kRopeBlock ? C::kRopeBlock : B1) - B0;  // e4m3 blocks
+  constexpr bool kRope = B1 > C::kRopeBlock;
+  constexpr int kInFlight = 2;  // rows per batch of loads
+  static_assert(C::kPasses % kInFlight == 0, "whole batches");
+  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  ptx::mbar_wait(free_bar, free_parity);
+  const uint8_t* const kv = static_cast<const uint8_t*>(p.kv);
+#pragma unroll 1
+  for (int pass0 = 0; pass0 < C::kPasses; pass0 += kInFlight) {
+    uint2 codes[kInFlight][kNope];
+    float scale[kInFlight][(kNope + 1) / 2];
+    uint4 rope[kInFlight];
+#pragma unroll
+    for (int r = 0; r < kInFlight; ++r) {
+      const int src = row[pass0 + r];
+      const uint8_t* const e = kv + (src >= 0 ? int64_t(src) * p.kv_row_stride : 0);
+#pragma unroll
+      for (int b = 0; b < kNope; ++b)
+        codes[r][b] = src >= 0 ? *reinterpret_cast<const uint2*>(e + (B0 + b) * C::kCol + sub * 8)
+                               : make_uint2(0, 0);
+#pragma unroll
+      for (int g = 0; g < (kNope + 1) / 2; ++g)
+        scale[r][g] = src >= 0
+                          ? *reinterpret_cast<const float*>(e + F::kScaleOffset + 4 * (B0 / 2 + g))
+                          : 0.f;
+      if constexpr (kRope)
+        rope[r] = src >= 0 ? *reinterpret_cast<const uint4*>(e + F::kRopeOffset + sub * 16)
+                           : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < kInFlight; ++r) {
+      const int key = kgrp + (pass0 + r) * C::kKeysPerPass;
+#pragma unroll
+      for (int b = 0; b < kNope; ++b)
+        *reinterpret_cast<uint4*>(tile + sw128_offset(key, (B0 + b) * 8 + sub, C::kKBlockBytes)) =
+            dequant8(codes[r][b], scale[r][b / 2]);
+      if constexpr (kRope)
+        *reinterpret_cast<uint4*>(
+            tile + sw128_offset(key, C::kRopeBlock * 8 + sub, C::kKBlockBytes)) = rope[r];
+    }
+  }
+  wgmma::fence_proxy_async();
+  ptx::mbar_arrive(ready);
+}
+
 // The rows of kv this producer thread copies for tile t (-1: none / invalid).
 __device__ __forceinline__ void tile_rows(const SparsePrefillParams& p, const Item& it, int t,
                                           int ptid, int (&row)[SparsePrefillConfig::kPasses]) {
@@ -269,6 +354,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
 
 enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
 
+template <bool kFp8>
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
@@ -299,7 +385,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   __syncthreads();
 
   if (wg == C::kMathWgs) {  // ---- producer ----
-    wgmma::setmaxnreg_dec<C::kProducerRegs>();
+    wgmma::setmaxnreg_dec<kFp8 ? C::kProducerRegsFp8 : C::kProducerRegs>();
     const int ptid = tid - C::kMathThreads;
     int gp = 0, k = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
@@ -315,12 +401,20 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         unsigned char* const k1 = sK + C::kSmemK;
         // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
         // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
-        gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
-        gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
-                    ptid);
-        gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
-                    ptid);
-        gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        if constexpr (kFp8) {
+          constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
+          gather_half_fp8<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half_fp8<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        } else {
+          gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
+          gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
+                      ptid);
+          gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
+                      ptid);
+          gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        }
       }
     }
     cp_async_wait<0>();
@@ -510,6 +604,23 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         lse[int64_t(r1) * p.lse_sh] = l1 > 0.f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
     }
   }
+}
+
+template <bool kFp8>
+Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
+  using C = SparsePrefillConfig;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      sparse_prefill_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
+  DeviceFacts dev;
+  int id = 0;
+  MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
+  MLA_TRY(device_facts(id, &dev));
+  // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
+  const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
+  const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
+  sparse_prefill_kernel<kFp8><<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
+  return check_launch("sparse_prefill_kernel");
 }
 
 }  // namespace mla::cuda::sparse
