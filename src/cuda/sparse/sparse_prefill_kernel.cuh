@@ -99,48 +99,73 @@ __device__ __forceinline__ Item make_item(const SparsePrefillParams& p, int item
   return it;
 }
 
-// Validity of the 64 entries of tile t as a bit mask (bit k: entry 64 t + k
-// is used and names a row of kv). Every lane of the warp gets the mask.
-__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, const Item& it,
-                                                    int t, int lane) {
+// The two list entries of tile t that a lane ballots (entries 64 t + lane and
+// + 32; -1 past the list). The math warps read them one pair ahead of their
+// use, so the global loads' latency is off the path to the next product.
+struct TileIdx {
+  int r0 = -1, r1 = -1;
+};
+__device__ __forceinline__ TileIdx load_tile_idx(const Item& it, int t, int lane) {
   const int j0 = t * 64 + lane, j1 = j0 + 32;
-  const int r0 = j0 < it.n ? it.list[j0] : -1, r1 = j1 < it.n ? it.list[j1] : -1;
-  const uint32_t lo = __ballot_sync(0xffffffffu, r0 >= 0 && r0 < p.s_kv);
-  const uint32_t hi = __ballot_sync(0xffffffffu, r1 >= 0 && r1 < p.s_kv);
+  return {j0 < it.n ? it.list[j0] : -1, j1 < it.n ? it.list[j1] : -1};
+}
+
+// Validity of the 64 entries of a tile as a bit mask (bit k: entry k is used
+// and names a row of kv). Every lane of the warp gets the mask.
+__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, TileIdx x) {
+  const uint32_t lo = __ballot_sync(0xffffffffu, x.r0 >= 0 && x.r0 < p.s_kv);
+  const uint32_t hi = __ballot_sync(0xffffffffu, x.r1 >= 0 && x.r1 < p.s_kv);
   return uint64_t(lo) | (uint64_t(hi) << 32);
 }
 
+// A wgmma shared-memory descriptor built once (wgmma::desc_sw128) and moved
+// by byte offsets: the start-address field is bits 0..13 = address / 16, and
+// every shared address is below 2^18, so address + offset (multiples of 16)
+// adds to the low word without a carry out of the field. One integer add per
+// product instead of rebuilding the descriptor from the address.
+struct SmemDesc {
+  uint32_t lo, hi;
+  __device__ __forceinline__ SmemDesc(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+    const uint64_t d = wgmma::desc_sw128(smem_byte_addr, lbo, sbo);
+    lo = uint32_t(d), hi = uint32_t(d >> 32);
+  }
+  __device__ __forceinline__ uint64_t at(uint32_t byte_offset) const {
+    return (uint64_t(hi) << 32) | (lo + (byte_offset >> 4));
+  }
+};
+
 // S[64 x 64] (+)= Q[:, blocks b0 .. b1) K[:, same]^T, both K-major SW128
-// tiles; `zero`: the first product overwrites S instead of adding to it.
-__device__ __forceinline__ void issue_s(float (&s)[8][4], uint32_t q_addr, uint32_t k_addr, int b0,
-                                        int b1, bool zero) {
+// tiles (descriptors of their first block); `zero`: the first product
+// overwrites S instead of adding to it.
+__device__ __forceinline__ void issue_s(float (&s)[8][4], const SmemDesc& q, const SmemDesc& k,
+                                        int b0, int b1, bool zero) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int blk = b0; blk < b1; ++blk)
 #pragma unroll
     for (int sub = 0; sub < 4; ++sub)
-      wgmma::m64n64k16_ss(s, wgmma::desc_sw128(q_addr + blk * C::kQBlockBytes + sub * 32, 16, 1024),
-                          wgmma::desc_sw128(k_addr + blk * C::kKBlockBytes + sub * 32, 16, 1024),
-                          !zero || blk > b0 || sub > 0);
+      wgmma::m64n64k16_ss(s, q.at(blk * C::kQBlockBytes + sub * 32),
+                          k.at(blk * C::kKBlockBytes + sub * 32), !zero || blk > b0 || sub > 0);
 }
 
-// O (+)= P[64 x 64] V[64 keys x 256 columns from block v_block]: P from
-// registers (the S accumulator layout repacked as k16 A fragments) ...
+// O (+)= P[64 x 64] V[64 keys x 256 columns from block v_block of tile v]
+// (v: the tile's descriptor as a V operand): P from registers (the S
+// accumulator layout repacked as k16 A fragments) ...
 __device__ __forceinline__ void issue_pv_rs(float (&o)[32][4], const uint32_t (&pa)[4][4],
-                                            uint32_t v_addr) {
+                                            const SmemDesc& v, int v_block) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int kk = 0; kk < C::kKeys / 16; ++kk)
-    wgmma::m64n256k16_rs_tb(o, pa[kk],
-                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+    wgmma::m64n256k16_rs_tb(o, pa[kk], v.at(v_block * C::kKBlockBytes + kk * 16 * 128), true);
 }
 // ... or from a shared SW128 block.
-__device__ __forceinline__ void issue_pv_ss(float (&o)[32][4], uint32_t p_addr, uint32_t v_addr) {
+__device__ __forceinline__ void issue_pv_ss(float (&o)[32][4], const SmemDesc& p, const SmemDesc& v,
+                                            int v_block) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int kk = 0; kk < C::kKeys / 16; ++kk)
-    wgmma::m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
-                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+    wgmma::m64n256k16_ss_tb(o, p.at(kk * 32), v.at(v_block * C::kKBlockBytes + kk * 16 * 128),
+                            true);
 }
 
 // Producer: Q of item `it` (this thread's 36 pieces), tracked by q_full.
@@ -277,11 +302,14 @@ __device__ __forceinline__ void tile_rows(const SparsePrefillParams& p, const It
 __device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid, float scale_log2,
                                                int c, float& mx0, float& mx1) {
   mx0 = -INFINITY, mx1 = -INFINITY;
+  // This thread's columns 8 i + 2 c + e: one variable shift, then constant bits.
+  const uint64_t mine = valid >> (2 * c);
+  const uint32_t lo = uint32_t(mine), hi = uint32_t(mine >> 32);
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const bool ok = (valid >> (i * 8 + 2 * c + e)) & 1;
+      const bool ok = (((i < 4 ? lo : hi) >> ((i % 4) * 8 + e)) & 1u) != 0;
       s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
       s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
       mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
@@ -430,9 +458,12 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   const int c = lane % 4;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;  // the two accumulator rows of this thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const uint32_t q_addr = smem_addr(sQ);
+  // Operand descriptors: Q, K0, K1 as S operands (K-major, 16-byte leading
+  // offset), K0, K1 as V operands (MN-major: a block of 64 columns apart), P.
   const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
-  const uint32_t p_addr = smem_addr(sP);
+  const SmemDesc q_desc(smem_addr(sQ), 16, 1024), p_desc(smem_addr(sP), 16, 1024);
+  const SmemDesc k0_desc(k0_addr, 16, 1024), k1_desc(k1_addr, 16, 1024);
+  const SmemDesc v0_desc(k0_addr, C::kKBlockBytes, 1024), v1_desc(k1_addr, C::kKBlockBytes, 1024);
   auto release = [&](uint64_t* bar) {  // after this warp's products reading it completed
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
@@ -452,19 +483,21 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     if (w == 0) {
       // ---------------- warpgroup 0: tiles 2i, output columns 0..255 ----------------
       uint64_t valid = 0;
+      TileIdx next;                       // entries of the next pair's tile 2i + 2
       auto issue_s0 = [&](int pair_gp) {  // S0 of the pair; returns with it complete
         mbar_wait(&ready[0 + L], pair_gp & 1);
         wgmma::fence_proxy_async();
         wgmma::fence();
-        issue_s(s, q_addr, k0_addr, 0, C::kLBlocks, true);
+        issue_s(s, q_desc, k0_desc, 0, C::kLBlocks, true);
         wgmma::commit();
       };
       if (it.pairs > 0) {
-        valid = tile_valid_mask(p, it, 0, lane);
+        valid = tile_valid_mask(p, load_tile_idx(it, 0, lane));
+        next = load_tile_idx(it, 2, lane);
         issue_s0(gp);
         mbar_wait(&ready[0 + R], gp & 1);
         wgmma::fence_proxy_async();
-        issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+        issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::fence_regs(s);
@@ -484,7 +517,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_arrive(kBarM0, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
-        issue_pv_rs(o, pa, k0_addr);  // O_L += P0 V0_L
+        issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
         named_barrier_sync(kBarM1, C::kMathThreads);
         const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
@@ -501,17 +534,18 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         m0 = x0, m1 = x1;
         named_barrier_sync(kBarP1, C::kMathThreads);
         wgmma::fence();
-        issue_pv_ss(o, p_addr, k1_addr);  // O_L += P1 V1_L
+        issue_pv_ss(o, p_desc, v1_desc, 0);  // O_L += P1 V1_L
         wgmma::commit();
         if (i + 1 < it.pairs) {
-          valid = tile_valid_mask(p, it, 2 * i + 2, lane);
+          valid = tile_valid_mask(p, next);
+          next = load_tile_idx(it, 2 * i + 4, lane);
           issue_s0(gp + 1);
           wgmma::wait<1>();  // P1 V1_L done
           wgmma::fence_regs(o);
           release(&free_bar[2 + L]);
           mbar_wait(&ready[0 + R], (gp + 1) & 1);
           wgmma::fence_proxy_async();
-          issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+          issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
           wgmma::commit();
           wgmma::wait<0>();
           wgmma::fence_regs(s);
@@ -525,15 +559,17 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     } else {
       // ---------------- warpgroup 1: tiles 2i + 1, output columns 256..511 ----------------
       if (it.pairs == 0) release(q_empty);
+      TileIdx next = load_tile_idx(it, 1, lane);  // entries of this pair's tile 2i + 1
       for (int i = 0; i < it.pairs; ++i, ++gp) {
-        const uint64_t valid = tile_valid_mask(p, it, 2 * i + 1, lane);
+        const uint64_t valid = tile_valid_mask(p, next);
+        next = load_tile_idx(it, 2 * i + 3, lane);
         mbar_wait(&ready[2 + R], gp & 1);  // R1 frees first: start there
         wgmma::fence_proxy_async();
         wgmma::fence();
-        issue_s(s, q_addr, k1_addr, C::kLBlocks, C::kQkBlocks, true);
+        issue_s(s, q_desc, k1_desc, C::kLBlocks, C::kQkBlocks, true);
         mbar_wait(&ready[2 + L], gp & 1);
         wgmma::fence_proxy_async();
-        issue_s(s, q_addr, k1_addr, 0, C::kLBlocks, false);
+        issue_s(s, q_desc, k1_desc, 0, C::kLBlocks, false);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::fence_regs(s);
@@ -553,10 +589,10 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_arrive(kBarM1, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
-        issue_pv_rs(o, pa, k1_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P1 V1_R
+        issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
         wgmma::commit();
         named_barrier_sync(kBarP0, C::kMathThreads);
-        issue_pv_ss(o, p_addr, k0_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P0 V0_R
+        issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
         wgmma::commit();
         wgmma::wait<1>();
         wgmma::fence_regs(o);
