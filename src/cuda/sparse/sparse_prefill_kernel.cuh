@@ -183,27 +183,37 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
   ptx::cp_async_mbar_arrive_noinc(q_full);
 }
 
-// Producer: blocks [b0, b1) of this thread's 4 key rows of a tile (rows
+// Shared byte offset of the piece `sub` of key row kgrp + 16 pass in block 0
+// of a tile is row_base + pass * 16 * 128: 16 rows per pass keep the row's
+// swizzle phase (row % 8), so one base per thread serves every pass and block.
+__device__ __forceinline__ uint32_t producer_row_base(int ptid) {
+  using C = SparsePrefillConfig;
+  static_assert(C::kKeysPerPass % 8 == 0, "a pass moves whole swizzle phases");
+  return sw128_offset(ptid / C::kThreadsPerKey, ptid % C::kThreadsPerKey, C::kKBlockBytes);
+}
+
+// Producer: blocks [B0, B1) of this thread's 4 key rows of a tile (rows
 // kgrp + 16 pass, piece `sub` of each block), once `free_bar` allows; tracked
-// by `ready`. row[pass] < 0: zero-filled.
+// by `ready`. row[pass] < 0: zero-filled. Every address is a per-thread base
+// plus a compile-time offset.
+template <int B0, int B1>
 __device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
                                             const int (&row)[SparsePrefillConfig::kPasses],
-                                            unsigned char* tile, int b0, int b1, uint64_t* ready,
+                                            unsigned char* tile, uint64_t* ready,
                                             uint64_t* free_bar, uint32_t free_parity, int ptid) {
   using C = SparsePrefillConfig;
-  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  const int sub = ptid % C::kThreadsPerKey;
+  unsigned char* const dst = tile + producer_row_base(ptid);
   ptx::mbar_wait(free_bar, free_parity);
-  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
+  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv) + sub * 8;
 #pragma unroll
   for (int pass = 0; pass < C::kPasses; ++pass) {
-    const int key = kgrp + pass * C::kKeysPerPass;
     const bool valid = row[pass] >= 0;
     const __nv_bfloat16* const src = kv + (valid ? int64_t(row[pass]) * p.kv_row_stride : 0);
-#pragma unroll 1
-    for (int blk = b0; blk < b1; ++blk) {
-      const int chunk = blk * 8 + sub;
-      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
-    }
+#pragma unroll
+    for (int blk = B0; blk < B1; ++blk)
+      ptx::cp_async_16(dst + pass * C::kKeysPerPass * 128 + blk * C::kKBlockBytes,
+                       src + blk * C::kCol, valid);
   }
   ptx::cp_async_mbar_arrive_noinc(ready);
 }
@@ -243,7 +253,8 @@ __device__ __forceinline__ void gather_half_fp8(const SparsePrefillParams& p,
   constexpr bool kRope = B1 > C::kRopeBlock;
   constexpr int kInFlight = 2;  // rows per batch of loads
   static_assert(C::kPasses % kInFlight == 0, "whole batches");
-  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  const int sub = ptid % C::kThreadsPerKey;
+  unsigned char* const dst = tile + producer_row_base(ptid);
   ptx::mbar_wait(free_bar, free_parity);
   const uint8_t* const kv = static_cast<const uint8_t*>(p.kv);
 #pragma unroll 1
@@ -270,31 +281,37 @@ __device__ __forceinline__ void gather_half_fp8(const SparsePrefillParams& p,
     }
 #pragma unroll
     for (int r = 0; r < kInFlight; ++r) {
-      const int key = kgrp + (pass0 + r) * C::kKeysPerPass;
+      unsigned char* const d = dst + (pass0 + r) * C::kKeysPerPass * 128;
 #pragma unroll
       for (int b = 0; b < kNope; ++b)
-        *reinterpret_cast<uint4*>(tile + sw128_offset(key, (B0 + b) * 8 + sub, C::kKBlockBytes)) =
+        *reinterpret_cast<uint4*>(d + (B0 + b) * C::kKBlockBytes) =
             dequant8(codes[r][b], scale[r][b / 2]);
-      if constexpr (kRope)
-        *reinterpret_cast<uint4*>(
-            tile + sw128_offset(key, C::kRopeBlock * 8 + sub, C::kKBlockBytes)) = rope[r];
+      if constexpr (kRope) *reinterpret_cast<uint4*>(d + C::kRopeBlock * C::kKBlockBytes) = rope[r];
     }
   }
   wgmma::fence_proxy_async();
   ptx::mbar_arrive(ready);
 }
 
-// The rows of kv this producer thread copies for tile t (-1: none / invalid).
-__device__ __forceinline__ void tile_rows(const SparsePrefillParams& p, const Item& it, int t,
-                                          int ptid, int (&row)[SparsePrefillConfig::kPasses]) {
+// The list entries of the rows this producer thread copies for tile t (-1
+// past the list), read one pair ahead of their use ...
+__device__ __forceinline__ void tile_entries(const Item& it, int t, int ptid,
+                                             int (&entry)[SparsePrefillConfig::kPasses]) {
   using C = SparsePrefillConfig;
   const int kgrp = ptid / C::kThreadsPerKey;
 #pragma unroll
   for (int pass = 0; pass < C::kPasses; ++pass) {
     const int j = t * C::kKeys + kgrp + pass * C::kKeysPerPass;
-    const int r = j < it.n ? it.list[j] : -1;
-    row[pass] = r >= 0 && r < p.s_kv ? r : -1;
+    entry[pass] = j < it.n ? it.list[j] : -1;
   }
+}
+// ... and, at the use, the rows of kv they name (-1: none / invalid).
+__device__ __forceinline__ void valid_rows(const SparsePrefillParams& p,
+                                           const int (&entry)[SparsePrefillConfig::kPasses],
+                                           int (&row)[SparsePrefillConfig::kPasses]) {
+#pragma unroll
+  for (int pass = 0; pass < SparsePrefillConfig::kPasses; ++pass)
+    row[pass] = entry[pass] >= 0 && entry[pass] < p.s_kv ? entry[pass] : -1;
 }
 
 // Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked,
@@ -420,10 +437,15 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
       const Item it = make_item(p, item);
       mbar_wait(q_empty, (k & 1) ^ 1);
       load_q(p, it, sQ, q_full, ptid);
+      int next0[C::kPasses], next1[C::kPasses];  // entries of the next pair's tiles
+      tile_entries(it, 0, ptid, next0);
+      tile_entries(it, 1, ptid, next1);
       for (int i = 0; i < it.pairs; ++i, ++gp) {
         int row0[C::kPasses], row1[C::kPasses];
-        tile_rows(p, it, 2 * i, ptid, row0);
-        tile_rows(p, it, 2 * i + 1, ptid, row1);
+        valid_rows(p, next0, row0);
+        valid_rows(p, next1, row1);
+        tile_entries(it, 2 * i + 2, ptid, next0);
+        tile_entries(it, 2 * i + 3, ptid, next1);
         const uint32_t par = (gp & 1) ^ 1;
         unsigned char* const k0 = sK;
         unsigned char* const k1 = sK + C::kSmemK;
@@ -436,12 +458,11 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
           gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
           gather_half_fp8<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         } else {
-          gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
-          gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
-                      ptid);
-          gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
-                      ptid);
-          gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
+          constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
+          gather_half<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
+          gather_half<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         }
       }
     }
