@@ -221,6 +221,22 @@ TEST(SparsePrefillGpu, Fp8KeysMatchReference) {
   check_case(rng, {16, 3, 9000, 8192, true, true});
 }
 
+// The small shapes for compute-sanitizer (racecheck, memcheck, synccheck):
+// every path of the kernel in a few launches. h_q 64 and 128 (one and two
+// head blocks, so two CTAs share a token), 16 (padded rows), six tokens per
+// case (random lists with -1 and rows past s_kv, an all -1 list, duplicates,
+// three entries, topk_length 0, a random topk_length), 3 pairs of tiles per
+// list and a partial last tile, bf16 and fp8 keys; run_gpu also runs 1 and 3
+// CTAs (items through one CTA's ring, Q reloads).
+TEST(SparsePrefillGpu, SanitizerShapes) {
+  Rng rng(167);
+  for (bool fp8 : {false, true}) {
+    check_case(rng, {64, 6, 700, 320, true, fp8});
+    check_case(rng, {128, 6, 700, 320, true, fp8});
+    check_case(rng, {16, 6, 700, 100, false, fp8});
+  }
+}
+
 // An engine's chunked prefill: the chunk's queries select among the cached
 // prefix and the chunk's own keys, i.e. kv = prefix rows + chunk rows. Each
 // token lists prefix rows and chunk rows up to itself (a causal selection).
