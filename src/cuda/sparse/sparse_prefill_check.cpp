@@ -1,5 +1,6 @@
 // The host-side checks of the sparse prefill kernel's demands (fmt-formatted
 // messages: kept out of the CUDA translation unit).
+#include <cmath>
 #include <cstdint>
 
 #include "common/validate.hpp"
@@ -31,6 +32,11 @@ Status sparse_prefill_check(const SparsePrefillParams& p) {
                  "out: base {} / token stride {} / head stride {} elements; the sparse prefill "
                  "kernel writes bf16 pairs (4-byte base, even strides)",
                  p.out, p.out_ss, p.out_sh);
+  if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale))
+    return error(Errc::invalid_value,
+                 "softmax_scale = {} must be finite and > 0 (the kernel takes row maxima of the "
+                 "unscaled scores)",
+                 p.softmax_scale);
   const int64_t ctas =
       int64_t(p.s_q) * ((p.h_q + SparsePrefillConfig::kRows - 1) / SparsePrefillConfig::kRows);
   if (ctas > INT32_MAX)

@@ -314,10 +314,13 @@ __device__ __forceinline__ void valid_rows(const SparsePrefillParams& p,
     row[pass] = entry[pass] >= 0 && entry[pass] < p.s_kv ? entry[pass] : -1;
 }
 
-// Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked,
-// in the log2 domain; returns the two row maxima (quad-reduced).
-__device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid, float scale_log2,
-                                               int c, float& mx0, float& mx1) {
+// Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked
+// (-inf), left unscaled; returns the two row maxima (quad-reduced) times
+// scale_log2, in the log2 domain. The scale is > 0 (checked on the host), so
+// the max of S times it is the max of the scaled S, and exp_rows folds the
+// scale into one FFMA per element.
+__device__ __forceinline__ void mask_max(float (&s)[8][4], uint64_t valid, float scale_log2, int c,
+                                         float& mx0, float& mx1) {
   mx0 = -INFINITY, mx1 = -INFINITY;
   // This thread's columns 8 i + 2 c + e: one variable shift, then constant bits.
   const uint64_t mine = valid >> (2 * c);
@@ -327,8 +330,8 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid,
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const bool ok = (((i < 4 ? lo : hi) >> ((i % 4) * 8 + e)) & 1u) != 0;
-      s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
-      s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
+      s[i][e] = ok ? s[i][e] : -INFINITY;
+      s[i][2 + e] = ok ? s[i][2 + e] : -INFINITY;
       mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
     }
 #pragma unroll
@@ -336,6 +339,7 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid,
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
   }
+  mx0 *= scale_log2, mx1 *= scale_log2;
 }
 
 // A row whose max is still -inf (no valid key yet) exponentiates against 0: P = 0.
@@ -343,13 +347,17 @@ __device__ __forceinline__ float safe_max(float m) {
   return m == -INFINITY ? 0.f : m;
 }
 
-// P = exp2(S - m) in place; adds the row sums to l0 / l1 (thread partials).
-__device__ __forceinline__ void exp_rows(float (&s)[8][4], float m0, float m1, float& l0,
-                                         float& l1) {
+// P = exp2(S scale_log2 - m) in place (one FFMA and one exp2 per element);
+// adds the row sums to l0 / l1 (thread partials).
+__device__ __forceinline__ void exp_rows(float (&s)[8][4], float scale_log2, float m0, float m1,
+                                         float& l0, float& l1) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    s[i][0] = ptx::fast_exp2(s[i][0] - m0), s[i][1] = ptx::fast_exp2(s[i][1] - m0);
-    s[i][2] = ptx::fast_exp2(s[i][2] - m1), s[i][3] = ptx::fast_exp2(s[i][3] - m1);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[i][e] = ptx::fast_exp2(fmaf(s[i][e], scale_log2, -m0));
+      s[i][2 + e] = ptx::fast_exp2(fmaf(s[i][2 + e], scale_log2, -m1));
+    }
     l0 += s[i][0] + s[i][1], l1 += s[i][2] + s[i][3];
   }
 }
@@ -526,13 +534,13 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
       if (it.pairs <= 1) release(q_empty);
       for (int i = 0; i < it.pairs; ++i, ++gp) {
         float mx0, mx1;
-        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        mask_max(s, valid, scale_log2, c, mx0, mx1);
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);  // m0 of the pair, per row
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
-        exp_rows(s, ns0, ns1, l0, l1);
+        exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         __syncwarp();
         if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
         named_barrier_arrive(kBarM0, C::kMathThreads);
@@ -596,14 +604,14 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         wgmma::fence_regs(s);
         if (i + 1 == it.pairs) release(q_empty);
         float mx0, mx1;
-        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        mask_max(s, valid, scale_log2, c, mx0, mx1);
         named_barrier_sync(kBarM0, C::kMathThreads);
         const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
-        exp_rows(s, ns0, ns1, l0, l1);
+        exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
         __syncwarp();
         if (c == 0) s_max[r0] = n0, s_max[r1] = n1;

@@ -322,6 +322,11 @@ TEST(SparsePrefillGpu, KernelRejectsMisalignedRows) {
   st = cuda::sparse::launch_sparse_prefill(p, nullptr);
   EXPECT_EQ(st.code(), Errc::misaligned) << st.to_string();
   EXPECT_NE(st.message().find("q: "), std::string::npos) << st.message();
+  // The kernel takes row maxima before scaling: the scale must be > 0.
+  p.q_sh = 576, p.softmax_scale = -0.5f;
+  st = cuda::sparse::launch_sparse_prefill(p, nullptr);
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("softmax_scale = -0.5"), std::string::npos) << st.message();
 }
 
 }  // namespace
