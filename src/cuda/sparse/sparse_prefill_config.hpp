@@ -44,9 +44,13 @@ struct SparsePrefillConfig {
   static constexpr int kBarriers = 2 * kBuffers * kHalves + 2;  // ready, free; q_full, q_empty
   static constexpr int kSmemBytes =
       1024 /* alignment slack */ + kSmemQ + kBuffers * kSmemK + kSmemP + kSmemRed + 8 * kBarriers;
+  // setmaxnreg moves registers within what the CTA got at launch: 384 threads
+  // x 168 (the compiler's count under __launch_bounds__(384, 1)) = 64512.
+  static constexpr int kProducerRegs = 72, kMathRegs = 216;
+  static constexpr int kLaunchRegs = 168;
   // The fp8 producer holds loaded codes, scales and rope pieces in registers
-  // before it dequantises them: the register file's last 1024 go to it.
-  static constexpr int kProducerRegs = 72, kProducerRegsFp8 = 80, kMathRegs = 216;
+  // before it dequantises them: 16 more, taken from the math warpgroups.
+  static constexpr int kProducerRegsFp8 = 88, kMathRegsFp8 = 208;
   // Producer: 8 threads per key row (a 128-byte row of every block), 16 rows per pass.
   static constexpr int kThreadsPerKey = 8, kKeysPerPass = 128 / kThreadsPerKey;
   static constexpr int kPasses = kKeys / kKeysPerPass;
@@ -61,9 +65,9 @@ struct SparsePrefillConfig {
   static_assert(kThreadsPerKey * 8 == kCol, "a producer thread copies one 16-byte piece per block");
   static_assert(kKeys % kKeysPerPass == 0, "whole producer passes per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on Hopper is 227 KB");
-  static_assert(kProducerRegsFp8 * 128 + kMathRegs * kMathThreads <= 65536 &&
-                    kProducerRegs <= kProducerRegsFp8,
-                "setmaxnreg budgets must fit the register file");
+  static_assert(kProducerRegs * 128 + kMathRegs * kMathThreads <= kLaunchRegs * kThreads &&
+                    kProducerRegsFp8 * 128 + kMathRegsFp8 * kMathThreads <= kLaunchRegs * kThreads,
+                "setmaxnreg.inc waits forever for registers the CTA was not given at launch");
 };
 
 }  // namespace mla::cuda::sparse

@@ -62,6 +62,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/fp8.cuh"
@@ -251,7 +252,7 @@ __device__ __forceinline__ void gather_half_fp8(const SparsePrefillParams& p,
                 "rope pieces are 16-byte aligned in every entry");
   constexpr int kNope = (B1 > C::kRopeBlock ? C::kRopeBlock : B1) - B0;  // e4m3 blocks
   constexpr bool kRope = B1 > C::kRopeBlock;
-  constexpr int kInFlight = 2;  // rows per batch of loads
+  constexpr int kInFlight = 2;  // rows per batch of loads (4 spill at 88 registers)
   static_assert(C::kPasses % kInFlight == 0, "whole batches");
   const int sub = ptid % C::kThreadsPerKey;
   unsigned char* const dst = tile + producer_row_base(ptid);
@@ -479,7 +480,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   }
 
   // ---- math warpgroups ----
-  wgmma::setmaxnreg_inc<C::kMathRegs>();
+  wgmma::setmaxnreg_inc<kFp8 ? C::kMathRegsFp8 : C::kMathRegs>();
   // The warpgroup index through a shuffle: provably warp-uniform for ptxas,
   // which otherwise treats the two warpgroups' wgmma paths as divergent and
   // serialises them.
@@ -677,6 +678,16 @@ Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t strea
   static const cudaError_t attr = cudaFuncSetAttribute(
       sparse_prefill_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
+  // setmaxnreg.inc would wait forever for registers the CTA was not given.
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, sparse_prefill_kernel<kFp8>) == cudaSuccess ? fa.numRegs : -1;
+  }();
+  if (regs < C::kLaunchRegs)
+    return Status(Errc::unsupported,
+                  "sparse_prefill_kernel: compiled with " + std::to_string(regs) +
+                      " registers per thread; its warpgroup register budgets need " +
+                      std::to_string(C::kLaunchRegs));
   DeviceFacts dev;
   int id = 0;
   MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
