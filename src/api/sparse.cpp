@@ -107,8 +107,18 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];
   if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
   MLA_TRY(expect_float(a.q, "q", true));
-  MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
-  MLA_TRY(expect_float(a.kv, "kv", true));
+  if (a.kv_format == KvFormat::fp8_ds_mla) {
+    MLA_TRY(expect_shape(a.kv, "kv", {kAny, Fp8DsMlaLayout::kEntryBytes},
+                         "[s_kv, 656] (fp8_ds_mla entries)"));
+    // Raw entry bytes: engines hand them over as uint8 or float8_e4m3fn.
+    MLA_TRY(expect_dtype(a.kv, "kv", {DType::u8, DType::e4m3}));
+    MLA_TRY(expect_inner_contiguous(a.kv, "kv", 1));
+  } else if (a.kv_format == KvFormat::bf16) {
+    MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
+    MLA_TRY(expect_float(a.kv, "kv", true));
+  } else {
+    return error(Errc::invalid_value, "kv_format: {} is not a KvFormat", int(a.kv_format));
+  }
   MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
   MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
   const int64_t topk = a.indices.shape[1];

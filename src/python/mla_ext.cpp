@@ -851,9 +851,11 @@ struct Binder<int32_t(A...)> {
   X(mla_sparse_decode_ws,                                                                       \
     "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "    \
     "stream")                                                                                   \
-  X(mla_sparse_prefill_workspace_size, "q kv indices softmax_scale out! lse!")                  \
+  X(mla_sparse_prefill_workspace_size,                                                          \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse!")                              \
   X(mla_sparse_prefill_ws,                                                                      \
-    "q kv indices softmax_scale out! lse! workspace workspace_bytes stream")                    \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "    \
+    "stream")                                                                                   \
   X(mla_decompress_kv, "c_kv w_uk w_uv k_nope! v! stream")                                      \
   X(mla_mha_prefill, "q k v cu_seqlens_q cu_seqlens_k softmax_scale causal out! lse! stream")
 
