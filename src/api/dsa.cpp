@@ -329,13 +329,10 @@ Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
   if (!detail::on_cuda(a.q.device)) {
     MLA_TRY(check_host_lengths(a));
   } else if (ctx.check_device_values) {  // the stages then check their own tensors
-    detail::HostCopy sl, ibt;
-    MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-    MLA_TRY(ibt.copy(a.index_block_table, "index_block_table", ctx));
-    DsaDecodeArgs h = a;
-    h.cache_seqlens = sl.view();
-    h.index_block_table = ibt.view();
-    MLA_TRY(check_host_lengths(h));
+    MLA_TRY(detail::check_on_host(a,
+                                  {{&DsaDecodeArgs::cache_seqlens, "cache_seqlens"},
+                                   {&DsaDecodeArgs::index_block_table, "index_block_table"}},
+                                  ctx, check_host_lengths));
   }
   if (path == DsaPath::dense) return mla_decode(dense_args(a), p.dense_options, ws, ctx);
   return run_sparse(a, p, ws, ctx);

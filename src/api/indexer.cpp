@@ -33,6 +33,12 @@ Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int6
   }
   return Status::Ok();
 }
+
+// block_table and cache_seqlens of a validated decode call (host views).
+Status check_block_table(const IndexerLogitsDecodeArgs& a) {
+  return detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
+                                          a.cache.num_pages(), a.logits.shape[2]);
+}
 }  // namespace
 
 Status validate_indexer_cache(const IndexerCacheView& cache, const char* name) {
@@ -148,21 +154,18 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
   if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy bt, sl;
-      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-      MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-      MLA_TRY(detail::check_block_table_values(bt.view(), sl.view(), L::kPageTokens,
-                                               a.cache.num_pages(), a.logits.shape[2]));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(a,
+                                    {{&IndexerLogitsDecodeArgs::block_table, "block_table"},
+                                     {&IndexerLogitsDecodeArgs::cache_seqlens, "cache_seqlens"}},
+                                    ctx, check_block_table));
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_decode(a, ctx);
 #else
     return detail::no_cuda_backend("indexer_logits_decode");
 #endif
   }
-  MLA_TRY(detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
-                                           a.cache.num_pages(), a.logits.shape[2]));
+  MLA_TRY(check_block_table(a));
   return reference::indexer_logits_decode(a);
 }
 
@@ -200,12 +203,13 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
   if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy lo, hi;
-      MLA_TRY(lo.copy(a.k_start, "k_start", ctx));
-      MLA_TRY(hi.copy(a.k_end, "k_end", ctx));
-      MLA_TRY(check_key_ranges(lo.view(), hi.view(), N));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(a,
+                                    {{&IndexerLogitsPrefillArgs::k_start, "k_start"},
+                                     {&IndexerLogitsPrefillArgs::k_end, "k_end"}},
+                                    ctx, [&](const IndexerLogitsPrefillArgs& h) {
+                                      return check_key_ranges(h.k_start, h.k_end, N);
+                                    }));
 #ifdef MLA_HAS_CUDA
     return cuda::indexer_logits_prefill(a, ctx);
 #else

@@ -243,13 +243,10 @@ Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
        {&a.cache_seqlens, "cache_seqlens"}}));
   if (!detail::on_cuda(dev)) return check_forward_values(a);
   if (!ctx.check_device_values) return Status::Ok();  // the kernels guard the device values
-  detail::HostCopy bt, sl;
-  MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-  MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-  LayerForwardArgs h = a;
-  h.block_table = bt.view();
-  h.cache_seqlens = sl.view();
-  return check_forward_values(h);
+  return detail::check_on_host(a,
+                               {{&LayerForwardArgs::block_table, "block_table"},
+                                {&LayerForwardArgs::cache_seqlens, "cache_seqlens"}},
+                               ctx, check_forward_values);
 }
 
 // cache_seqlens and block_table values (host views): each request's length

@@ -48,6 +48,12 @@ Status check_cu_seqlens(const TensorView& cu, const char* name, int64_t total,
   return Status::Ok();
 }
 
+// Both offset tensors of a validated call (host views); T and Tk are q's and k's rows.
+Status check_offsets(const MhaPrefillArgs& a) {
+  MLA_TRY(check_cu_seqlens(a.cu_seqlens_q, "cu_seqlens_q", a.q.shape[0], "T (q's rows)"));
+  return check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", a.k.shape[0], "Tk (k's rows)");
+}
+
 }  // namespace
 
 Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
@@ -127,21 +133,18 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (T == 0) return Status::Ok();  // no query rows
   if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy cq, ck;
-      MLA_TRY(cq.copy(a.cu_seqlens_q, "cu_seqlens_q", ctx));
-      MLA_TRY(ck.copy(a.cu_seqlens_k, "cu_seqlens_k", ctx));
-      MLA_TRY(check_cu_seqlens(cq.view(), "cu_seqlens_q", T, "T (q's rows)"));
-      MLA_TRY(check_cu_seqlens(ck.view(), "cu_seqlens_k", Tk, "Tk (k's rows)"));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(a,
+                                    {{&MhaPrefillArgs::cu_seqlens_q, "cu_seqlens_q"},
+                                     {&MhaPrefillArgs::cu_seqlens_k, "cu_seqlens_k"}},
+                                    ctx, check_offsets));
 #ifdef MLA_HAS_CUDA
     return cuda::mha_prefill(a, ctx);
 #else
     return detail::no_cuda_backend("mha_prefill");
 #endif
   }
-  MLA_TRY(check_cu_seqlens(a.cu_seqlens_q, "cu_seqlens_q", T, "T (q's rows)"));
-  MLA_TRY(check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", Tk, "Tk (k's rows)"));
+  MLA_TRY(check_offsets(a));
   return reference::mha_prefill(a);
 }
 

@@ -187,15 +187,11 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
   if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {  // the kernel treats a bad index as -1; this names it
-      detail::HostCopy idx, len;
-      MLA_TRY(idx.copy(a.indices, "indices", ctx));
-      MLA_TRY(len.copy(a.topk_length, "topk_length", ctx));
-      SparseDecodeArgs h = a;
-      h.indices = idx.view();
-      h.topk_length = len.view();
-      MLA_TRY(validate_decode_values(h));
-    }
+    if (ctx.check_device_values)  // the kernel treats a bad index as -1; this names it
+      MLA_TRY(detail::check_on_host(a,
+                                    {{&SparseDecodeArgs::indices, "indices"},
+                                     {&SparseDecodeArgs::topk_length, "topk_length"}},
+                                    ctx, validate_decode_values));
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_decode(a, ws, ctx);
 #else
@@ -211,13 +207,9 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
   if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy idx;
-      MLA_TRY(idx.copy(a.indices, "indices", ctx));
-      SparsePrefillArgs h = a;
-      h.indices = idx.view();
-      MLA_TRY(validate_prefill_values(h));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(a, {{&SparsePrefillArgs::indices, "indices"}}, ctx,
+                                    validate_prefill_values));
 #ifdef MLA_HAS_CUDA
     return cuda::sparse_prefill(a, ws, ctx);
 #else

@@ -105,15 +105,10 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (R == 0) return Status::Ok();  // no rows
   if (detail::on_cuda(a.logits.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy len, bt;
-      MLA_TRY(len.copy(a.lengths, "lengths", ctx));
-      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-      TopkArgs h = a;
-      h.lengths = len.view();
-      h.block_table = bt.view();
-      MLA_TRY(check_topk_values(h));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(
+          a, {{&TopkArgs::lengths, "lengths"}, {&TopkArgs::block_table, "block_table"}}, ctx,
+          check_topk_values));
 #ifdef MLA_HAS_CUDA
     return cuda::topk_indices(a, ctx);
 #else
