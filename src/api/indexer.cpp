@@ -74,11 +74,7 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
       MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(), L::kPageTokens,
                                         /*allow_skip=*/true));
     }
-#ifdef MLA_HAS_CUDA
-    return cuda::append_indexer_keys(a, ctx);
-#else
-    return detail::no_cuda_backend("append_indexer_keys");
-#endif
+    return MLA_CUDA_BACKEND(cuda::append_indexer_keys(a, ctx), "append_indexer_keys");
   }
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), L::kPageTokens,
                                     /*allow_skip=*/true));
@@ -116,11 +112,7 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.q.numel() == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.q.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::quantize_indexer_query(a, ctx);
-#else
-    return detail::no_cuda_backend("quantize_indexer_query");
-#endif
+    return MLA_CUDA_BACKEND(cuda::quantize_indexer_query(a, ctx), "quantize_indexer_query");
   }
   return reference::quantize_indexer_query(a);
 }
@@ -159,11 +151,7 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
                                     {{&IndexerLogitsDecodeArgs::block_table, "block_table"},
                                      {&IndexerLogitsDecodeArgs::cache_seqlens, "cache_seqlens"}},
                                     ctx, check_block_table));
-#ifdef MLA_HAS_CUDA
-    return cuda::indexer_logits_decode(a, ctx);
-#else
-    return detail::no_cuda_backend("indexer_logits_decode");
-#endif
+    return MLA_CUDA_BACKEND(cuda::indexer_logits_decode(a, ctx), "indexer_logits_decode");
   }
   MLA_TRY(check_block_table(a));
   return reference::indexer_logits_decode(a);
@@ -210,11 +198,7 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
                                     ctx, [&](const IndexerLogitsPrefillArgs& h) {
                                       return check_key_ranges(h.k_start, h.k_end, N);
                                     }));
-#ifdef MLA_HAS_CUDA
-    return cuda::indexer_logits_prefill(a, ctx);
-#else
-    return detail::no_cuda_backend("indexer_logits_prefill");
-#endif
+    return MLA_CUDA_BACKEND(cuda::indexer_logits_prefill(a, ctx), "indexer_logits_prefill");
   }
   MLA_TRY(check_key_ranges(a.k_start, a.k_end, N));
   return reference::indexer_logits_prefill(a);

@@ -340,22 +340,14 @@ Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
   *bytes = 0;
   if (!detail::on_cuda(a.hidden.device)) return Status::Ok();  // the reference needs no scratch
   if (a.hidden.numel() == 0) return Status::Ok();              // an empty step runs nothing
-#ifdef MLA_HAS_CUDA
-  return cuda::layer_workspace_size(a, bytes);
-#else
-  return detail::no_cuda_backend("layer_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::layer_workspace_size(a, bytes), "layer_workspace_size");
 }
 
 Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_forward(a, ctx));
   if (a.hidden.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to compute
   if (detail::on_cuda(a.hidden.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::layer_forward(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("layer_forward");
-#endif
+    return MLA_CUDA_BACKEND(cuda::layer_forward(a, ws, ctx), "layer_forward");
   }
   return reference::layer_forward(a);
 }

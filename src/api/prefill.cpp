@@ -77,11 +77,7 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();
   if (detail::on_cuda(a.c_kv.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::decompress_kv(a, ctx);
-#else
-    return detail::no_cuda_backend("decompress_kv");
-#endif
+    return MLA_CUDA_BACKEND(cuda::decompress_kv(a, ctx), "decompress_kv");
   }
   return reference::decompress_kv(a);
 }
@@ -138,11 +134,7 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
                                     {{&MhaPrefillArgs::cu_seqlens_q, "cu_seqlens_q"},
                                      {&MhaPrefillArgs::cu_seqlens_k, "cu_seqlens_k"}},
                                     ctx, check_offsets));
-#ifdef MLA_HAS_CUDA
-    return cuda::mha_prefill(a, ctx);
-#else
-    return detail::no_cuda_backend("mha_prefill");
-#endif
+    return MLA_CUDA_BACKEND(cuda::mha_prefill(a, ctx), "mha_prefill");
   }
   MLA_TRY(check_offsets(a));
   return reference::mha_prefill(a);

@@ -159,11 +159,7 @@ Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
   MLA_TRY(validate_decode_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();  // the reference needs no scratch
   if (s.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
-#ifdef MLA_HAS_CUDA
-  return cuda::sparse_decode_workspace_size(s, bytes);
-#else
-  return detail::no_cuda_backend("sparse_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::sparse_decode_workspace_size(s, bytes), "sparse_workspace_size");
 }
 
 Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
@@ -175,11 +171,7 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   MLA_TRY(validate_prefill_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();
   if (s.out.numel() == 0) return Status::Ok();
-#ifdef MLA_HAS_CUDA
-  return cuda::sparse_prefill_workspace_size(s, bytes);
-#else
-  return detail::no_cuda_backend("sparse_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::sparse_prefill_workspace_size(s, bytes), "sparse_workspace_size");
 }
 
 Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext& ctx) {
@@ -192,11 +184,7 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
                                     {{&SparseDecodeArgs::indices, "indices"},
                                      {&SparseDecodeArgs::topk_length, "topk_length"}},
                                     ctx, validate_decode_values));
-#ifdef MLA_HAS_CUDA
-    return cuda::sparse_decode(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("sparse_decode");
-#endif
+    return MLA_CUDA_BACKEND(cuda::sparse_decode(a, ws, ctx), "sparse_decode");
   }
   MLA_TRY(validate_decode_values(a));
   return reference::sparse_decode(a);
@@ -210,11 +198,7 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
     if (ctx.check_device_values)
       MLA_TRY(detail::check_on_host(a, {{&SparsePrefillArgs::indices, "indices"}}, ctx,
                                     validate_prefill_values));
-#ifdef MLA_HAS_CUDA
-    return cuda::sparse_prefill(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("sparse_prefill");
-#endif
+    return MLA_CUDA_BACKEND(cuda::sparse_prefill(a, ws, ctx), "sparse_prefill");
   }
   MLA_TRY(validate_prefill_values(a));
   return reference::sparse_prefill(a);

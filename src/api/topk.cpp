@@ -109,11 +109,7 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
       MLA_TRY(detail::check_on_host(
           a, {{&TopkArgs::lengths, "lengths"}, {&TopkArgs::block_table, "block_table"}}, ctx,
           check_topk_values));
-#ifdef MLA_HAS_CUDA
-    return cuda::topk_indices(a, ctx);
-#else
-    return detail::no_cuda_backend("topk_indices");
-#endif
+    return MLA_CUDA_BACKEND(cuda::topk_indices(a, ctx), "topk_indices");
   }
   MLA_TRY(check_topk_values(a));
   return reference::topk_indices(a);
