@@ -106,4 +106,11 @@ bool int_arg(PyObject* o, const char* name, int64_t lo, int64_t hi, int64_t* v) 
   return true;
 }
 
+// A single-phase module definition: `methods` and no per-module state.
+PyModuleDef module_def(const char* name, const char* doc, PyMethodDef* methods) {
+  PyModuleDef d = {
+      PyModuleDef_HEAD_INIT, name, doc, -1, methods, nullptr, nullptr, nullptr, nullptr};
+  return d;
+}
+
 }  // namespace

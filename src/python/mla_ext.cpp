@@ -1056,15 +1056,8 @@ PyMethodDef g_methods[] = {
      "strides, hold)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
-                        "_ext",
-                        "The compiled half of mla's call machinery (see mla/_call.py).",
-                        -1,
-                        g_methods,
-                        nullptr,
-                        nullptr,
-                        nullptr,
-                        nullptr};
+PyModuleDef g_module =
+    module_def("_ext", "The compiled half of mla's call machinery (see mla/_call.py).", g_methods);
 
 bool intern_names() {
   struct {

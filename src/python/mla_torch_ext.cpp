@@ -151,9 +151,9 @@ void add_key(Key& k, int& n, const mla_tensor& t) {
 
 // The workspace of one call (none when `need` is 0): with `keep`, the kept one of
 // (device, stream) outside graph capture (grown when too small); else a new one, freed
-// after the call (under capture: from the graph's pool). The torch.ops kernels never keep one: torch.compile's
-// CUDA-graph trees run them in the graph's pool outside capture too (warm-up), where a
-// kept tensor would be a live allocation the graph does not own.
+// after the call (under capture: from the graph's pool). The torch.ops kernels never keep
+// one: torch.compile's CUDA-graph trees run them in the graph's pool outside capture too
+// (warm-up), where a kept tensor would be a live allocation the graph does not own.
 at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need, bool keep) {
   if (need == 0) return {};
   auto alloc = [&] { return at::empty({int64_t(need)}, q.options().dtype(at::kByte)); };
@@ -335,13 +335,21 @@ PyObject* sparse_impl(PyObject* const* args) {
   return PyTuple_Pack(2, o.p, l.p);
 }
 
-PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8) {
-    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments");
+// A METH_FASTCALL entry: `impl` on exactly `want` arguments, its C++ failures raised as
+// Python exceptions (MlaFailure as its mla.errors class; torch's own errors, c10::Error:
+// out of memory..., as RuntimeError).
+PyObject* fastcall(const char* name, Py_ssize_t want, PyObject* (*impl)(PyObject* const*),
+                   PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != want) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, want);
+    return nullptr;
+  }
+  if (g_decode == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "mla._torch_ext: bind() was not called");
     return nullptr;
   }
   try {
-    return sparse_impl(args);
+    return impl(args);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -352,23 +360,11 @@ PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9) {
-    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments");
-    return nullptr;
-  }
-  if (g_decode == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "mla._torch_ext: bind() was not called");
-    return nullptr;
-  }
-  try {
-    return decode_impl(args);
-  } catch (const MlaFailure& f) {
-    raise_code(f.code, f.message.c_str());
-    return nullptr;
-  } catch (const std::exception& e) {  // torch's own errors (c10::Error): out of memory...
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  return fastcall("decode", 9, decode_impl, args, nargs);
+}
+
+PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return fastcall("sparse_decode", 8, sparse_impl, args, nargs);
 }
 
 void register_cuda_impls();
@@ -477,15 +473,8 @@ PyMethodDef g_methods[] = {
     {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
-                        "_torch_ext",
-                        "The torch CUDA decode hot path of mla (see mla/_call.py).",
-                        -1,
-                        g_methods,
-                        nullptr,
-                        nullptr,
-                        nullptr,
-                        nullptr};
+PyModuleDef g_module = module_def(
+    "_torch_ext", "The torch CUDA decode hot path of mla (see mla/_call.py).", g_methods);
 
 }  // namespace
 
