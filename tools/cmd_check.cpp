@@ -150,29 +150,53 @@ Outcome sync_gpu() {
 }
 
 // The outputs of one attention check: the reference's (f64) and the GPU's (bf16 out, f32
-// lse), all poisoned first (NaN bytes: a row the kernel does not write cannot pass).
+// lse, on the host and mirrored on the GPU), all poisoned first (NaN bytes: a row the
+// kernel does not write cannot pass).
 struct AttnOutputs {
   HostTensor ref_out, ref_lse, out, lse;
+  std::unique_ptr<Mirror> dout, dlse;
   AttnOutputs(const std::vector<int64_t>& out_shape, const std::vector<int64_t>& lse_shape)
       : ref_out(DType::f64, out_shape),
         ref_lse(DType::f64, lse_shape),
         out(DType::bf16, out_shape),
         lse(DType::f32, lse_shape) {
     for (HostTensor* t : {&ref_out, &ref_lse, &out, &lse}) t->poison();
+    dout = std::make_unique<Mirror>(out);
+    dlse = std::make_unique<Mirror>(lse);
+  }
+  // The reference run's outputs and the GPU run's.
+  template <class Args>
+  void to_reference(Args& a) const {
+    a.out = ref_out.view();
+    a.lse = ref_lse.view();
+  }
+  template <class Args>
+  void to_gpu(Args& a) const {
+    a.out = dout->view;
+    a.lse = dlse->view;
   }
 };
 
-// After the GPU run into `dout` / `dlse` (mirrors of o.out / o.lse): both back on the
-// host and compared with the reference. Bounds of the GPU tests: out 1e-2 of the row's max
-// (P and the output are rounded to bf16), lse 1e-3 (fp32 scores).
-Outcome compare_attention(AttnOutputs& o, const Mirror& dout, const Mirror& dlse, int64_t width) {
+// After the GPU run: the outputs back on the host and compared with the reference. Bounds
+// of the GPU tests: out 1e-2 of the row's max (P and the output are rounded to bf16), lse
+// 1e-3 (fp32 scores).
+Outcome compare_attention(AttnOutputs& o, int64_t width) {
   if (Outcome s = sync_gpu(); !s.ok) return s;
-  dout.mem.to_host(o.out.storage.data(), nbytes(o.out));
-  dlse.mem.to_host(o.lse.storage.data(), nbytes(o.lse));
+  o.dout->mem.to_host(o.out.storage.data(), nbytes(o.out));
+  o.dlse->mem.to_host(o.lse.storage.data(), nbytes(o.lse));
   Outcome r = compare_rows(o.out, o.ref_out, width, 1e-2, "out");
   if (!r.ok) return r;
   Outcome l = compare_lse(o.lse, o.ref_lse, 1e-3);
   return {l.ok, r.detail + ", " + l.detail};
+}
+
+// `run` (taking a Workspace) with the device workspace `size` (taking a size_t*) asks for.
+template <class Size, class Run>
+Status with_workspace(Size&& size, Run&& run) {
+  size_t bytes = 0;
+  MLA_TRY(size(&bytes));
+  DevMem ws(bytes);
+  return run(Workspace{ws.get(), bytes});
 }
 
 // A random paged cache of `lengths` (page 64) on the host, and its copy on the GPU.
@@ -209,12 +233,11 @@ Outcome check_decode(KvFormat format, uint64_t seed) {
   a.block_table = cache.block_table_view();
   a.cache_seqlens = cache.seqlens_view();
   a.softmax_scale = float(deepseek_v32_softmax_scale());
-  a.out = o.ref_out.view();
-  a.lse = o.ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(mla_decode(a));
 
   Mirror dq(q), dbt(HostTensor(DType::i32, {B, cache.max_pages})),
-      dlen(HostTensor(DType::i32, {B})), dout(o.out), dlse(o.lse);
+      dlen(HostTensor(DType::i32, {B}));
   cudaMemcpy(dbt.mem.get(), cache.block_table.data(), cache.block_table.size() * 4,
              cudaMemcpyHostToDevice);
   cudaMemcpy(dlen.mem.get(), cache.seqlens.data(), B * 4, cudaMemcpyHostToDevice);
@@ -223,13 +246,10 @@ Outcome check_decode(KvFormat format, uint64_t seed) {
   g.kv = kv.gpu;
   g.block_table = dbt.view;
   g.cache_seqlens = dlen.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
-  size_t ws_bytes = 0;
-  CHECK_OK(decode_workspace_size(g, {}, &ws_bytes));
-  DevMem ws(ws_bytes);
-  CHECK_OK(mla_decode(g, {}, Workspace{ws.get(), ws_bytes}));
-  return compare_attention(o, dout, dlse, kDv);
+  o.to_gpu(g);
+  CHECK_OK(with_workspace([&](size_t* bytes) { return decode_workspace_size(g, {}, bytes); },
+                          [&](Workspace ws) { return mla_decode(g, {}, ws); }));
+  return compare_attention(o, kDv);
 }
 
 // Sparse decode over index lists naming tokens of each request (and -1 entries); the
@@ -255,22 +275,18 @@ Outcome check_sparse_decode(KvFormat format, uint64_t seed) {
   a.kv = cache.view();
   a.indices = idx.view();
   a.softmax_scale = float(deepseek_v32_softmax_scale());
-  a.out = o.ref_out.view();
-  a.lse = o.ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(sparse_decode(a));
 
-  Mirror dq(q), didx(idx), dout(o.out), dlse(o.lse);
+  Mirror dq(q), didx(idx);
   SparseDecodeArgs g = a;
   g.q = dq.view;
   g.kv = kv.gpu;
   g.indices = didx.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
-  size_t ws_bytes = 0;
-  CHECK_OK(sparse_workspace_size(g, &ws_bytes));
-  DevMem ws(ws_bytes);
-  CHECK_OK(sparse_decode(g, Workspace{ws.get(), ws_bytes}));
-  return compare_attention(o, dout, dlse, kDv);
+  o.to_gpu(g);
+  CHECK_OK(with_workspace([&](size_t* bytes) { return sparse_workspace_size(g, bytes); },
+                          [&](Workspace ws) { return sparse_decode(g, ws); }));
+  return compare_attention(o, kDv);
 }
 
 // Top-k over random logits: the GPU's lists must equal the reference's exactly (the order
@@ -322,17 +338,15 @@ Outcome check_prefill(uint64_t seed) {
   a.q = q.view(), a.k = k.view(), a.v = v.view();
   a.cu_seqlens_q = cu.view(), a.cu_seqlens_k = cu.view();
   a.softmax_scale = float(1.0 / std::sqrt(double(dqk)));
-  a.out = o.ref_out.view();
-  a.lse = o.ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(mha_prefill(a));
-  Mirror dq(q), dk(k), dv_(v), dcu(cu), dout(o.out), dlse(o.lse);
+  Mirror dq(q), dk(k), dv_(v), dcu(cu);
   MhaPrefillArgs g = a;
   g.q = dq.view, g.k = dk.view, g.v = dv_.view;
   g.cu_seqlens_q = dcu.view, g.cu_seqlens_k = dcu.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
+  o.to_gpu(g);
   CHECK_OK(mha_prefill(g));
-  return compare_attention(o, dout, dlse, dv);
+  return compare_attention(o, dv);
 }
 
 int run(const CheckOptions& o) {
