@@ -54,7 +54,32 @@ Status check_offsets(const MhaPrefillArgs& a) {
   return check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", a.k.shape[0], "Tk (k's rows)");
 }
 
+// chunked_prefill runs on CUDA only: a defined q on the CPU is named here (an undefined
+// one, and every other tensor, by the CUDA backend's validation).
+Status expect_chunked_on_cuda(const ChunkedPrefillArgs& a) {
+  if (!a.q.defined()) return Status::Ok();
+  MLA_TRY(detail::expect_known_device(a.q, "q"));
+  if (!detail::on_cuda(a.q.device))
+    return error(Errc::unsupported,
+                 "q: a CPU tensor; chunked_prefill runs on CUDA only (on the CPU the same "
+                 "attention is decompress_kv of the gathered latents, then mha_prefill)");
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
+  *bytes = 0;
+  MLA_TRY(expect_chunked_on_cuda(a));
+  return MLA_CUDA_BACKEND(cuda::chunked_prefill_workspace_size(a, bytes),
+                          "chunked_prefill_workspace_size");
+}
+
+Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecContext& ctx) {
+  MLA_TRY(expect_chunked_on_cuda(a));
+  return MLA_CUDA_BACKEND(cuda::chunked_prefill(a, ws, ctx), "chunked_prefill");
+}
 
 Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_shape(a.c_kv, "c_kv", {kAny, kAny}, "[N, d_c]"));
