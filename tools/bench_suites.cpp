@@ -84,26 +84,33 @@ DsaBenchOptions parse_dsa_bench(int argc, char** argv) {
   return o;
 }
 
-PrefillBenchOptions parse_prefill_bench(int argc, char** argv) {
-  PrefillBenchOptions o;
-  CLI::App app{
-      "mla_bench_prefill: prefill attention and the decompression GEMMs on the GPU; "
-      "`mla bench prefill` runs it"};
-  app.add_option("--json", o.json, "write the rows as JSON to this file");
+namespace {
+// A bench binary's command line: --json and the suite's options.
+template <class Options>
+Options parse_bench(int argc, char** argv, const char* description, const char* json_help) {
+  Options o;
+  CLI::App app{description};
+  app.add_option("--json", o.json, json_help);
   add_options(app, o);
   parse_or_exit(app, argc, argv);
   return o;
 }
+}  // namespace
+
+PrefillBenchOptions parse_prefill_bench(int argc, char** argv) {
+  return parse_bench<PrefillBenchOptions>(
+      argc, argv,
+      "mla_bench_prefill: prefill attention and the decompression GEMMs on the GPU; "
+      "`mla bench prefill` runs it",
+      "write the rows as JSON to this file");
+}
 
 LayerBenchOptions parse_layer_bench(int argc, char** argv) {
-  LayerBenchOptions o;
-  CLI::App app{
+  return parse_bench<LayerBenchOptions>(
+      argc, argv,
       "mla_bench_layer: one DeepSeek-V3.2 attention layer's decode loop on the GPU; "
-      "`mla bench layer` runs it"};
-  app.add_option("--json", o.json, "write the points as JSON to this file");
-  add_options(app, o);
-  parse_or_exit(app, argc, argv);
-  return o;
+      "`mla bench layer` runs it",
+      "write the points as JSON to this file");
 }
 
 std::vector<std::string> to_args(const DsaBenchOptions& o) {

@@ -412,19 +412,30 @@ int run_dsa_suite(const char* suite, const std::vector<std::string>& cases, DsaF
 // prefill / layer: the program writes its own document; it becomes "results" (prefill: its
 // rows, the default kernels' attention and decompression rows tagged for the planner;
 // layer: its points, which scripts/layer_study_compare.py reads).
-int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeilings peaks) {
-  const std::string prog = suite_program("mla_bench_prefill");
+// Runs mla_bench_<suite> (installed beside mla) with `o`, its JSON into a scratch file:
+// *doc is the suite's document begun (start_suite), *out the program's, holding `key`.
+// Returns 0 when both are ready, else the exit code of the command.
+template <class Options>
+int run_suite_program(const std::string& suite, Options o, BenchCeilings* peaks, const char* key,
+                      nlohmann::json* doc, nlohmann::json* out) {
+  const std::string name = "mla_bench_" + suite;
+  const std::string prog = suite_program(name.c_str());
   if (prog.empty()) {
-    std::fprintf(stderr, "mla bench prefill: mla_bench_prefill is not installed beside mla\n");
+    std::fprintf(stderr, "mla bench %s: %s is not installed beside mla\n", suite.c_str(),
+                 name.c_str());
     return kNoGpu;
   }
-  nlohmann::json doc;
-  if (!start_suite("prefill", &peaks, &doc)) return kNoGpu;
+  if (!start_suite(suite.c_str(), peaks, doc)) return kNoGpu;
   Scratch tmp;
-  p.json = tmp.path;
-  if (int rc = run_program(prog, to_args(p)); rc != 0) return rc;
-  const nlohmann::json out = read_json(tmp.path);
-  if (!out.is_object() || !out.contains("results")) return 1;
+  o.json = tmp.path;
+  if (int rc = run_program(prog, to_args(o)); rc != 0) return rc;
+  *out = read_json(tmp.path);
+  return out->is_object() && out->contains(key) ? 0 : 1;
+}
+
+int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeilings peaks) {
+  nlohmann::json doc, out;
+  if (int rc = run_suite_program("prefill", p, &peaks, "results", &doc, &out); rc != 0) return rc;
   const bool default_kernels = !p.attention_only;
   for (nlohmann::json r : out["results"]) {
     const double ms = r.value("ms", 0.0);
@@ -444,18 +455,8 @@ int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeili
 }
 
 int run_layer_suite(LayerBenchOptions l, const std::string& json, BenchCeilings peaks) {
-  const std::string prog = suite_program("mla_bench_layer");
-  if (prog.empty()) {
-    std::fprintf(stderr, "mla bench layer: mla_bench_layer is not installed beside mla\n");
-    return kNoGpu;
-  }
-  nlohmann::json doc;
-  if (!start_suite("layer", &peaks, &doc)) return kNoGpu;
-  Scratch tmp;
-  l.json = tmp.path;
-  if (int rc = run_program(prog, to_args(l)); rc != 0) return rc;
-  const nlohmann::json out = read_json(tmp.path);
-  if (!out.is_object() || !out.contains("points")) return 1;
+  nlohmann::json doc, out;
+  if (int rc = run_suite_program("layer", l, &peaks, "points", &doc, &out); rc != 0) return rc;
   doc["results"] = out["points"];
   doc["points"] = out["points"];  // the layer study's own key (scripts/layer_study_compare.py)
   doc["model"] = out.value("model", "");
