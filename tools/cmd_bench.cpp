@@ -104,14 +104,6 @@ std::string shape_name(const Shape& s) {
          std::to_string(s.s_q) + " L" + std::to_string(s.lengths[0] / 1024) + "K";
 }
 
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
-
 nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   constexpr int kPage = 64;
   const int B = int(s.lengths.size());
@@ -123,7 +115,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     max_pages = std::max(max_pages, p);
     num_pages += p;
   }
-  DeviceMem kv(num_pages * kPage * entry), q(int64_t(B) * s.s_q * s.h_q * kDqk * 2),
+  DeviceBuffer kv(num_pages * kPage * entry), q(int64_t(B) * s.s_q * s.h_q * kDqk * 2),
       out(int64_t(B) * s.s_q * s.h_q * kDv * 2), lse(int64_t(B) * s.h_q * s.s_q * 4),
       bt(int64_t(B) * max_pages * 4), lens(B * 4);
   // Random cache and q; each request's pages are a random permutation of the pool.
@@ -162,7 +154,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     std::fprintf(stderr, "workspace: %s\n", st.to_string().c_str());
     std::exit(1);
   }
-  DeviceMem ws(ws_bytes);
+  DeviceBuffer ws(ws_bytes);
   const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
     BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
   });
@@ -463,6 +455,28 @@ int run_layer_suite(LayerBenchOptions l, const std::string& json, BenchCeilings 
   return write_document(json, doc);
 }
 
+// --json of every bench subcommand.
+void json_option(CLI::App* sub, std::string& json) {
+  sub->add_option("--json", json,
+                  "write the results as JSON to this file (`mla plan --calibrate FILE` "
+                  "reads it)");
+}
+
+// `mla bench <name>` for a suite that runs its own program: the suite's options, --json
+// and the ceilings, then run(options, json, ceilings).
+template <class Options>
+void add_program_suite(CLI::App* bench, const char* name, const char* help,
+                       int (*run)(Options, const std::string&, BenchCeilings)) {
+  auto* sub = bench->add_subcommand(name, help);
+  auto o = std::make_shared<Options>();
+  auto json = std::make_shared<std::string>();
+  auto peaks = std::make_shared<BenchCeilings>();
+  add_options(*sub, *o);
+  json_option(sub, *json);
+  add_ceiling_options(*sub, *peaks);
+  sub->callback([o, json, peaks, run] { std::exit(run(*o, *json, *peaks)); });
+}
+
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
@@ -471,11 +485,6 @@ void register_bench_command(CLI::App& app) {
       "benchmarks on the GPU (docs/benchmarks.md suites); each measures the ceilings first "
       "and writes JSON that `mla plan --calibrate` reads");
   bench->require_subcommand(1);
-  auto json_option = [](CLI::App* sub, std::string& json) {
-    sub->add_option("--json", json,
-                    "write the results as JSON to this file (`mla plan --calibrate FILE` "
-                    "reads it)");
-  };
 
   auto* dec = bench->add_subcommand("decode", "dense MLA decode suites (runs in this program)");
   auto o = std::make_shared<BenchOptions>();
@@ -533,25 +542,12 @@ void register_bench_command(CLI::App& app) {
     });
   }
 
-  auto* pre = bench->add_subcommand(
-      "prefill", "prefill attention and the decompression GEMMs (runs mla_bench_prefill)");
-  auto p = std::make_shared<PrefillBenchOptions>();
-  auto pj = std::make_shared<std::string>();
-  auto pc = std::make_shared<BenchCeilings>();
-  add_options(*pre, *p);
-  json_option(pre, *pj);
-  add_ceiling_options(*pre, *pc);
-  pre->callback([p, pj, pc] { std::exit(run_prefill_suite(*p, *pj, *pc)); });
-
-  auto* lay = bench->add_subcommand(
-      "layer", "one DeepSeek-V3.2 attention layer's decode loop (runs mla_bench_layer)");
-  auto l = std::make_shared<LayerBenchOptions>();
-  auto lj = std::make_shared<std::string>();
-  auto lc = std::make_shared<BenchCeilings>();
-  add_options(*lay, *l);
-  json_option(lay, *lj);
-  add_ceiling_options(*lay, *lc);
-  lay->callback([l, lj, lc] { std::exit(run_layer_suite(*l, *lj, *lc)); });
+  add_program_suite<PrefillBenchOptions>(
+      bench, "prefill", "prefill attention and the decompression GEMMs (runs mla_bench_prefill)",
+      run_prefill_suite);
+  add_program_suite<LayerBenchOptions>(
+      bench, "layer", "one DeepSeek-V3.2 attention layer's decode loop (runs mla_bench_layer)",
+      run_layer_suite);
 }
 
 }  // namespace mla::cli
