@@ -51,4 +51,17 @@ Status check_on_host(
   return std::forward<Check>(check)(std::as_const(h));
 }
 
+// The value checks of an op whose index tensors may live on the GPU: on the CPU `check`
+// runs on `args` itself; on the GPU only in the checked mode (check_on_host), since the
+// kernels guard the device values themselves.
+template <class Args, class Check>
+Status check_values(
+    bool on_gpu, const Args& args,
+    std::initializer_list<std::pair<TensorView std::type_identity_t<Args>::*, const char*>> fields,
+    const ExecContext& ctx, Check&& check) {
+  if (!on_gpu) return std::forward<Check>(check)(args);
+  if (!ctx.check_device_values) return Status::Ok();
+  return check_on_host(args, fields, ctx, std::forward<Check>(check));
+}
+
 }  // namespace mla::detail

@@ -145,15 +145,12 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
                                                             {&a.cache_seqlens, "cache_seqlens"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
-  if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values)
-      MLA_TRY(detail::check_on_host(a,
-                                    {{&IndexerLogitsDecodeArgs::block_table, "block_table"},
-                                     {&IndexerLogitsDecodeArgs::cache_seqlens, "cache_seqlens"}},
-                                    ctx, check_block_table));
-    return MLA_CUDA_BACKEND(cuda::indexer_logits_decode(a, ctx), "indexer_logits_decode");
-  }
-  MLA_TRY(check_block_table(a));
+  const bool on_gpu = detail::on_cuda(a.q8.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&IndexerLogitsDecodeArgs::block_table, "block_table"},
+                                {&IndexerLogitsDecodeArgs::cache_seqlens, "cache_seqlens"}},
+                               ctx, check_block_table));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::indexer_logits_decode(a, ctx), "indexer_logits_decode");
   return reference::indexer_logits_decode(a);
 }
 
@@ -190,17 +187,15 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
                                                             {&a.k_end, "k_end"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
-  if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values)
-      MLA_TRY(detail::check_on_host(a,
-                                    {{&IndexerLogitsPrefillArgs::k_start, "k_start"},
-                                     {&IndexerLogitsPrefillArgs::k_end, "k_end"}},
-                                    ctx, [&](const IndexerLogitsPrefillArgs& h) {
-                                      return check_key_ranges(h.k_start, h.k_end, N);
-                                    }));
+  const bool on_gpu = detail::on_cuda(a.q8.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&IndexerLogitsPrefillArgs::k_start, "k_start"},
+                                {&IndexerLogitsPrefillArgs::k_end, "k_end"}},
+                               ctx, [&](const IndexerLogitsPrefillArgs& h) {
+                                 return check_key_ranges(h.k_start, h.k_end, N);
+                               }));
+  if (on_gpu)
     return MLA_CUDA_BACKEND(cuda::indexer_logits_prefill(a, ctx), "indexer_logits_prefill");
-  }
-  MLA_TRY(check_key_ranges(a.k_start, a.k_end, N));
   return reference::indexer_logits_prefill(a);
 }
 

@@ -153,15 +153,12 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
                                    {&a.cu_seqlens_k, "cu_seqlens_k"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (T == 0) return Status::Ok();  // no query rows
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values)
-      MLA_TRY(detail::check_on_host(a,
-                                    {{&MhaPrefillArgs::cu_seqlens_q, "cu_seqlens_q"},
-                                     {&MhaPrefillArgs::cu_seqlens_k, "cu_seqlens_k"}},
-                                    ctx, check_offsets));
-    return MLA_CUDA_BACKEND(cuda::mha_prefill(a, ctx), "mha_prefill");
-  }
-  MLA_TRY(check_offsets(a));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&MhaPrefillArgs::cu_seqlens_q, "cu_seqlens_q"},
+                                {&MhaPrefillArgs::cu_seqlens_k, "cu_seqlens_k"}},
+                               ctx, check_offsets));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::mha_prefill(a, ctx), "mha_prefill");
   return reference::mha_prefill(a);
 }
 

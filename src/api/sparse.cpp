@@ -178,15 +178,13 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
   MLA_TRY(validate_decode_shapes(a));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values)  // the kernel treats a bad index as -1; this names it
-      MLA_TRY(detail::check_on_host(a,
-                                    {{&SparseDecodeArgs::indices, "indices"},
-                                     {&SparseDecodeArgs::topk_length, "topk_length"}},
-                                    ctx, validate_decode_values));
-    return MLA_CUDA_BACKEND(cuda::sparse_decode(a, ws, ctx), "sparse_decode");
-  }
-  MLA_TRY(validate_decode_values(a));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  // On the GPU the kernel treats a bad index as -1; the checked mode names it.
+  MLA_TRY(detail::check_values(
+      on_gpu, a,
+      {{&SparseDecodeArgs::indices, "indices"}, {&SparseDecodeArgs::topk_length, "topk_length"}},
+      ctx, validate_decode_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::sparse_decode(a, ws, ctx), "sparse_decode");
   return reference::sparse_decode(a);
 }
 
@@ -194,13 +192,10 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   MLA_TRY(validate_prefill_shapes(a));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values)
-      MLA_TRY(detail::check_on_host(a, {{&SparsePrefillArgs::indices, "indices"}}, ctx,
-                                    validate_prefill_values));
-    return MLA_CUDA_BACKEND(cuda::sparse_prefill(a, ws, ctx), "sparse_prefill");
-  }
-  MLA_TRY(validate_prefill_values(a));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  MLA_TRY(detail::check_values(on_gpu, a, {{&SparsePrefillArgs::indices, "indices"}}, ctx,
+                               validate_prefill_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::sparse_prefill(a, ws, ctx), "sparse_prefill");
   return reference::sparse_prefill(a);
 }
 

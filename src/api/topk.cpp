@@ -104,14 +104,11 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
       {{&a.logits, "logits"}, {&a.lengths, "lengths"}, {&a.block_table, "block_table"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (R == 0) return Status::Ok();  // no rows
-  if (detail::on_cuda(a.logits.device)) {
-    if (ctx.check_device_values)
-      MLA_TRY(detail::check_on_host(
-          a, {{&TopkArgs::lengths, "lengths"}, {&TopkArgs::block_table, "block_table"}}, ctx,
-          check_topk_values));
-    return MLA_CUDA_BACKEND(cuda::topk_indices(a, ctx), "topk_indices");
-  }
-  MLA_TRY(check_topk_values(a));
+  const bool on_gpu = detail::on_cuda(a.logits.device);
+  MLA_TRY(detail::check_values(
+      on_gpu, a, {{&TopkArgs::lengths, "lengths"}, {&TopkArgs::block_table, "block_table"}}, ctx,
+      check_topk_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::topk_indices(a, ctx), "topk_indices");
   return reference::topk_indices(a);
 }
 
