@@ -125,10 +125,7 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   MLA_TRY(expect_shape(a.w_folded, "w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
   MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
   MLA_TRY(validate_indexer_cache(a.cache, "cache"));
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(expect_shape(a.logits, "logits", {B, s_q, kAny}, "[B, s_q, max_len]"));
   MLA_TRY(expect_dtype(a.logits, "logits", {DType::f32}));
   for (auto [t, name] :

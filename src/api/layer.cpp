@@ -10,6 +10,7 @@
 
 #include "api/backend.hpp"
 #include "api/device_values.hpp"
+#include "api/paged_checks.hpp"
 #include "api/rope_checks.hpp"
 #include "common/checked.hpp"
 #include "common/validate.hpp"
@@ -209,11 +210,8 @@ Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
 
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.kv.data, "kv"));
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
+  MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.block_table, "block_table"));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.cache_seqlens, "cache_seqlens"));
   const bool has_index = a.index_cache.data.defined();
   if (sparse && !has_index)
