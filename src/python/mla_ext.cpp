@@ -735,6 +735,18 @@ int32_t invoke(void* fn, const Converted& c, std::index_sequence<I...>) {
   return f(slot_get<A>(c.slots[I])...);
 }
 
+// The C function `fn` of signature int32_t(A...) on the converted arguments; without the
+// GIL for CPU arrays (the reference runs there), with it for CUDA ones (a launch is short).
+template <class... A>
+int32_t call_c(void* fn, const Converted& c) {
+  if (!c.on_cpu()) return invoke<A...>(fn, c, std::index_sequence_for<A...>{});
+  int32_t status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = invoke<A...>(fn, c, std::index_sequence_for<A...>{});
+  Py_END_ALLOW_THREADS;
+  return status;
+}
+
 template <class Sig>
 struct Binder;
 
@@ -749,15 +761,7 @@ struct Binder<int32_t(A...)> {
     }
     Converted c;
     if (!convert<A...>(op, args, nargs, &c)) return nullptr;
-    int32_t status;
-    if (c.on_cpu()) {
-      Py_BEGIN_ALLOW_THREADS;
-      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
-      Py_END_ALLOW_THREADS;
-    } else {
-      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
-    }
-    return finish(status, c, has_out_size);
+    return finish(call_c<A...>(op.fn, c), c, has_out_size);
   }
 };
 
@@ -953,14 +957,7 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
     c.slots[kPrefix].ptr = ws_ptr;
     c.slots[kPrefix + 1].size = ws_bytes;
     c.slots[kPrefix + 2].ptr = stream;
-    int32_t st;
-    if (c.on_cpu()) {
-      Py_BEGIN_ALLOW_THREADS;
-      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
-      Py_END_ALLOW_THREADS;
-    } else {
-      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
-    }
+    const int32_t st = call_c<R...>(run.fn, c);
     if (st != MLA_OK) return finish(st, c, false);
     if (ws == Py_None) Py_RETURN_NONE;
     Py_INCREF(ws);
