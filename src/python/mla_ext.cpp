@@ -222,11 +222,16 @@ PyObject* call_method0(PyObject* x, PyObject* name) {
   return PyObject_CallMethodObjArgs(x, name, nullptr);
 }
 
-bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
+// x.dtype as t->dtype (an error naming the argument when mla has no such dtype).
+bool read_dtype(PyObject* x, Framework fw, const char* name, mla_tensor* t) {
   Ref dt(PyObject_GetAttr(x, g_names.dtype));
   if (!dt) return false;
-  t->dtype = dtype_code(dt.p, Framework::torch, name);
-  if (t->dtype < 0) return false;
+  t->dtype = dtype_code(dt.p, fw, name);
+  return t->dtype >= 0;
+}
+
+bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
+  if (!read_dtype(x, Framework::torch, name, t)) return false;
   Ref cuda(PyObject_GetAttr(x, g_names.is_cuda));
   if (!cuda) return false;
   if (cuda.p == Py_True) {
@@ -261,10 +266,7 @@ bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
 }
 
 bool from_numpy(PyObject* x, const char* name, bool writable, mla_tensor* t) {
-  Ref dt(PyObject_GetAttr(x, g_names.dtype));
-  if (!dt) return false;
-  t->dtype = dtype_code(dt.p, Framework::numpy, name);
-  if (t->dtype < 0) return false;
+  if (!read_dtype(x, Framework::numpy, name, t)) return false;
   Ref ai(PyObject_GetAttr(x, g_names.array_interface));
   if (!ai) return false;
   PyObject* data = PyDict_GetItemString(ai.p, "data");        // borrowed
