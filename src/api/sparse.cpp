@@ -39,6 +39,19 @@ Status expect_layout(const TensorView& q,
   return Status::Ok();
 }
 
+// The index lists past their shape (checked by the caller): indices i32 with topk >= 1
+// entries per list (its last dim), and the optional topk_length [lists] i32 beside q.
+template <class Args>
+Status expect_lists(const Args& a, int64_t lists, const char* lists_shape) {
+  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
+  const int64_t topk = a.indices.shape[a.indices.ndim - 1];
+  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
+  if (!a.topk_length.defined()) return Status::Ok();
+  MLA_TRY(expect_shape(a.topk_length, "topk_length", {lists}, lists_shape));
+  MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
+  return expect_layout(a.q, {{&a.topk_length, "topk_length"}});
+}
+
 // indices entries j < n_list[...] are -1 or in [0, limit).
 Status check_index(int64_t v, int64_t limit, const std::string& where, const char* what) {
   if (v == -1 || (v >= 0 && v < limit)) return Status::Ok();
@@ -55,14 +68,7 @@ Status validate_decode_shapes(const SparseDecodeArgs& a) {
   MLA_TRY(expect_float(a.q, "q", true));
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(expect_shape(a.indices, "indices", {B, s_q, kAny}, "[B, s_q, topk]"));
-  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
-  const int64_t topk = a.indices.shape[2];
-  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
-  if (a.topk_length.defined()) {
-    MLA_TRY(expect_shape(a.topk_length, "topk_length", {B}, "[B]"));
-    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
-    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
-  }
+  MLA_TRY(expect_lists(a, B, "[B]"));
   MLA_TRY(expect_shape(a.out, "out", {B, s_q, h_q, kDv}, "[B, s_q, h_q, 512]"));
   MLA_TRY(expect_float(a.out, "out", true));
   MLA_TRY(expect_shape(a.lse, "lse", {B, h_q, s_q}, "[B, h_q, s_q]"));
@@ -110,14 +116,7 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
   MLA_TRY(expect_float(a.kv, "kv", true));
   MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
-  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
-  const int64_t topk = a.indices.shape[1];
-  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
-  if (a.topk_length.defined()) {
-    MLA_TRY(expect_shape(a.topk_length, "topk_length", {s_q}, "[s_q]"));
-    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
-    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
-  }
+  MLA_TRY(expect_lists(a, s_q, "[s_q]"));
   MLA_TRY(expect_shape(a.out, "out", {s_q, h_q, kDv}, "[s_q, h_q, 512]"));
   MLA_TRY(expect_float(a.out, "out", true));
   MLA_TRY(expect_shape(a.lse, "lse", {s_q, h_q}, "[s_q, h_q]"));
