@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
 #include "mla/self_check.hpp"
 
@@ -17,7 +18,9 @@ void register_check_command(CLI::App& app) {
       "check",
       "run each kernel family on the local GPU against the CPU reference (small shapes) and "
       "say what passed; exit 0 all passed, 1 a failure, 77 no CUDA GPU");
-  sub->add_option("--seed", *seed, "seed of the random inputs")->capture_default_str();
+  sub->add_option("--seed", *seed, "seed of the random inputs")
+      ->check(decimal_integer(0))
+      ->capture_default_str();
   sub->callback([seed] {
     const SelfCheckResult r = self_check(*seed, [](const std::string& line) {
       std::printf("%s\n", line.c_str());

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "common/random.hpp"
+#include "cuda/common/device_support.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
 #include "mla/prefill.hpp"
@@ -373,8 +374,13 @@ void run(uint64_t seed, Report& rep) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
     rep.r.status = kSelfCheckNoGpu;
-    rep.header(strf("mla check: no CUDA GPU (%s): nothing to check; the CPU reference needs none",
-                    e != cudaSuccess ? cudaGetErrorString(e) : "no device"));
+    // In words (cuda::no_gpu_reason), never the runtime's "driver version is insufficient".
+    const char* why = e != cudaSuccess ? cuda::no_gpu_reason(e) : "no CUDA GPU: no device";
+    cudaGetLastError();
+    rep.header(why ? strf("mla check: %s: nothing to check; the CPU reference needs none", why)
+                   : strf("mla check: no CUDA GPU (%s): nothing to check; the CPU reference "
+                          "needs none",
+                          cudaGetErrorString(e)));
     return;
   }
   cudaDeviceProp prop{};

@@ -17,7 +17,8 @@ namespace {
 int expected_status() {
   const mla::Support s = mla::is_supported(mla::OpFamily::decode, 0);
   if (s.supported) return mla::kSelfCheckPassed;
-  if (mla_built_with_cuda() == 0 || s.reason.rfind("no CUDA GPU", 0) == 0)
+  if (mla_built_with_cuda() == 0 || s.reason.rfind("no CUDA GPU", 0) == 0 ||
+      s.reason.rfind("no usable CUDA GPU", 0) == 0)
     return mla::kSelfCheckNoGpu;
   return mla::kSelfCheckFailed;  // a GPU the sm_90a kernels cannot run on
 }
@@ -33,7 +34,8 @@ TEST(SelfCheck, VerdictMatchesThisMachineAndReportIsTheStreamedLines) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.front(), r.header);
   if (r.status == mla::kSelfCheckNoGpu) {
-    EXPECT_NE(r.header.find("no CUDA GPU"), std::string::npos) << r.header;
+    EXPECT_NE(r.header.find("CUDA GPU"), std::string::npos) << r.header;
+    EXPECT_EQ(r.header.find("driver version is insufficient"), std::string::npos) << r.header;
     EXPECT_TRUE(r.checks.empty());
     EXPECT_TRUE(r.summary.empty());
   } else if (r.status == mla::kSelfCheckPassed) {
