@@ -277,6 +277,11 @@ def flash_mla_with_kvcache_fp8(q, k_cache, block_table, cache_seqlens, head_dim_
     if descale_k is None:
         raise errors.InvalidValueError(
             "descale_k: required (the fp8_e4m3 cache's per-tensor scale, [1] f32)")
+    if _call.torch_compiling():
+        raise errors.UnsupportedError(
+            "flash_mla_with_kvcache_fp8 under torch.compile: the fp8_e4m3 cache's scale is "
+            "per-thread state (mla.kv_scale), which a traced graph does not carry; call it "
+            "eagerly (CUDA graphs are fine)")
     if descale_q is not None:
         q = _scaled_to_bf16(q, descale_q)
     from .kv_scale import kv_scale

@@ -44,13 +44,13 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name) {
                  d.strides[0], d.shape[1] * entry);
   const std::string sname = fmt::format("{}.scale", name);
   if (cache.format != KvFormat::fp8_e4m3) {
-    if (cache.scale.data != nullptr || cache.scale.ndim != 0)
+    if (cache.scale.defined())
       return error(Errc::invalid_value, "{}: a {} cache has no per-tensor scale (leave it empty)",
                    sname, kv_format_name(cache.format));
     return Status::Ok();
   }
   const TensorView& s = cache.scale;
-  if (s.data == nullptr)
+  if (!s.defined() || s.data == nullptr)
     return error(Errc::invalid_value,
                  "{}: the fp8_e4m3 cache needs its per-tensor scale (one f32, k = code * scale)",
                  sname);

@@ -297,30 +297,36 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 // fp8_e4m3 producer: one thread's half entry is 288 codes (18 x 16 B, 72
 // registers: fewer than fp8_ds_mla's codes + scales + rope), converted
 // without a scale (e4m3 -> f16 is exact and |code| <= 448 fits f16), so no
-// key is ever shifted.
+// key is ever shifted. Half h takes the 32-byte pieces 2k + h (k = 0..8) of
+// the entry: 16 codes -> 2 stage chunks, so piece 2k + h lands in stage
+// chunks 8k + 4h .. +3, whose swizzled offsets are k * block + ((4h ^ r) ^ m)
+// for m < 4, the same four for every k (adjacent lanes read 64 contiguous
+// bytes per k).
 struct RawHalfE4m3 {
-  uint4 codes[18];  // codes [288h, 288h + 288) = stage chunks [36h, 36h + 36)
+  uint4 codes[18];  // [2k + j]: bytes 64k + 32h + 16j of the entry
 };
+__device__ __forceinline__ int e4m3_code_off(int half, int i) {
+  return 64 * (i / 2) + 32 * half + 16 * (i % 2);
+}
 __device__ __forceinline__ void load_raw_half(RawHalfE4m3& raw, const uint8_t* src, int half) {
 #pragma unroll
-  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, half * 288 + i * 16);
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, e4m3_code_off(half, i));
 }
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalfE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
-  const __half2 one = __float2half2_rn(1.f);  // exact: the product is the code itself
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     const uint4 cv = raw.codes[i];
-    raw.codes[i] = ldg16_or_zero(next, half * 288 + i * 16);
+    raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
     const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
     uint32_t w[8];
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
-      w[2 * h] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] & 0xffff), one);
-      w[2 * h + 1] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] >> 16), one);
+      w[2 * h] = e4m3x2_to_f16x2(uint16_t(c32[h] & 0xffff));
+      w[2 * h + 1] = e4m3x2_to_f16x2(uint16_t(c32[h] >> 16));
     }
-    const int q = 36 * half + 2 * i;
+    const int q = 8 * (i / 2) + 4 * half + 2 * (i % 2);
     *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
     *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
   }
@@ -407,8 +413,8 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
           producer_src<KeySrc>(p, in.b, tile_begin + it + 1, in.key_end, ptid, &unused);
       if (far != nullptr) {
 #pragma unroll
-        for (int k = 0; k < 3; ++k)
-          if (128 * (3 * half + k) < E::kEntryBytes) ptx::prefetch_l2(far + 128 * (3 * half + k));
+        for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
+          ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
         if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
       }
     }
