@@ -1,8 +1,10 @@
-// Fail-fast checks for the benchmark executables: a benchmark that meets an
-// error prints where and why and exits (no partial numbers are worth keeping).
+// Fail-fast checks for the benchmark executables, and their device buffers: a benchmark
+// that meets an error prints where and why and exits (no partial numbers are worth keeping).
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -40,3 +42,13 @@ inline std::string bench_cuda_error_text(cudaError_t e) {
       std::exit(3);                                                                           \
     }                                                                                         \
   } while (0)
+
+// Device memory that must be allocated (exit code 2 otherwise), freed on scope exit. At
+// least 256 bytes: an empty buffer still has its own address.
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};

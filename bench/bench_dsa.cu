@@ -487,14 +487,20 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
 }
 
 // Sparse prefill through the backend of mla::sparse_prefill: q [s_q, h, 576]
-// over a flat kv [s_kv, 576] bf16, s_q index lists of topk uniform rows, with
-// `kernel` (automatic: the prefill kernel).
+// over a flat kv [s_kv, 576] bf16 (fp8: [s_kv, 656] fp8_ds_mla entries), s_q
+// index lists of topk uniform rows, with `kernel` (automatic: the prefill kernel).
 double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int topk,
-                            mla::cuda::sparse::Kernel kernel) {
+                            mla::cuda::sparse::Kernel kernel, bool fp8 = false) {
   const bool mma = kernel == mla::cuda::sparse::Kernel::mma_sync;
   const mla::Device dev = mla::Device::cuda(0);
-  auto* kv = dalloc(s_kv * 576 * 2);
-  fill(kv, s_kv * 576, kBf16, 9);
+  const int64_t entry = fp8 ? 656 : 1152;
+  auto* kv = dalloc(s_kv * entry);
+  if (fp8) {
+    fill(kv, s_kv * entry, kBytesE4m3, 9);
+    fix_fp8_entries<<<1024, 256>>>(static_cast<uint8_t*>(kv), s_kv);
+  } else {
+    fill(kv, s_kv * 576, kBf16, 9);
+  }
   auto* q = dalloc(s_q * h * 576 * 2);
   fill(q, s_q * h * 576, kBf16, 10);
   auto* idx = static_cast<int32_t*>(dalloc(s_q * topk * 4));
@@ -503,7 +509,9 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
   auto* lse = dalloc(s_q * h * 4);
   mla::SparsePrefillArgs a;
   a.q = mla::TensorView::make(q, mla::DType::bf16, {s_q, h, 576}, dev);
-  a.kv = mla::TensorView::make(kv, mla::DType::bf16, {s_kv, 576}, dev);
+  a.kv = fp8 ? mla::TensorView::make(kv, mla::DType::u8, {s_kv, 656}, dev)
+             : mla::TensorView::make(kv, mla::DType::bf16, {s_kv, 576}, dev);
+  a.kv_format = fp8 ? mla::KvFormat::fp8_ds_mla : mla::KvFormat::bf16;
   a.indices = mla::TensorView::make(idx, mla::DType::i32, {s_q, topk}, dev);
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {s_q, h, 512}, dev);
@@ -518,11 +526,12 @@ double bench_sparse_prefill(Timer& tm, int64_t s_q, int h, int64_t s_kv, int top
       },
       mma ? 5 : 9);
   const double flops = 2.0 * h * topk * (576 + 512) * double(s_q);
-  const double bytes = double(s_q) * topk * 1152 + double(s_q) * h * (576 + 512) * 2;
+  const double bytes = double(s_q) * topk * entry + double(s_q) * h * (576 + 512) * 2;
   report("sparse-prefill",
-         std::string(mla::cuda::sparse::kernel_name(kernel)) + " s_q" + std::to_string(s_q) + " h" +
-             std::to_string(h) + " s_kv" + std::to_string(s_kv / 1024) + "K top" +
-             std::to_string(topk) + " ws" + std::to_string(wsb >> 20) + "MB",
+         std::string(mla::cuda::sparse::kernel_name(kernel)) + (fp8 ? " fp8" : "") + " s_q" +
+             std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" +
+             std::to_string(s_kv / 1024) + "K top" + std::to_string(topk) + " ws" +
+             std::to_string(wsb >> 20) + "MB",
          us, flops, bytes, true, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
@@ -692,6 +701,9 @@ int main(int argc, char** argv) {
       bench_sparse_prefill(tm, 4096, 64, skv, 2048, Kernel::automatic);
     for (int64_t skv : {32768L, 131072L})
       bench_sparse_prefill(tm, 16384, 128, skv, 2048, Kernel::automatic);
+    // A cached fp8 prefix (fp8_ds_mla entries dequantised in the gather).
+    for (int64_t skv : {8192L, 131072L})
+      bench_sparse_prefill(tm, 4096, 128, skv, 2048, Kernel::automatic, true);
   }
   // docs/benchmarks.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

@@ -34,14 +34,6 @@ namespace {
 
 using namespace mla;
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -52,7 +44,7 @@ std::vector<std::string> split(const std::string& s) {
 // The layer's weights on the device: matrices bf16 uniform in +-sqrt(3 / in)
 // (init_layer_weights' scale), norm weights f32 near 1.
 struct GpuWeights {
-  std::vector<DevBuf*> bufs;
+  std::vector<DeviceBuffer*> bufs;
   LayerWeights views;
   explicit GpuWeights(const LayerConfig& c) {
     LayerWeightShape s[kLayerWeightCount];
@@ -61,7 +53,7 @@ struct GpuWeights {
       int64_t n = 1;
       for (int d = 0; d < s[i].ndim; ++d) n *= s[i].shape[d];
       const bool vec = s[i].ndim == 1;
-      auto* b = new DevBuf(size_t(n) * (vec ? 4 : 2));
+      auto* b = new DeviceBuffer(size_t(n) * (vec ? 4 : 2));
       bufs.push_back(b);
       TensorView& v = layer_weight(views, i);
       const DType t = vec ? DType::f32 : DType::bf16;
@@ -82,7 +74,7 @@ struct GpuWeights {
     }
   }
   ~GpuWeights() {
-    for (DevBuf* b : bufs) delete b;
+    for (DeviceBuffer* b : bufs) delete b;
   }
   double params() const {
     double n = 0;
@@ -132,15 +124,15 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   // One layer's caches for B requests, filled with random entries.
   const KvFormat f = fp8 ? KvFormat::fp8_ds_mla : KvFormat::bf16;
   const int64_t entry = kv_entry_bytes(f);
-  DevBuf kv(size_t(num_pages) * page * entry);
+  DeviceBuffer kv(size_t(num_pages) * page * entry);
   if (fp8)
     BENCH_CUDA(cuda::fill_fp8_ds_mla(kv.p, num_pages * page, entry, 7, nullptr));
   else
     BENCH_CUDA(cuda::fill_uniform_bf16(kv.p, num_pages * page * kDqk, -1.f, 1.f, 7, nullptr));
-  DevBuf index(size_t(num_pages) * IndexerCacheLayout::kPageBytes);
+  DeviceBuffer index(size_t(num_pages) * IndexerCacheLayout::kPageBytes);
   {  // indexer keys through the library's quantiser, a chunk of pages at a time
     const int64_t chunk = 64 * 1024;
-    DevBuf keys(chunk * kIndexerDim * 2), slots(chunk * 8);
+    DeviceBuffer keys(chunk * kIndexerDim * 2), slots(chunk * 8);
     std::vector<int64_t> h(chunk);
     for (int64_t s0 = 0; s0 < num_pages * page; s0 += chunk) {
       const int64_t n = std::min(chunk, num_pages * page - s0);
@@ -157,7 +149,8 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   }
   std::vector<int32_t> table(B * pages_per_req), lens(B, int32_t(L));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-  DevBuf table_d(table.size() * 4), lens_d(B * 4), hidden(B * c.hidden * 2), out(B * c.hidden * 2);
+  DeviceBuffer table_d(table.size() * 4), lens_d(B * 4), hidden(B * c.hidden * 2),
+      out(B * c.hidden * 2);
   BENCH_CUDA(cudaMemcpy(table_d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(lens_d.p, lens.data(), B * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cuda::fill_uniform_bf16(hidden.p, B * c.hidden, -1.7f, 1.7f, 5, nullptr));
@@ -179,7 +172,7 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   a.out = TensorView::make(out.p, DType::bf16, {B, 1, c.hidden}, Device::cuda(0));
   size_t ws_bytes = 0;
   BENCH_OK(layer_workspace_size(a, &ws_bytes));
-  DevBuf ws(ws_bytes);
+  DeviceBuffer ws(ws_bytes);
 
   // Caches and weights are far larger than the L2: no flush between calls.
   const BenchTime step = time_events(reps, 3, [&] {
@@ -192,7 +185,7 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
   // of the layer (projections, norms, RoPE, absorption, cache append) costs is
   // the difference. The sparse path is the layer's: indexer -> top-k -> sparse.
   {
-    DevBuf q(B * c.heads * kDqk * 2), o(B * c.heads * kDv * 2), lse(B * c.heads * 4),
+    DeviceBuffer q(B * c.heads * kDqk * 2), o(B * c.heads * kDv * 2), lse(B * c.heads * 4),
         q8(B * kIndexerHeads * kIndexerDim), wf(B * kIndexerHeads * 4);
     BENCH_CUDA(cuda::fill_uniform_bf16(q.p, B * c.heads * kDqk, -1.f, 1.f, 17, nullptr));
     BENCH_CUDA(cudaMemset(q8.p, 0x38, B * kIndexerHeads * kIndexerDim));  // e4m3 1.0
@@ -217,7 +210,7 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
     pol.path = dsa ? DsaPath::sparse : DsaPath::dense;
     size_t attn_bytes = 0;
     BENCH_OK(dsa_decode_workspace_size(d, pol, &attn_bytes));
-    DevBuf attn_ws(attn_bytes);
+    DeviceBuffer attn_ws(attn_bytes);
     pt.attention_us = time_events(reps, 3, [&] {
                         BENCH_OK(dsa_decode(d, pol, Workspace{attn_ws.p, attn_bytes}));
                       }).median_us;
@@ -238,7 +231,8 @@ Point run_point(const std::string& name, int64_t L, int64_t batch_override, int 
 
 int main(int argc, char** argv) {
   // Parsed with the options `mla bench layer` shares (tools/bench_suites.hpp).
-  const mla::cli::LayerBenchOptions opt = mla::cli::parse_layer_bench(argc, argv);
+  const mla::cli::LayerBenchOptions opt =
+      mla::cli::parse_bench<mla::cli::LayerBenchOptions>(argc, argv);
   const std::string json = opt.json, contexts = opt.contexts, configs = opt.configs;
   const int reps = opt.reps;
   const int64_t batch = opt.batch;

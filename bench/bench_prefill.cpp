@@ -168,7 +168,8 @@ double time_absorbed(int P, int T, int h, float scale, int reps) {
 
 int main(int argc, char** argv) {
   // Parsed with the options `mla bench prefill` shares (tools/bench_suites.hpp).
-  const mla::cli::PrefillBenchOptions opt = mla::cli::parse_prefill_bench(argc, argv);
+  const mla::cli::PrefillBenchOptions opt =
+      mla::cli::parse_bench<mla::cli::PrefillBenchOptions>(argc, argv);
   const std::string json_path = opt.json;
   const bool quick = opt.quick;
   const bool crossover = opt.crossover;            // only the absorbed vs non-absorbed sweep

@@ -84,27 +84,17 @@ DsaBenchOptions parse_dsa_bench(int argc, char** argv) {
   return o;
 }
 
-PrefillBenchOptions parse_prefill_bench(int argc, char** argv) {
-  PrefillBenchOptions o;
-  CLI::App app{
-      "mla_bench_prefill: prefill attention and the decompression GEMMs on the GPU; "
-      "`mla bench prefill` runs it"};
-  app.add_option("--json", o.json, "write the rows as JSON to this file");
+template <class Options>
+Options parse_bench(int argc, char** argv) {
+  Options o;
+  CLI::App app{Options::kDescription};
+  app.add_option("--json", o.json, Options::kJsonHelp);
   add_options(app, o);
   parse_or_exit(app, argc, argv);
   return o;
 }
-
-LayerBenchOptions parse_layer_bench(int argc, char** argv) {
-  LayerBenchOptions o;
-  CLI::App app{
-      "mla_bench_layer: one DeepSeek-V3.2 attention layer's decode loop on the GPU; "
-      "`mla bench layer` runs it"};
-  app.add_option("--json", o.json, "write the points as JSON to this file");
-  add_options(app, o);
-  parse_or_exit(app, argc, argv);
-  return o;
-}
+template PrefillBenchOptions parse_bench<PrefillBenchOptions>(int, char**);
+template LayerBenchOptions parse_bench<LayerBenchOptions>(int, char**);
 
 std::vector<std::string> to_args(const DsaBenchOptions& o) {
   std::vector<std::string> a = {"--json", o.json, "--suite", o.only};

@@ -30,6 +30,10 @@ struct DsaBenchOptions {
 
 // mla_bench_prefill: prefill attention and the decompression GEMMs.
 struct PrefillBenchOptions {
+  static constexpr const char* kDescription =
+      "mla_bench_prefill: prefill attention and the decompression GEMMs on the GPU; "
+      "`mla bench prefill` runs it";
+  static constexpr const char* kJsonHelp = "write the rows as JSON to this file";
   std::string json;
   bool quick = false;
   bool crossover = false;
@@ -38,6 +42,10 @@ struct PrefillBenchOptions {
 
 // mla_bench_layer: one DeepSeek-V3.2 attention layer's decode loop.
 struct LayerBenchOptions {
+  static constexpr const char* kDescription =
+      "mla_bench_layer: one DeepSeek-V3.2 attention layer's decode loop on the GPU; "
+      "`mla bench layer` runs it";
+  static constexpr const char* kJsonHelp = "write the points as JSON to this file";
   std::string json;
   int reps = 30;
   std::string contexts = "8192,32768,65536,131072";
@@ -47,8 +55,9 @@ struct LayerBenchOptions {
 
 // Parse a suite program's command line (exits after --help, or on a bad argument).
 DsaBenchOptions parse_dsa_bench(int argc, char** argv);
-PrefillBenchOptions parse_prefill_bench(int argc, char** argv);
-LayerBenchOptions parse_layer_bench(int argc, char** argv);
+// PrefillBenchOptions or LayerBenchOptions: --json and the suite's options.
+template <class Options>
+Options parse_bench(int argc, char** argv);
 
 // The command line that parses back to these options (what `mla bench` passes on).
 std::vector<std::string> to_args(const DsaBenchOptions& o);

@@ -104,14 +104,6 @@ std::string shape_name(const Shape& s) {
          std::to_string(s.s_q) + " L" + std::to_string(s.lengths[0] / 1024) + "K";
 }
 
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
-
 nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   constexpr int kPage = 64;
   const int B = int(s.lengths.size());
@@ -123,7 +115,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     max_pages = std::max(max_pages, p);
     num_pages += p;
   }
-  DeviceMem kv(num_pages * kPage * entry), q(int64_t(B) * s.s_q * s.h_q * kDqk * 2),
+  DeviceBuffer kv(num_pages * kPage * entry), q(int64_t(B) * s.s_q * s.h_q * kDqk * 2),
       out(int64_t(B) * s.s_q * s.h_q * kDv * 2), lse(int64_t(B) * s.h_q * s.s_q * 4),
       bt(int64_t(B) * max_pages * 4), lens(B * 4);
   // Random cache and q; each request's pages are a random permutation of the pool.
@@ -173,7 +165,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     std::fprintf(stderr, "workspace: %s\n", st.to_string().c_str());
     std::exit(1);
   }
-  DeviceMem ws(ws_bytes);
+  DeviceBuffer ws(ws_bytes);
   const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
     BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
   });
@@ -423,19 +415,30 @@ int run_dsa_suite(const char* suite, const std::vector<std::string>& cases, DsaF
 // prefill / layer: the program writes its own document; it becomes "results" (prefill: its
 // rows, the default kernels' attention and decompression rows tagged for the planner;
 // layer: its points, which scripts/layer_study_compare.py reads).
-int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeilings peaks) {
-  const std::string prog = suite_program("mla_bench_prefill");
+// Runs mla_bench_<suite> (installed beside mla) with `o`, its JSON into a scratch file:
+// *doc is the suite's document begun (start_suite), *out the program's, holding `key`.
+// Returns 0 when both are ready, else the exit code of the command.
+template <class Options>
+int run_suite_program(const std::string& suite, Options o, BenchCeilings* peaks, const char* key,
+                      nlohmann::json* doc, nlohmann::json* out) {
+  const std::string name = "mla_bench_" + suite;
+  const std::string prog = suite_program(name.c_str());
   if (prog.empty()) {
-    std::fprintf(stderr, "mla bench prefill: mla_bench_prefill is not installed beside mla\n");
+    std::fprintf(stderr, "mla bench %s: %s is not installed beside mla\n", suite.c_str(),
+                 name.c_str());
     return kNoGpu;
   }
-  nlohmann::json doc;
-  if (!start_suite("prefill", &peaks, &doc)) return kNoGpu;
+  if (!start_suite(suite.c_str(), peaks, doc)) return kNoGpu;
   Scratch tmp;
-  p.json = tmp.path;
-  if (int rc = run_program(prog, to_args(p)); rc != 0) return rc;
-  const nlohmann::json out = read_json(tmp.path);
-  if (!out.is_object() || !out.contains("results")) return 1;
+  o.json = tmp.path;
+  if (int rc = run_program(prog, to_args(o)); rc != 0) return rc;
+  *out = read_json(tmp.path);
+  return out->is_object() && out->contains(key) ? 0 : 1;
+}
+
+int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeilings peaks) {
+  nlohmann::json doc, out;
+  if (int rc = run_suite_program("prefill", p, &peaks, "results", &doc, &out); rc != 0) return rc;
   const bool default_kernels = !p.attention_only;
   for (nlohmann::json r : out["results"]) {
     const double ms = r.value("ms", 0.0);
@@ -455,22 +458,34 @@ int run_prefill_suite(PrefillBenchOptions p, const std::string& json, BenchCeili
 }
 
 int run_layer_suite(LayerBenchOptions l, const std::string& json, BenchCeilings peaks) {
-  const std::string prog = suite_program("mla_bench_layer");
-  if (prog.empty()) {
-    std::fprintf(stderr, "mla bench layer: mla_bench_layer is not installed beside mla\n");
-    return kNoGpu;
-  }
-  nlohmann::json doc;
-  if (!start_suite("layer", &peaks, &doc)) return kNoGpu;
-  Scratch tmp;
-  l.json = tmp.path;
-  if (int rc = run_program(prog, to_args(l)); rc != 0) return rc;
-  const nlohmann::json out = read_json(tmp.path);
-  if (!out.is_object() || !out.contains("points")) return 1;
+  nlohmann::json doc, out;
+  if (int rc = run_suite_program("layer", l, &peaks, "points", &doc, &out); rc != 0) return rc;
   doc["results"] = out["points"];
   doc["points"] = out["points"];  // the layer study's own key (scripts/layer_study_compare.py)
   doc["model"] = out.value("model", "");
   return write_document(json, doc);
+}
+
+// --json of every bench subcommand.
+void json_option(CLI::App* sub, std::string& json) {
+  sub->add_option("--json", json,
+                  "write the results as JSON to this file (`mla plan --calibrate FILE` "
+                  "reads it)");
+}
+
+// `mla bench <name>` for a suite that runs its own program: the suite's options, --json
+// and the ceilings, then run(options, json, ceilings).
+template <class Options>
+void add_program_suite(CLI::App* bench, const char* name, const char* help,
+                       int (*run)(Options, const std::string&, BenchCeilings)) {
+  auto* sub = bench->add_subcommand(name, help);
+  auto o = std::make_shared<Options>();
+  auto json = std::make_shared<std::string>();
+  auto peaks = std::make_shared<BenchCeilings>();
+  add_options(*sub, *o);
+  json_option(sub, *json);
+  add_ceiling_options(*sub, *peaks);
+  sub->callback([o, json, peaks, run] { std::exit(run(*o, *json, *peaks)); });
 }
 
 }  // namespace
@@ -481,11 +496,6 @@ void register_bench_command(CLI::App& app) {
       "benchmarks on the GPU (docs/benchmarks.md suites); each measures the ceilings first "
       "and writes JSON that `mla plan --calibrate` reads");
   bench->require_subcommand(1);
-  auto json_option = [](CLI::App* sub, std::string& json) {
-    sub->add_option("--json", json,
-                    "write the results as JSON to this file (`mla plan --calibrate FILE` "
-                    "reads it)");
-  };
 
   auto* dec = bench->add_subcommand("decode", "dense MLA decode suites (runs in this program)");
   auto o = std::make_shared<BenchOptions>();
@@ -543,25 +553,12 @@ void register_bench_command(CLI::App& app) {
     });
   }
 
-  auto* pre = bench->add_subcommand(
-      "prefill", "prefill attention and the decompression GEMMs (runs mla_bench_prefill)");
-  auto p = std::make_shared<PrefillBenchOptions>();
-  auto pj = std::make_shared<std::string>();
-  auto pc = std::make_shared<BenchCeilings>();
-  add_options(*pre, *p);
-  json_option(pre, *pj);
-  add_ceiling_options(*pre, *pc);
-  pre->callback([p, pj, pc] { std::exit(run_prefill_suite(*p, *pj, *pc)); });
-
-  auto* lay = bench->add_subcommand(
-      "layer", "one DeepSeek-V3.2 attention layer's decode loop (runs mla_bench_layer)");
-  auto l = std::make_shared<LayerBenchOptions>();
-  auto lj = std::make_shared<std::string>();
-  auto lc = std::make_shared<BenchCeilings>();
-  add_options(*lay, *l);
-  json_option(lay, *lj);
-  add_ceiling_options(*lay, *lc);
-  lay->callback([l, lj, lc] { std::exit(run_layer_suite(*l, *lj, *lc)); });
+  add_program_suite<PrefillBenchOptions>(
+      bench, "prefill", "prefill attention and the decompression GEMMs (runs mla_bench_prefill)",
+      run_prefill_suite);
+  add_program_suite<LayerBenchOptions>(
+      bench, "layer", "one DeepSeek-V3.2 attention layer's decode loop (runs mla_bench_layer)",
+      run_layer_suite);
 }
 
 }  // namespace mla::cli

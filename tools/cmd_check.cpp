@@ -142,71 +142,124 @@ Outcome compare_lse(const HostTensor& gpu, const HostTensor& ref, double tol) {
     if (!st_.ok()) return fail(#expr ": " + st_.to_string()); \
   } while (0)
 
-// Dense decode (mla_decode), bf16 or fp8_ds_mla cache. Bounds (tests/gpu/test_decode_gpu.cpp):
-// out 1e-2 of the row's max (P and the output are rounded to bf16), lse 1e-3 (fp32 scores).
+// Waits for the GPU: an error of the launch or the kernel fails the check.
+Outcome sync_gpu() {
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+    return fail(std::string("CUDA: ") + cudaGetErrorString(e));
+  return {};
+}
+
+// The outputs of one attention check: the reference's (f64) and the GPU's (bf16 out, f32
+// lse, on the host and mirrored on the GPU), all poisoned first (NaN bytes: a row the
+// kernel does not write cannot pass).
+struct AttnOutputs {
+  HostTensor ref_out, ref_lse, out, lse;
+  std::unique_ptr<Mirror> dout, dlse;
+  AttnOutputs(const std::vector<int64_t>& out_shape, const std::vector<int64_t>& lse_shape)
+      : ref_out(DType::f64, out_shape),
+        ref_lse(DType::f64, lse_shape),
+        out(DType::bf16, out_shape),
+        lse(DType::f32, lse_shape) {
+    for (HostTensor* t : {&ref_out, &ref_lse, &out, &lse}) t->poison();
+    dout = std::make_unique<Mirror>(out);
+    dlse = std::make_unique<Mirror>(lse);
+  }
+  // The reference run's outputs and the GPU run's.
+  template <class Args>
+  void to_reference(Args& a) const {
+    a.out = ref_out.view();
+    a.lse = ref_lse.view();
+  }
+  template <class Args>
+  void to_gpu(Args& a) const {
+    a.out = dout->view;
+    a.lse = dlse->view;
+  }
+};
+
+// After the GPU run: the outputs back on the host and compared with the reference. Bounds
+// of the GPU tests: out 1e-2 of the row's max (P and the output are rounded to bf16), lse
+// 1e-3 (fp32 scores).
+Outcome compare_attention(AttnOutputs& o, int64_t width) {
+  if (Outcome s = sync_gpu(); !s.ok) return s;
+  o.dout->mem.to_host(o.out.storage.data(), nbytes(o.out));
+  o.dlse->mem.to_host(o.lse.storage.data(), nbytes(o.lse));
+  Outcome r = compare_rows(o.out, o.ref_out, width, 1e-2, "out");
+  if (!r.ok) return r;
+  Outcome l = compare_lse(o.lse, o.ref_lse, 1e-3);
+  return {l.ok, r.detail + ", " + l.detail};
+}
+
+// `run` (taking a Workspace) with the device workspace `size` (taking a size_t*) asks for.
+template <class Size, class Run>
+Status with_workspace(Size&& size, Run&& run) {
+  size_t bytes = 0;
+  MLA_TRY(size(&bytes));
+  DevMem ws(bytes);
+  return run(Workspace{ws.get(), bytes});
+}
+
+// A random paged cache of `lengths` (page 64) on the host, and its copy on the GPU.
+struct PagedKv {
+  testing::PagedCache cache;
+  DevMem mem;
+  KvCacheView gpu;
+  PagedKv(Rng& rng, const std::vector<int32_t>& lengths, KvFormat format)
+      : cache(make(rng, lengths, format)),
+        mem(cache.storage.data(), cache.storage.size() * 8),
+        gpu(cache.view(Device::cuda(0))) {
+    gpu.data.data = mem.get();
+  }
+  static testing::PagedCache make(Rng& rng, const std::vector<int32_t>& lengths, KvFormat format) {
+    testing::PagedCacheSpec spec;
+    spec.format = format;
+    spec.page_size = 64;
+    return testing::make_paged_cache(rng, lengths, spec);
+  }
+};
+
+// Dense decode (mla_decode), bf16 or fp8_ds_mla cache; the bounds of compare_attention
+// (tests/gpu/decode/test_decode_gpu.cpp).
 Outcome check_decode(KvFormat format, uint64_t seed) {
   Rng rng(seed);
-  const std::vector<int32_t> lengths = {1, 37, 64, 300};
   const int64_t B = 4, s_q = 2, h = 16;
-  testing::PagedCacheSpec spec;
-  spec.format = format;
-  spec.page_size = 64;
-  const testing::PagedCache cache = testing::make_paged_cache(rng, lengths, spec);
+  const PagedKv kv(rng, {1, 37, 64, 300}, format);
+  const testing::PagedCache& cache = kv.cache;
   const HostTensor q = testing::random_tensor(rng, DType::bf16, {B, s_q, h, kDqk});
-  HostTensor ref_out(DType::f64, {B, s_q, h, kDv}), ref_lse(DType::f64, {B, h, s_q});
-  ref_out.poison();
-  ref_lse.poison();
+  AttnOutputs o({B, s_q, h, kDv}, {B, h, s_q});
   DecodeArgs a;
   a.q = q.view();
   a.kv = cache.view();
   a.block_table = cache.block_table_view();
   a.cache_seqlens = cache.seqlens_view();
   a.softmax_scale = float(deepseek_v32_softmax_scale());
-  a.out = ref_out.view();
-  a.lse = ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(mla_decode(a));
 
-  HostTensor out(DType::bf16, {B, s_q, h, kDv}), lse(DType::f32, {B, h, s_q});
-  out.poison();  // NaN bytes: a row the kernel does not write cannot pass
-  lse.poison();
   Mirror dq(q), dbt(HostTensor(DType::i32, {B, cache.max_pages})),
-      dlen(HostTensor(DType::i32, {B})), dout(out), dlse(lse);
-  DevMem kv(cache.storage.data(), cache.storage.size() * 8);
+      dlen(HostTensor(DType::i32, {B}));
   cudaMemcpy(dbt.mem.get(), cache.block_table.data(), cache.block_table.size() * 4,
              cudaMemcpyHostToDevice);
   cudaMemcpy(dlen.mem.get(), cache.seqlens.data(), B * 4, cudaMemcpyHostToDevice);
   DecodeArgs g = a;
   g.q = dq.view;
-  g.kv = cache.view(Device::cuda(0));
-  g.kv.data.data = kv.get();
+  g.kv = kv.gpu;
   g.block_table = dbt.view;
   g.cache_seqlens = dlen.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
-  size_t ws_bytes = 0;
-  CHECK_OK(decode_workspace_size(g, {}, &ws_bytes));
-  DevMem ws(ws_bytes);
-  CHECK_OK(mla_decode(g, {}, Workspace{ws.get(), ws_bytes}));
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-    return fail(std::string("CUDA: ") + cudaGetErrorString(e));
-  dout.mem.to_host(out.storage.data(), nbytes(out));
-  dlse.mem.to_host(lse.storage.data(), nbytes(lse));
-  Outcome o = compare_rows(out, ref_out, kDv, 1e-2, "out");
-  if (!o.ok) return o;
-  Outcome l = compare_lse(lse, ref_lse, 1e-3);
-  return {l.ok, o.detail + ", " + l.detail};
+  o.to_gpu(g);
+  CHECK_OK(with_workspace([&](size_t* bytes) { return decode_workspace_size(g, {}, bytes); },
+                          [&](Workspace ws) { return mla_decode(g, {}, ws); }));
+  return compare_attention(o, kDv);
 }
 
-// Sparse decode over index lists naming tokens of each request (and -1 entries). Same
-// bounds as dense decode: the same roundings.
+// Sparse decode over index lists naming tokens of each request (and -1 entries); the
+// bounds of compare_attention (the roundings of dense decode).
 Outcome check_sparse_decode(KvFormat format, uint64_t seed) {
   Rng rng(seed);
   const std::vector<int32_t> lengths = {1, 100, 300};
   const int64_t B = 3, s_q = 2, h = 16, topk = 128;
-  testing::PagedCacheSpec spec;
-  spec.format = format;
-  spec.page_size = 64;
-  const testing::PagedCache cache = testing::make_paged_cache(rng, lengths, spec);
+  const PagedKv kv(rng, lengths, format);
+  const testing::PagedCache& cache = kv.cache;
   const HostTensor q = testing::random_tensor(rng, DType::bf16, {B, s_q, h, kDqk});
   HostTensor idx(DType::i32, {B, s_q, topk});
   for (int64_t b = 0; b < B; ++b)
@@ -216,42 +269,24 @@ Outcome check_sparse_decode(KvFormat format, uint64_t seed) {
         idx.set((b * s_q + i) * topk + j,
                 none ? -1.0 : double(cache.slot(b, rng.randint(0, lengths[b] - 1))));
       }
-  HostTensor ref_out(DType::f64, {B, s_q, h, kDv}), ref_lse(DType::f64, {B, h, s_q});
-  ref_out.poison();
-  ref_lse.poison();
+  AttnOutputs o({B, s_q, h, kDv}, {B, h, s_q});
   SparseDecodeArgs a;
   a.q = q.view();
   a.kv = cache.view();
   a.indices = idx.view();
   a.softmax_scale = float(deepseek_v32_softmax_scale());
-  a.out = ref_out.view();
-  a.lse = ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(sparse_decode(a));
 
-  HostTensor out(DType::bf16, {B, s_q, h, kDv}), lse(DType::f32, {B, h, s_q});
-  out.poison();  // NaN bytes: a row the kernel does not write cannot pass
-  lse.poison();
-  Mirror dq(q), didx(idx), dout(out), dlse(lse);
-  DevMem kv(cache.storage.data(), cache.storage.size() * 8);
+  Mirror dq(q), didx(idx);
   SparseDecodeArgs g = a;
   g.q = dq.view;
-  g.kv = cache.view(Device::cuda(0));
-  g.kv.data.data = kv.get();
+  g.kv = kv.gpu;
   g.indices = didx.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
-  size_t ws_bytes = 0;
-  CHECK_OK(sparse_workspace_size(g, &ws_bytes));
-  DevMem ws(ws_bytes);
-  CHECK_OK(sparse_decode(g, Workspace{ws.get(), ws_bytes}));
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-    return fail(std::string("CUDA: ") + cudaGetErrorString(e));
-  dout.mem.to_host(out.storage.data(), nbytes(out));
-  dlse.mem.to_host(lse.storage.data(), nbytes(lse));
-  Outcome o = compare_rows(out, ref_out, kDv, 1e-2, "out");
-  if (!o.ok) return o;
-  Outcome l = compare_lse(lse, ref_lse, 1e-3);
-  return {l.ok, o.detail + ", " + l.detail};
+  o.to_gpu(g);
+  CHECK_OK(with_workspace([&](size_t* bytes) { return sparse_workspace_size(g, bytes); },
+                          [&](Workspace ws) { return sparse_decode(g, ws); }));
+  return compare_attention(o, kDv);
 }
 
 // Top-k over random logits: the GPU's lists must equal the reference's exactly (the order
@@ -279,8 +314,7 @@ Outcome check_topk(uint64_t seed) {
   g.lengths = dlen.view;
   g.indices = dout.view;
   CHECK_OK(topk_indices(g));
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-    return fail(std::string("CUDA: ") + cudaGetErrorString(e));
+  if (Outcome s = sync_gpu(); !s.ok) return s;
   dout.mem.to_host(got.storage.data(), nbytes(got));
   for (int64_t i = 0; i < ref.numel(); ++i)
     if (got.get(i) != ref.get(i))
@@ -290,8 +324,7 @@ Outcome check_topk(uint64_t seed) {
 }
 
 // Causal prefill attention (mha_prefill, d 192/128), two sequences of 130 and 70 tokens
-// (not multiples of the 128-key tile). Bounds: out 1e-2 of the row's max (P rounded to
-// bf16), lse 1e-3.
+// (not multiples of the 128-key tile); the bounds of compare_attention.
 Outcome check_prefill(uint64_t seed) {
   Rng rng(seed);
   const int64_t T = 200, h = 16, dqk = 192, dv = 128;
@@ -300,34 +333,20 @@ Outcome check_prefill(uint64_t seed) {
   const HostTensor v = testing::random_tensor(rng, DType::bf16, {T, h, dv});
   HostTensor cu(DType::i32, {3});
   cu.set(0, 0), cu.set(1, 130), cu.set(2, T);
-  HostTensor ref_out(DType::f64, {T, h, dv}), ref_lse(DType::f64, {h, T});
-  ref_out.poison();
-  ref_lse.poison();
+  AttnOutputs o({T, h, dv}, {h, T});
   MhaPrefillArgs a;
   a.q = q.view(), a.k = k.view(), a.v = v.view();
   a.cu_seqlens_q = cu.view(), a.cu_seqlens_k = cu.view();
   a.softmax_scale = float(1.0 / std::sqrt(double(dqk)));
-  a.out = ref_out.view();
-  a.lse = ref_lse.view();
+  o.to_reference(a);
   CHECK_OK(mha_prefill(a));
-  HostTensor out(DType::bf16, {T, h, dv}), lse(DType::f32, {h, T});
-  out.poison();
-  lse.poison();
-  Mirror dq(q), dk(k), dv_(v), dcu(cu), dout(out), dlse(lse);
+  Mirror dq(q), dk(k), dv_(v), dcu(cu);
   MhaPrefillArgs g = a;
   g.q = dq.view, g.k = dk.view, g.v = dv_.view;
   g.cu_seqlens_q = dcu.view, g.cu_seqlens_k = dcu.view;
-  g.out = dout.view;
-  g.lse = dlse.view;
+  o.to_gpu(g);
   CHECK_OK(mha_prefill(g));
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-    return fail(std::string("CUDA: ") + cudaGetErrorString(e));
-  dout.mem.to_host(out.storage.data(), nbytes(out));
-  dlse.mem.to_host(lse.storage.data(), nbytes(lse));
-  Outcome o = compare_rows(out, ref_out, dv, 1e-2, "out");
-  if (!o.ok) return o;
-  Outcome l = compare_lse(lse, ref_lse, 1e-3);
-  return {l.ok, o.detail + ", " + l.detail};
+  return compare_attention(o, dv);
 }
 
 int run(const CheckOptions& o) {

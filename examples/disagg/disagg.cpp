@@ -28,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda/common/random_fill.hpp"
-#include "cuda/prefill/chunked_prefill.hpp"
 #include "examples/common/launch_flags.hpp"
+#include "examples/common/random_fill.hpp"
 #include "mla/decode.hpp"
 #include "mla/indexer.hpp"
 #include "mla/kv_cache.hpp"
+#include "mla/prefill.hpp"
 #include "mla/support.hpp"
 #include "mla/transfer.hpp"
 
@@ -126,9 +126,28 @@ struct Event {
   }
 };
 
-void fill_bf16(void* p, int64_t n, uint64_t seed, cudaStream_t s) {
-  check(mla::cuda::fill_uniform_bf16(p, n, -1.f, 1.f, seed, s), "fill_uniform_bf16");
-}
+// The random bf16 inputs of the timed loops (uniform in [-1, 1)): one pool made once on
+// the host (examples/common/random_fill.hpp, the same on both ranks), and each input a
+// copy of `n` values from an offset picked by its seed, on the stream: the timed loops do
+// no host work, and every layer and chunk gets its own data.
+class RandomPool {
+ public:
+  void allocate(int64_t n) {
+    n_ = n;
+    pool_ = device_alloc<uint16_t>(n, "random pool");
+    check(examples::fill_uniform_bf16(pool_, n, -1.f, 1.f, 1), "fill_uniform_bf16");
+  }
+  void fill(void* p, int64_t n, uint64_t seed, cudaStream_t s) const {
+    if (n > n_) die(fmt::format("random pool: {} values asked of a pool of {}", n, n_));
+    const int64_t offset = int64_t(examples::splitmix64(seed) % uint64_t(n_ - n + 1));
+    check(cudaMemcpyAsync(p, pool_ + offset, size_t(n) * 2, cudaMemcpyDeviceToDevice, s),
+          "random fill");
+  }
+
+ private:
+  uint16_t* pool_ = nullptr;
+  int64_t n_ = 0;
+};
 
 class Disagg {
  public:
@@ -152,6 +171,7 @@ class Disagg {
   void *w_uk_ = nullptr, *w_uv_ = nullptr, *ws_ = nullptr, *staging_ = nullptr;
   size_t ws_bytes_ = 0;
   int64_t staging_bytes_ = 0;
+  RandomPool random_;
 
   void barrier();
   double measure_bandwidth(size_t bytes, int reps);
@@ -264,9 +284,10 @@ void Disagg::setup_prefill() {
   pout_ = device_alloc<uint16_t>(C * kHeads * 128, "prefill out");
   w_uk_ = device_alloc<uint16_t>(kHeads * 128 * 512, "w_uk");
   w_uv_ = device_alloc<uint16_t>(kHeads * 128 * 512, "w_uv");
-  fill_bf16(pq_, C * kHeads * 192, 11, compute_);
-  fill_bf16(w_uk_, kHeads * 128 * 512, 12, compute_);
-  fill_bf16(w_uv_, kHeads * 128 * 512, 13, compute_);
+  // Made once, before any timing: straight from the host.
+  check(examples::fill_uniform_bf16(pq_, C * kHeads * 192, -1.f, 1.f, 11), "fill q");
+  check(examples::fill_uniform_bf16(w_uk_, kHeads * 128 * 512, -1.f, 1.f, 12), "fill w_uk");
+  check(examples::fill_uniform_bf16(w_uv_, kHeads * 128 * 512, -1.f, 1.f, 13), "fill w_uv");
 }
 
 // Chunk c of layer l: its c_kv/k_rope (and indexer keys) are random with seed
@@ -282,8 +303,8 @@ void Disagg::prefill(bool send) {
     const int64_t c0 = c * C, n = std::min(C, T - c0);
     for (int l = 0; l < o_.layers; ++l) {
       const uint64_t seed = 1000003ull * l + c;
-      fill_bf16(ckv_, n * 512, 3 * seed, compute_);
-      fill_bf16(rope_, n * 64, 3 * seed + 1, compute_);
+      random_.fill(ckv_, n * 512, 3 * seed, compute_);
+      random_.fill(rope_, n * 64, 3 * seed + 1, compute_);
       KvCacheView cache;
       cache.format = format_;
       const int64_t ew = format_ == KvFormat::bf16 ? 576 : 656;
@@ -297,7 +318,7 @@ void Disagg::prefill(bool send) {
       a.cache = cache;
       check(append_kv(a, {compute_}), "append_kv");
       if (o_.indexer) {
-        fill_bf16(ikeys_, n * 128, 3 * seed + 2, compute_);
+        random_.fill(ikeys_, n * 128, 3 * seed + 2, compute_);
         AppendIndexerKeysArgs ia;
         ia.keys = TensorView::make(ikeys_, DType::bf16, {n, 128}, dev_);
         ia.slots = TensorView::make(islots_dev_ + c0, DType::i64, {n}, dev_);
@@ -305,7 +326,7 @@ void Disagg::prefill(bool send) {
                                          {isrc_.num_pages, IndexerCacheLayout::kPageBytes}, dev_);
         check(append_indexer_keys(ia, {compute_}), "append_indexer_keys");
       }
-      mla::cuda::ChunkedPrefillArgs p;
+      ChunkedPrefillArgs p;
       p.q = TensorView::make(pq_, DType::bf16, {n, kHeads, 192}, dev_);
       p.cache = cache;
       p.block_table =
@@ -316,14 +337,14 @@ void Disagg::prefill(bool send) {
       p.softmax_scale = kPrefillScale;
       p.out = TensorView::make(pout_, DType::bf16, {n, kHeads, 128}, dev_);
       size_t need = 0;
-      check(mla::cuda::chunked_prefill_workspace_size(p, &need), "chunked_prefill_workspace_size");
+      check(chunked_prefill_workspace_size(p, &need), "chunked_prefill_workspace_size");
       if (need > ws_bytes_) {
         check(cudaStreamSynchronize(compute_), "sync");
         if (ws_) check(cudaFree(ws_), "cudaFree");
         ws_ = device_alloc<char>(need, "prefill workspace");
         ws_bytes_ = need;
       }
-      check(mla::cuda::chunked_prefill(p, {ws_, ws_bytes_}, {compute_}), "chunked_prefill");
+      check(chunked_prefill(p, {ws_, ws_bytes_}, {compute_}), "chunked_prefill");
       ready[c * o_.layers + l].record(compute_);
     }
     if (send) {  // this chunk's tokens, layer by layer as each layer's event fires
@@ -347,7 +368,7 @@ void Disagg::decode(const Pool& p, void* out) {
   const int32_t len = int32_t(T);
   check(cudaMemcpy(seqlen, &len, 4, cudaMemcpyHostToDevice), "seqlen");
   for (int l = 0; l < o_.layers; ++l) {
-    fill_bf16(q, kHeads * 576, 777 + l, compute_);
+    random_.fill(q, kHeads * 576, 777 + l, compute_);
     DecodeArgs d;
     d.q = TensorView::make(q, DType::bf16, {1, 1, kHeads, 576}, dev_);
     d.kv.format = format_;
@@ -451,6 +472,9 @@ int Disagg::run() {
   staging_bytes_ = std::max(staging_bytes_, nccl_transfer_staging_bytes(whole, o_.direct_min));
   if (o_.span_layers) staging_bytes_ = std::max(staging_bytes_, o_.staging_mib << 20);
   if (staging_bytes_) staging_ = device_alloc<char>(staging_bytes_, "staging");
+  // The largest input of the timed loops: a chunk's c_kv (or a decode q); twice that
+  // leaves room for the offsets.
+  random_.allocate(2 * std::max<int64_t>(o_.chunk * 512, kHeads * 576));
   if (rank_ == 0) setup_prefill();
   check(cudaDeviceSynchronize(), "setup");
 

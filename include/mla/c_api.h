@@ -33,7 +33,7 @@ extern "C" {
 #define MLA_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define MLA_C_ABI_VERSION 2
+#define MLA_C_ABI_VERSION 3
 
 /* ---- status codes (values of mla::Errc, plus MLA_ERR_INTERNAL) ------------ */
 enum {
@@ -336,9 +336,13 @@ MLA_C_EXPORT int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv
                                        const mla_tensor* indices, const mla_tensor* topk_length,
                                        float softmax_scale, const mla_tensor* out,
                                        const mla_tensor* lse, void* stream);
-/* q [s_q, h_q, 576], kv [s_kv, 576], indices [s_q, topk] -> out [s_q, h_q, 512], lse [s_q, h_q]. */
+/* q [s_q, h_q, 576], kv [s_kv, 576] bf16/f32 rows (kv_format MLA_KV_BF16) or
+ * [s_kv, 656] u8 fp8_ds_mla entries (MLA_KV_FP8_DS_MLA, read dequantised),
+ * indices [s_q, topk] i32 rows of kv (-1 none), topk_length [s_q] (NULL ok:
+ * entries j >= topk_length[i] of token i ignored) -> out [s_q, h_q, 512], lse [s_q, h_q]. */
 MLA_C_EXPORT int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv,
-                                        const mla_tensor* indices, float softmax_scale,
+                                        int32_t kv_format, const mla_tensor* indices,
+                                        const mla_tensor* topk_length, float softmax_scale,
                                         const mla_tensor* out, const mla_tensor* lse, void* stream);
 
 /* With caller-owned scratch (mla_sparse_*_workspace_size says how much; CUDA
@@ -369,11 +373,13 @@ MLA_C_EXPORT int32_t mla_sparse_decode_planned(const mla_tensor* q, const mla_te
                                                const mla_decode_plan_info* plan, void* workspace,
                                                size_t workspace_bytes, void* stream);
 MLA_C_EXPORT int32_t mla_sparse_prefill_workspace_size(const mla_tensor* q, const mla_tensor* kv,
-                                                       const mla_tensor* indices,
+                                                       int32_t kv_format, const mla_tensor* indices,
+                                                       const mla_tensor* topk_length,
                                                        float softmax_scale, const mla_tensor* out,
                                                        const mla_tensor* lse, size_t* bytes);
 MLA_C_EXPORT int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor* kv,
-                                           const mla_tensor* indices, float softmax_scale,
+                                           int32_t kv_format, const mla_tensor* indices,
+                                           const mla_tensor* topk_length, float softmax_scale,
                                            const mla_tensor* out, const mla_tensor* lse,
                                            void* workspace, size_t workspace_bytes, void* stream);
 

@@ -73,23 +73,23 @@ struct ModelSpec {
   double active_params;  // per token (MoE: routed experts chosen + shared parts)
   double weight_bytes_per_param;
   const char* weight_precision;  // e.g. "fp8 (DeepSeek's released weights)"
-  int layers;
-  int hidden;
-  int heads;  // query heads
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;  // query heads
   // MLA (native == mla): latent, rope, per-head nope/value dims of the non-absorbed form.
-  int d_c, d_r, d_nope, d_v;
+  int d_c = 0, d_r = 0, d_nope = 0, d_v = 0;
   // The cached-K/V forms for contrast: MHA caches heads x (head_dim_k + head_dim_v);
   // GQA caches gqa_kv_heads x 2 x head_dim_k. gqa_kv_heads 0 = no GQA row for this model.
-  int head_dim_k, head_dim_v;
-  int gqa_kv_heads;
+  int head_dim_k = 0, head_dim_v = 0;
+  int gqa_kv_heads = 0;
   // DSA lightning indexer (DeepSeek-V3.2); indexer_heads 0 = none.
-  int indexer_heads, indexer_dim, indexer_bytes_per_token, trained_topk;
+  int indexer_heads = 0, indexer_dim = 0, indexer_bytes_per_token = 0, trained_topk = 0;
   // MoE routing (0 = dense model): used for the chunk-size recommendation.
-  int routed_experts, experts_per_token;
-  const char* source;
+  int routed_experts = 0, experts_per_token = 0;
+  const char* source = "";
   // MLA query latent (q_lora_rank; 0 = no query compression: wq maps hidden to the heads
   // directly, as in V2-Lite). Used by the layer view's projections stage.
-  int q_lora_rank;
+  int q_lora_rank = 0;
 };
 
 std::span<const ModelSpec> known_models();

@@ -4,8 +4,10 @@
 // rope and d_v 128. It computes the same function as absorbed decode followed
 // by W_UV (tests/cpu/test_mha_ref.cpp shows it).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
+#include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
 
@@ -58,5 +60,37 @@ struct MhaPrefillArgs {
   TensorView lse;
 };
 Status mha_prefill(const MhaPrefillArgs& args, const ExecContext& ctx = {});
+
+// Chunked prefill of one request over its paged latent cache (CUDA only): the T new
+// tokens, already appended to the cache (append_kv: they are its last T tokens), attend
+// causally to the request's whole cache of `seqlen` tokens. The cache is read in chunks of
+// `chunk_size` tokens; each chunk is decompressed with w_uk / w_uv (as decompress_kv) and
+// attended (as mha_prefill, with the causal alignment of the whole sequence), and the
+// chunks' results are merged by log-sum-exp: the answer of attending to everything at
+// once, with scratch bounded by the chunk size instead of the context length.
+//   q    [T, h, 192] bf16 (128 nope + 64 rope), 16-byte aligned
+//   cache  bf16 or fp8_ds_mla (mla/kv_cache.hpp), 16-byte aligned
+//   block_table [max_pages] i32: the request's page ids, covering `seqlen` tokens
+//   w_uk, w_uv [h, 128, 512] bf16, dense
+//   out  [T, h, 128] bf16;  lse [h, T] f32 (natural log), optional
+// seqlen >= T; chunk_size >= 1. The loop bounds come from the host value `seqlen`, so the
+// call reads nothing back from the device. Every tensor must be on CUDA: the CPU
+// reference of the same attention is decompress_kv of the gathered latents followed by
+// mha_prefill (CPU tensors are rejected as Errc::unsupported).
+struct ChunkedPrefillArgs {
+  TensorView q;
+  KvCacheView cache;
+  TensorView block_table;
+  int64_t seqlen = 0;  // tokens in the cache for this request, the T new ones included
+  TensorView w_uk;
+  TensorView w_uv;
+  float softmax_scale = 0.f;
+  int64_t chunk_size = 8192;  // cache tokens per decompressed chunk
+  TensorView out;
+  TensorView lse;
+};
+// The device workspace chunked_prefill needs for these arguments (validated).
+Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& args, size_t* bytes);
+Status chunked_prefill(const ChunkedPrefillArgs& args, Workspace ws, const ExecContext& ctx = {});
 
 }  // namespace mla

@@ -64,7 +64,10 @@ Status sparse_decode_plan(const SparseDecodeArgs& args, Workspace ws, DecodePlan
 
 // Prefill over a flat key array (FlashMLA's sparse prefill shapes, one KV head):
 //   q        [s_q, h_q, 576]  bf16/f32 (f64 on CPU)
-//   kv       [s_kv, 576]      bf16/f32 (f64 on CPU): key rows, value = first 512
+//   kv       kv_format bf16: [s_kv, 576] bf16/f32 (f64 on CPU): key rows, value =
+//            the first 512; fp8_ds_mla: [s_kv, 656] u8 entries (mla/kv_cache.hpp's
+//            layout), each read as its dequantised 576 values (prefill over a
+//            cached fp8 prefix)
 //   indices  [s_q, topk] i32, rows of kv in [0, s_kv) or -1
 //   topk_length optional [s_q] i32 in [0, topk]: entries j >= topk_length[i]
 //            of token i are ignored (not read, not checked)
@@ -75,12 +78,14 @@ struct SparsePrefillArgs {
   TensorView q;
   TensorView kv;
   TensorView indices;
+  KvFormat kv_format = KvFormat::bf16;
   TensorView topk_length;
   float softmax_scale = 0.f;
   TensorView out;
   TensorView lse;
 };
-// CUDA: q, kv and out bf16, lse f32, h_q a multiple of 16; indices as for decode.
+// CUDA: q, kv (bf16 format) and out bf16, lse f32, h_q a multiple of 16; indices
+// as for decode.
 Status sparse_prefill(const SparsePrefillArgs& args, Workspace ws = {},
                       const ExecContext& ctx = {});
 

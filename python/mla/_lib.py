@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import errors
 
-ABI_VERSION = 2  # MLA_C_ABI_VERSION this package was written against
+ABI_VERSION = 3  # MLA_C_ABI_VERSION this package was written against
 
 # Status, dtype, device and cache-format codes (c_api.h enums).
 OK = 0
@@ -242,11 +242,12 @@ SIGNATURES: dict[str, list] = {
     "mla_indexer_logits_prefill": [_T, _T, _T, _T, _T, _T, _T, _vp],
     "mla_topk_indices": [_T, _T, _i32, _T, _T, _i32, _i32, ctypes.c_int64, _vp],
     "mla_sparse_decode": [_T, _T, _i32, _T, _T, _f32, _T, _T, _vp],
-    "mla_sparse_prefill": [_T, _T, _T, _f32, _T, _T, _vp],
+    "mla_sparse_prefill": [_T, _T, _i32, _T, _T, _f32, _T, _T, _vp],
     "mla_sparse_decode_workspace_size": [_T, _T, _i32, _T, _T, _f32, _T, _T, ctypes.POINTER(_sz)],
     "mla_sparse_decode_ws": [_T, _T, _i32, _T, _T, _f32, _T, _T, _vp, _sz, _vp],
-    "mla_sparse_prefill_workspace_size": [_T, _T, _T, _f32, _T, _T, ctypes.POINTER(_sz)],
-    "mla_sparse_prefill_ws": [_T, _T, _T, _f32, _T, _T, _vp, _sz, _vp],
+    "mla_sparse_prefill_workspace_size": [_T, _T, _i32, _T, _T, _f32, _T, _T,
+                                          ctypes.POINTER(_sz)],
+    "mla_sparse_prefill_ws": [_T, _T, _i32, _T, _T, _f32, _T, _T, _vp, _sz, _vp],
     "mla_decompress_kv": [_T, _T, _T, _T, _T, _vp],
     "mla_mha_prefill": [_T, _T, _T, _T, _T, _f32, _i32, _T, _T, _vp],
     "mla_rope_default_config": [_R],

@@ -42,12 +42,12 @@ def sparse_decode_workspace_size(q, kv, indices, softmax_scale, *, topk_length=N
                      kv_format_code(kv_format), indices, topk_length, softmax_scale, out, lse)
 
 
-def sparse_prefill_workspace_size(q, kv, indices, softmax_scale, *, out=None, lse=None,
-                                  out_dtype=None) -> int:
+def sparse_prefill_workspace_size(q, kv, indices, softmax_scale, *, topk_length=None,
+                                  kv_format=None, out=None, lse=None, out_dtype=None) -> int:
     """Scratch bytes sparse_prefill needs for these arguments (0 on the CPU)."""
     out, lse = _call.prefill_outputs(q, out, lse, out_dtype)
-    return _call.run("mla_sparse_prefill_workspace_size", q, None, q, kv, indices,
-                     softmax_scale, out, lse)
+    return _call.run("mla_sparse_prefill_workspace_size", q, None, q, kv,
+                     kv_format_code(kv_format), indices, topk_length, softmax_scale, out, lse)
 
 
 def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
@@ -94,19 +94,25 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
     return out, lse
 
 
-def sparse_prefill(q, kv, indices, softmax_scale, *, out=None, lse=None, out_dtype=None,
-                   workspace=None, stream=None):
-    """Sparse prefill over a flat key array: q [s_q, h_q, 576], kv [s_kv, 576],
-    indices [s_q, topk] int32 rows of kv (-1: none) -> (out [s_q, h_q, 512], lse [s_q, h_q]).
-    `workspace` as for sparse_decode."""
-    if _call.torch_compiling() and out is None and lse is None and out_dtype is None:
+def sparse_prefill(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None,
+                   out=None, lse=None, out_dtype=None, workspace=None, stream=None):
+    """Sparse prefill over a flat key array: q [s_q, h_q, 576], kv [s_kv, 576] (or
+    [s_kv, 656] uint8 / float8_e4m3fn fp8_ds_mla entries, read dequantised; kv_format
+    None takes the format from kv's dtype), indices [s_q, topk] int32 rows of kv (-1: none),
+    topk_length optional [s_q] int32 (entries j >= topk_length[i] of token i ignored)
+    -> (out [s_q, h_q, 512], lse [s_q, h_q]).
+    A prompt chunk selecting among a cached prefix and its own keys passes kv = prefix rows
+    followed by the chunk's, indices into that array. `workspace` as for sparse_decode."""
+    if _call.torch_compiling() and out is None and lse is None and out_dtype is None and \
+            topk_length is None and kv_format is None and int(kv.shape[-1]) == 576:
         from . import torch_ops
 
         return torch_ops.sparse_prefill(q, kv, indices, softmax_scale)
     out, lse = _call.prefill_outputs(q, out, lse, out_dtype)
     st = _call.stream_handle(q, stream)
-    _call.run_with_workspace("mla_sparse_prefill", q, st, workspace, q, kv, indices,
-                             softmax_scale, out, lse, current_stream=stream is None)
+    _call.run_with_workspace("mla_sparse_prefill", q, st, workspace, q, kv,
+                             kv_format_code(kv_format), indices, topk_length, softmax_scale, out,
+                             lse, current_stream=stream is None)
     return out, lse
 
 

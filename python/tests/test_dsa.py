@@ -69,6 +69,73 @@ def test_sparse_prefill(rng):
     np.testing.assert_allclose(np.delete(lse, 2, 0), np.delete(w_lse, 2, 0), rtol=1e-6, atol=1e-6)
 
 
+def test_sparse_prefill_topk_length(rng):
+    # Token i reads entries [0, topk_length[i]); the entries past it hold rows
+    # that would change the answer if read. topk_length 0: out 0, lse -inf.
+    s_q, h, s_kv, topk = 3, 16, 40, 64
+    q = rng.standard_normal((s_q, h, 576)).astype(np.float32)
+    kv = rng.standard_normal((s_kv, 576)).astype(np.float32)
+    idx = rng.integers(0, s_kv, (s_q, topk)).astype(np.int32)
+    tl = np.array([17, 0, 64], np.int32)
+    out, lse = mla.sparse_prefill(q, kv, idx, SCALE, topk_length=tl)
+    cut = idx.copy()
+    for i, n in enumerate(tl):
+        cut[i, n:] = -1
+    w_out, w_lse, _ = sparse_reference(q, kv.astype(np.float64), cut, SCALE)
+    np.testing.assert_allclose(out, w_out, rtol=1e-5, atol=1e-6)
+    assert np.all(out[1] == 0) and np.all(np.isneginf(lse[1]))
+    np.testing.assert_allclose(lse[[0, 2]], w_lse[[0, 2]], rtol=1e-6, atol=1e-6)
+    with pytest.raises(mla.MlaError, match="topk_length"):
+        mla.sparse_prefill(q, kv, idx, SCALE, topk_length=np.array([1, 2], np.int32))
+
+
+def test_sparse_prefill_fp8_rows(rng):
+    # fp8_ds_mla rows [s_kv, 656] (a cached fp8 prefix) read dequantised: the
+    # same answer as the f32 rows read_kv gives back, bit for bit.
+    s_q, h, s_kv, topk = 3, 16, 30, 40
+    cache = mla.empty_kv_cache(s_kv, 1, "fp8_ds_mla")
+    mla.append_kv(rng.standard_normal((s_kv, 512)).astype(np.float32),
+                  rng.standard_normal((s_kv, 64)).astype(np.float32),
+                  np.arange(s_kv, dtype=np.int64), cache)
+    c_kv, k_rope = mla.read_kv(cache, np.arange(s_kv, dtype=np.int64))
+    rows = np.ascontiguousarray(cache).reshape(s_kv, 656)
+    q = rng.standard_normal((s_q, h, 576)).astype(np.float32)
+    idx = rng.integers(-1, s_kv, (s_q, topk)).astype(np.int32)
+    out, lse = mla.sparse_prefill(q, rows, idx, SCALE)
+    w_out, w_lse = mla.sparse_prefill(q, np.concatenate([c_kv, k_rope], axis=1), idx, SCALE)
+    np.testing.assert_array_equal(out, w_out)
+    np.testing.assert_array_equal(lse, w_lse)
+
+
+def test_sparse_prefill_chunk_over_cached_prefix(rng):
+    # An engine's chunked prefill: a chunk of 5 tokens at positions 30..34 of a
+    # prompt whose first 30 keys are cached. kv = prefix rows then the chunk's
+    # own rows; each token's list picks among the prefix and the chunk's keys up
+    # to its own position (causal), -1 padding. Equals attention over exactly
+    # the selected keys, done per token.
+    prefix, chunk, h, topk = 30, 5, 16, 64
+    q = rng.standard_normal((chunk, h, 576)).astype(np.float32)
+    kv = rng.standard_normal((prefix + chunk, 576)).astype(np.float32)
+    idx = np.full((chunk, topk), -1, np.int32)
+    for i in range(chunk):
+        visible = prefix + i + 1
+        pick = rng.choice(visible, size=min(20, visible), replace=False)
+        idx[i, :len(pick)] = pick
+        idx[i, len(pick)] = prefix + i  # its own key (also a duplicate when picked)
+    out, lse = mla.sparse_prefill(q, kv, idx, SCALE)
+    for i in range(chunk):
+        sel = idx[i][idx[i] >= 0]
+        k = kv[sel].astype(np.float64)
+        s = SCALE * (q[i].astype(np.float64) @ k.T)
+        m = s.max(axis=1, keepdims=True)
+        p = np.exp(s - m)
+        w_out = (p / p.sum(axis=1, keepdims=True)) @ k[:, :512]
+        np.testing.assert_allclose(out[i], w_out, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lse[i], (m[:, 0] + np.log(p.sum(axis=1))), rtol=1e-6,
+                                   atol=1e-6)
+        assert np.all(sel < prefix + i + 1)
+
+
 def test_decompress_and_mha_prefill(rng):
     N, h, dc, dn, dv = 9, 4, 32, 8, 6
     c_kv = rng.standard_normal((N, dc))

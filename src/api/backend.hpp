@@ -2,7 +2,7 @@
 // arguments device-independently, then runs the CPU reference for CPU tensors
 // or the CUDA backend for CUDA tensors. Ops whose kernel does not exist yet
 // answer Errc::unsupported via no_cuda_backend(); adding a kernel is one line:
-//   if (on_cuda(dev)) return cuda::op(args, ctx);
+//   if (on_cuda(dev)) return MLA_CUDA_BACKEND(cuda::op(args, ctx), "op");
 #pragma once
 #include "common/validate.hpp"
 #include "mla/status.hpp"
@@ -30,3 +30,12 @@ inline Status expect_known_device(const TensorView& t, const char* name) {
 }
 
 }  // namespace mla::detail
+
+// `call` (a cuda:: backend function) in a build with the CUDA kernels; in a build without
+// them the unsupported error naming `op`, and `call`, whose function is then not declared,
+// is not compiled.
+#ifdef MLA_HAS_CUDA
+#define MLA_CUDA_BACKEND(call, op) (call)
+#else
+#define MLA_CUDA_BACKEND(call, op) ::mla::detail::no_cuda_backend(op)
+#endif

@@ -92,10 +92,7 @@ Status block_sparse_select(const BlockSparseSelectArgs& a, const ExecContext& ct
   const int64_t B = a.q.shape[0], s_q = a.q.shape[1];
   MLA_TRY(expect_dtype(a.q, "q", {DType::bf16, DType::f32, DType::f64}));
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(expect_shape(a.indices, "indices", {B, s_q, kAny}, "[B, s_q, C]"));
   MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
   const int64_t need = block_sparse_capacity(a.params);

@@ -75,15 +75,11 @@ Status mla_decode(const DecodeArgs& args, const DecodeOptions& opts, Workspace w
   if (detail::on_cuda(args.q.device)) {
     // block_table and cache_seqlens live on the GPU: the kernel guards them
     // (see api/decode_validate.hpp); only the checked mode reads them here.
-    if (ctx.check_device_values) {
-      detail::HostCopy bt, sl;
-      MLA_TRY(bt.copy(args.block_table, "block_table", ctx));
-      MLA_TRY(sl.copy(args.cache_seqlens, "cache_seqlens", ctx));
-      DecodeArgs h = args;
-      h.block_table = bt.view();
-      h.cache_seqlens = sl.view();
-      MLA_TRY(detail::validate_decode_host_values(h));
-    }
+    if (ctx.check_device_values)
+      MLA_TRY(detail::check_on_host(args,
+                                    {{&DecodeArgs::block_table, "block_table"},
+                                     {&DecodeArgs::cache_seqlens, "cache_seqlens"}},
+                                    ctx, detail::validate_decode_host_values));
 #ifdef MLA_DECODE_CUDA_BACKEND
     return cuda::mla_decode(args, opts, ws, ctx);
 #else

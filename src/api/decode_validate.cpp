@@ -38,11 +38,8 @@ Status check_decode(const DecodeArgs& a) {
 
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
 
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
+  MLA_TRY(expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(expect_inner_contiguous(a.block_table, "block_table", 1));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
   MLA_TRY(expect_inner_contiguous(a.cache_seqlens, "cache_seqlens", 1));
 
   MLA_TRY(expect_shape(a.out, "out", {B, s_q, h_q, kDv}, "[B, s_q, h_q, 512]"));

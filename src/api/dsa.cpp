@@ -4,6 +4,8 @@
 #include "mla/dsa.hpp"
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "api/attention_checks.hpp"
 #include "api/backend.hpp"
@@ -30,6 +32,20 @@ namespace {
 constexpr int64_t kAlign = 256;
 // Logits rows are padded to whole 64-float groups so each row starts aligned.
 constexpr int64_t kLogitsRowAlign = 64;
+
+// Every tensor of a step, named as its argument: the eight inputs, then out and lse.
+std::array<detail::Named, 10> named_tensors(const DsaDecodeArgs& a) {
+  return {{{&a.q, "q"},
+           {&a.kv.data, "kv"},
+           {&a.block_table, "block_table"},
+           {&a.cache_seqlens, "cache_seqlens"},
+           {&a.index_q8, "index_q8"},
+           {&a.index_w_folded, "index_w_folded"},
+           {&a.index_cache.data, "index_cache"},
+           {&a.index_block_table, "index_block_table"},
+           {&a.out, "out"},
+           {&a.lse, "lse"}}};
+}
 
 const char* path_name(DsaPath p) {
   switch (p) {
@@ -109,15 +125,8 @@ Status validate_common(const DsaDecodeArgs& a, const DsaPolicy& p) {
   // Outputs: out and lse may share memory with no input nor each other (the
   // dense and sparse stages check their own; the indexer inputs only meet
   // here).
-  return detail::expect_disjoint({{&a.out, "out"}, {&a.lse, "lse"}},
-                                 {{&a.q, "q"},
-                                  {&a.kv.data, "kv"},
-                                  {&a.block_table, "block_table"},
-                                  {&a.cache_seqlens, "cache_seqlens"},
-                                  {&a.index_q8, "index_q8"},
-                                  {&a.index_w_folded, "index_w_folded"},
-                                  {&a.index_cache.data, "index_cache"},
-                                  {&a.index_block_table, "index_block_table"}});
+  const auto t = named_tensors(a);
+  return detail::expect_disjoint(std::span(t).last(2), std::span(t).first(8));
 }
 
 // CPU tensors only: the lengths the host may read. Each is in [0, max_seqlen].
@@ -323,27 +332,14 @@ Status dsa_decode(const DsaDecodeArgs& a, const DsaPolicy& p, Workspace ws,
                  "(dsa_decode_workspace_size)",
                  ws.data == nullptr ? 0 : ws.bytes, ws.data == nullptr ? " (null)" : "",
                  path_name(path), need);
-  MLA_TRY(detail::expect_workspace_disjoint(ws.data, ws.bytes, a.q.device,
-                                            {{&a.q, "q"},
-                                             {&a.kv.data, "kv"},
-                                             {&a.block_table, "block_table"},
-                                             {&a.cache_seqlens, "cache_seqlens"},
-                                             {&a.index_q8, "index_q8"},
-                                             {&a.index_w_folded, "index_w_folded"},
-                                             {&a.index_cache.data, "index_cache"},
-                                             {&a.index_block_table, "index_block_table"},
-                                             {&a.out, "out"},
-                                             {&a.lse, "lse"}}));
+  MLA_TRY(detail::expect_workspace_disjoint(ws.data, ws.bytes, a.q.device, named_tensors(a)));
   if (!detail::on_cuda(a.q.device)) {
     MLA_TRY(check_host_lengths(a));
   } else if (ctx.check_device_values) {  // the stages then check their own tensors
-    detail::HostCopy sl, ibt;
-    MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-    MLA_TRY(ibt.copy(a.index_block_table, "index_block_table", ctx));
-    DsaDecodeArgs h = a;
-    h.cache_seqlens = sl.view();
-    h.index_block_table = ibt.view();
-    MLA_TRY(check_host_lengths(h));
+    MLA_TRY(detail::check_on_host(a,
+                                  {{&DsaDecodeArgs::cache_seqlens, "cache_seqlens"},
+                                   {&DsaDecodeArgs::index_block_table, "index_block_table"}},
+                                  ctx, check_host_lengths));
   }
   if (path == DsaPath::dense) return mla_decode(dense_args(a), p.dense_options, ws, ctx);
   return run_sparse(a, p, ws, ctx);

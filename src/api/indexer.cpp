@@ -33,6 +33,12 @@ Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int6
   }
   return Status::Ok();
 }
+
+// block_table and cache_seqlens of a validated decode call (host views).
+Status check_block_table(const IndexerLogitsDecodeArgs& a) {
+  return detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
+                                          a.cache.num_pages(), a.logits.shape[2]);
+}
 }  // namespace
 
 Status validate_indexer_cache(const IndexerCacheView& cache, const char* name) {
@@ -68,11 +74,7 @@ Status append_indexer_keys(const AppendIndexerKeysArgs& a, const ExecContext& ct
       MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(), L::kPageTokens,
                                         /*allow_skip=*/true));
     }
-#ifdef MLA_HAS_CUDA
-    return cuda::append_indexer_keys(a, ctx);
-#else
-    return detail::no_cuda_backend("append_indexer_keys");
-#endif
+    return MLA_CUDA_BACKEND(cuda::append_indexer_keys(a, ctx), "append_indexer_keys");
   }
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), L::kPageTokens,
                                     /*allow_skip=*/true));
@@ -110,11 +112,7 @@ Status quantize_indexer_query(const QuantizeIndexerQueryArgs& a, const ExecConte
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.q.numel() == 0) return Status::Ok();  // no tokens
   if (detail::on_cuda(a.q.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::quantize_indexer_query(a, ctx);
-#else
-    return detail::no_cuda_backend("quantize_indexer_query");
-#endif
+    return MLA_CUDA_BACKEND(cuda::quantize_indexer_query(a, ctx), "quantize_indexer_query");
   }
   return reference::quantize_indexer_query(a);
 }
@@ -127,10 +125,7 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   MLA_TRY(expect_shape(a.w_folded, "w_folded", {B, s_q, kIndexerHeads}, "[B, s_q, 64]"));
   MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
   MLA_TRY(validate_indexer_cache(a.cache, "cache"));
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
+  MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(expect_shape(a.logits, "logits", {B, s_q, kAny}, "[B, s_q, max_len]"));
   MLA_TRY(expect_dtype(a.logits, "logits", {DType::f32}));
   for (auto [t, name] :
@@ -147,22 +142,12 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
                                                             {&a.cache_seqlens, "cache_seqlens"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // B, s_q or max_len 0
-  if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy bt, sl;
-      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-      MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-      MLA_TRY(detail::check_block_table_values(bt.view(), sl.view(), L::kPageTokens,
-                                               a.cache.num_pages(), a.logits.shape[2]));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::indexer_logits_decode(a, ctx);
-#else
-    return detail::no_cuda_backend("indexer_logits_decode");
-#endif
-  }
-  MLA_TRY(detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
-                                           a.cache.num_pages(), a.logits.shape[2]));
+  const bool on_gpu = detail::on_cuda(a.q8.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&IndexerLogitsDecodeArgs::block_table, "block_table"},
+                                {&IndexerLogitsDecodeArgs::cache_seqlens, "cache_seqlens"}},
+                               ctx, check_block_table));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::indexer_logits_decode(a, ctx), "indexer_logits_decode");
   return reference::indexer_logits_decode(a);
 }
 
@@ -199,20 +184,15 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
                                                             {&a.k_end, "k_end"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.logits.numel() == 0) return Status::Ok();  // T or N 0
-  if (detail::on_cuda(a.q8.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy lo, hi;
-      MLA_TRY(lo.copy(a.k_start, "k_start", ctx));
-      MLA_TRY(hi.copy(a.k_end, "k_end", ctx));
-      MLA_TRY(check_key_ranges(lo.view(), hi.view(), N));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::indexer_logits_prefill(a, ctx);
-#else
-    return detail::no_cuda_backend("indexer_logits_prefill");
-#endif
-  }
-  MLA_TRY(check_key_ranges(a.k_start, a.k_end, N));
+  const bool on_gpu = detail::on_cuda(a.q8.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&IndexerLogitsPrefillArgs::k_start, "k_start"},
+                                {&IndexerLogitsPrefillArgs::k_end, "k_end"}},
+                               ctx, [&](const IndexerLogitsPrefillArgs& h) {
+                                 return check_key_ranges(h.k_start, h.k_end, N);
+                               }));
+  if (on_gpu)
+    return MLA_CUDA_BACKEND(cuda::indexer_logits_prefill(a, ctx), "indexer_logits_prefill");
   return reference::indexer_logits_prefill(a);
 }
 

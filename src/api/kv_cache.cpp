@@ -99,12 +99,8 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
       MLA_TRY(detail::check_slot_values(sl.view(), "slots", a.cache.num_pages(),
                                         a.cache.page_size(), /*allow_skip=*/true));
     }
-#ifdef MLA_HAS_CUDA
     // Slots live on the GPU: the kernel skips -1 and any slot outside the pool.
-    return cuda::append_kv(a, ctx);
-#else
-    return detail::no_cuda_backend("append_kv");
-#endif
+    return MLA_CUDA_BACKEND(cuda::append_kv(a, ctx), "append_kv");
   }
   MLA_TRY(detail::check_slot_values(a.slots, "slots", a.cache.num_pages(), a.cache.page_size(),
                                     /*allow_skip=*/true));

@@ -10,6 +10,7 @@
 
 #include "api/backend.hpp"
 #include "api/device_values.hpp"
+#include "api/paged_checks.hpp"
 #include "api/rope_checks.hpp"
 #include "common/checked.hpp"
 #include "common/validate.hpp"
@@ -213,11 +214,8 @@ Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
                          "kv: the layer takes bf16 or fp8_ds_mla caches (fp8_e4m3 serves decode, "
                          "sparse decode and append_kv)");
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.kv.data, "kv"));
-  MLA_TRY(expect_shape(a.block_table, "block_table", {B, kAny}, "[B, max_pages]"));
-  MLA_TRY(expect_dtype(a.block_table, "block_table", {DType::i32}));
+  MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.block_table, "block_table"));
-  MLA_TRY(expect_shape(a.cache_seqlens, "cache_seqlens", {B}, "[B]"));
-  MLA_TRY(expect_dtype(a.cache_seqlens, "cache_seqlens", {DType::i32}));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.cache_seqlens, "cache_seqlens"));
   const bool has_index = a.index_cache.data.defined();
   if (sparse && !has_index)
@@ -247,13 +245,10 @@ Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
        {&a.cache_seqlens, "cache_seqlens"}}));
   if (!detail::on_cuda(dev)) return check_forward_values(a);
   if (!ctx.check_device_values) return Status::Ok();  // the kernels guard the device values
-  detail::HostCopy bt, sl;
-  MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-  MLA_TRY(sl.copy(a.cache_seqlens, "cache_seqlens", ctx));
-  LayerForwardArgs h = a;
-  h.block_table = bt.view();
-  h.cache_seqlens = sl.view();
-  return check_forward_values(h);
+  return detail::check_on_host(a,
+                               {{&LayerForwardArgs::block_table, "block_table"},
+                                {&LayerForwardArgs::cache_seqlens, "cache_seqlens"}},
+                               ctx, check_forward_values);
 }
 
 // cache_seqlens and block_table values (host views): each request's length
@@ -347,22 +342,14 @@ Status layer_workspace_size(const LayerForwardArgs& a, size_t* bytes) {
   *bytes = 0;
   if (!detail::on_cuda(a.hidden.device)) return Status::Ok();  // the reference needs no scratch
   if (a.hidden.numel() == 0) return Status::Ok();              // an empty step runs nothing
-#ifdef MLA_HAS_CUDA
-  return cuda::layer_workspace_size(a, bytes);
-#else
-  return detail::no_cuda_backend("layer_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::layer_workspace_size(a, bytes), "layer_workspace_size");
 }
 
 Status layer_forward(const LayerForwardArgs& a, Workspace ws, const ExecContext& ctx) {
   MLA_TRY(validate_forward(a, ctx));
   if (a.hidden.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0: nothing to compute
   if (detail::on_cuda(a.hidden.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::layer_forward(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("layer_forward");
-#endif
+    return MLA_CUDA_BACKEND(cuda::layer_forward(a, ws, ctx), "layer_forward");
   }
   return reference::layer_forward(a);
 }

@@ -11,6 +11,16 @@
 
 namespace mla::detail {
 
+// The shapes and dtypes of a paged batch's addressing: block_table [B, max_pages] and
+// cache_seqlens [B], both i32.
+inline Status expect_block_table(const TensorView& block_table, const TensorView& cache_seqlens,
+                                 int64_t B) {
+  MLA_TRY(expect_shape(block_table, "block_table", {B, kAny}, "[B, max_pages]"));
+  MLA_TRY(expect_dtype(block_table, "block_table", {DType::i32}));
+  MLA_TRY(expect_shape(cache_seqlens, "cache_seqlens", {B}, "[B]"));
+  return expect_dtype(cache_seqlens, "cache_seqlens", {DType::i32});
+}
+
 // slots [T]: each in [0, num_pages * page_size), or -1 where allow_skip.
 inline Status check_slot_values(const TensorView& slots, const char* name, int64_t num_pages,
                                 int64_t page_size, bool allow_skip) {

@@ -48,7 +48,38 @@ Status check_cu_seqlens(const TensorView& cu, const char* name, int64_t total,
   return Status::Ok();
 }
 
+// Both offset tensors of a validated call (host views); T and Tk are q's and k's rows.
+Status check_offsets(const MhaPrefillArgs& a) {
+  MLA_TRY(check_cu_seqlens(a.cu_seqlens_q, "cu_seqlens_q", a.q.shape[0], "T (q's rows)"));
+  return check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", a.k.shape[0], "Tk (k's rows)");
+}
+
+// chunked_prefill runs on CUDA only: a defined q on the CPU is named here (an undefined
+// one, and every other tensor, by the CUDA backend's validation).
+Status expect_chunked_on_cuda(const ChunkedPrefillArgs& a) {
+  if (!a.q.defined()) return Status::Ok();
+  MLA_TRY(detail::expect_known_device(a.q, "q"));
+  if (!detail::on_cuda(a.q.device))
+    return error(Errc::unsupported,
+                 "q: a CPU tensor; chunked_prefill runs on CUDA only (on the CPU the same "
+                 "attention is decompress_kv of the gathered latents, then mha_prefill)");
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& a, size_t* bytes) {
+  if (bytes == nullptr) return error(Errc::invalid_value, "bytes: output pointer is null");
+  *bytes = 0;
+  MLA_TRY(expect_chunked_on_cuda(a));
+  return MLA_CUDA_BACKEND(cuda::chunked_prefill_workspace_size(a, bytes),
+                          "chunked_prefill_workspace_size");
+}
+
+Status chunked_prefill(const ChunkedPrefillArgs& a, Workspace ws, const ExecContext& ctx) {
+  MLA_TRY(expect_chunked_on_cuda(a));
+  return MLA_CUDA_BACKEND(cuda::chunked_prefill(a, ws, ctx), "chunked_prefill");
+}
 
 Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_shape(a.c_kv, "c_kv", {kAny, kAny}, "[N, d_c]"));
@@ -71,11 +102,7 @@ Status decompress_kv(const DecompressKvArgs& a, const ExecContext& ctx) {
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.k_nope.numel() == 0 && a.v.numel() == 0) return Status::Ok();
   if (detail::on_cuda(a.c_kv.device)) {
-#ifdef MLA_HAS_CUDA
-    return cuda::decompress_kv(a, ctx);
-#else
-    return detail::no_cuda_backend("decompress_kv");
-#endif
+    return MLA_CUDA_BACKEND(cuda::decompress_kv(a, ctx), "decompress_kv");
   }
   return reference::decompress_kv(a);
 }
@@ -126,22 +153,12 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
                                    {&a.cu_seqlens_k, "cu_seqlens_k"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (T == 0) return Status::Ok();  // no query rows
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy cq, ck;
-      MLA_TRY(cq.copy(a.cu_seqlens_q, "cu_seqlens_q", ctx));
-      MLA_TRY(ck.copy(a.cu_seqlens_k, "cu_seqlens_k", ctx));
-      MLA_TRY(check_cu_seqlens(cq.view(), "cu_seqlens_q", T, "T (q's rows)"));
-      MLA_TRY(check_cu_seqlens(ck.view(), "cu_seqlens_k", Tk, "Tk (k's rows)"));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::mha_prefill(a, ctx);
-#else
-    return detail::no_cuda_backend("mha_prefill");
-#endif
-  }
-  MLA_TRY(check_cu_seqlens(a.cu_seqlens_q, "cu_seqlens_q", T, "T (q's rows)"));
-  MLA_TRY(check_cu_seqlens(a.cu_seqlens_k, "cu_seqlens_k", Tk, "Tk (k's rows)"));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  MLA_TRY(detail::check_values(on_gpu, a,
+                               {{&MhaPrefillArgs::cu_seqlens_q, "cu_seqlens_q"},
+                                {&MhaPrefillArgs::cu_seqlens_k, "cu_seqlens_k"}},
+                               ctx, check_offsets));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::mha_prefill(a, ctx), "mha_prefill");
   return reference::mha_prefill(a);
 }
 

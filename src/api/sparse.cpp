@@ -39,6 +39,19 @@ Status expect_layout(const TensorView& q,
   return Status::Ok();
 }
 
+// The index lists past their shape (checked by the caller): indices i32 with topk >= 1
+// entries per list (its last dim), and the optional topk_length [lists] i32 beside q.
+template <class Args>
+Status expect_lists(const Args& a, int64_t lists, const char* lists_shape) {
+  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
+  const int64_t topk = a.indices.shape[a.indices.ndim - 1];
+  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
+  if (!a.topk_length.defined()) return Status::Ok();
+  MLA_TRY(expect_shape(a.topk_length, "topk_length", {lists}, lists_shape));
+  MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
+  return expect_layout(a.q, {{&a.topk_length, "topk_length"}});
+}
+
 // indices entries j < n_list[...] are -1 or in [0, limit).
 Status check_index(int64_t v, int64_t limit, const std::string& where, const char* what) {
   if (v == -1 || (v >= 0 && v < limit)) return Status::Ok();
@@ -55,14 +68,7 @@ Status validate_decode_shapes(const SparseDecodeArgs& a) {
   MLA_TRY(expect_float(a.q, "q", true));
   MLA_TRY(validate_kv_cache(a.kv, "kv"));
   MLA_TRY(expect_shape(a.indices, "indices", {B, s_q, kAny}, "[B, s_q, topk]"));
-  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
-  const int64_t topk = a.indices.shape[2];
-  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
-  if (a.topk_length.defined()) {
-    MLA_TRY(expect_shape(a.topk_length, "topk_length", {B}, "[B]"));
-    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
-    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
-  }
+  MLA_TRY(expect_lists(a, B, "[B]"));
   MLA_TRY(expect_shape(a.out, "out", {B, s_q, h_q, kDv}, "[B, s_q, h_q, 512]"));
   MLA_TRY(expect_float(a.out, "out", true));
   MLA_TRY(expect_shape(a.lse, "lse", {B, h_q, s_q}, "[B, h_q, s_q]"));
@@ -107,17 +113,20 @@ Status validate_prefill_shapes(const SparsePrefillArgs& a) {
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1];
   if (h_q < 1) return error(Errc::invalid_shape, "q: h_q = {} must be at least 1", h_q);
   MLA_TRY(expect_float(a.q, "q", true));
-  MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
-  MLA_TRY(expect_float(a.kv, "kv", true));
-  MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
-  MLA_TRY(expect_dtype(a.indices, "indices", {DType::i32}));
-  const int64_t topk = a.indices.shape[1];
-  if (topk < 1) return error(Errc::invalid_shape, "indices: topk = {} must be at least 1", topk);
-  if (a.topk_length.defined()) {
-    MLA_TRY(expect_shape(a.topk_length, "topk_length", {s_q}, "[s_q]"));
-    MLA_TRY(expect_dtype(a.topk_length, "topk_length", {DType::i32}));
-    MLA_TRY(expect_layout(a.q, {{&a.topk_length, "topk_length"}}));
+  if (a.kv_format == KvFormat::fp8_ds_mla) {
+    MLA_TRY(expect_shape(a.kv, "kv", {kAny, Fp8DsMlaLayout::kEntryBytes},
+                         "[s_kv, 656] (fp8_ds_mla entries)"));
+    // Raw entry bytes: engines hand them over as uint8 or float8_e4m3fn.
+    MLA_TRY(expect_dtype(a.kv, "kv", {DType::u8, DType::e4m3}));
+    MLA_TRY(expect_inner_contiguous(a.kv, "kv", 1));
+  } else if (a.kv_format == KvFormat::bf16) {
+    MLA_TRY(expect_shape(a.kv, "kv", {kAny, kDqk}, "[s_kv, 576]"));
+    MLA_TRY(expect_float(a.kv, "kv", true));
+  } else {
+    return error(Errc::invalid_value, "kv_format: {} is not a KvFormat", int(a.kv_format));
   }
+  MLA_TRY(expect_shape(a.indices, "indices", {s_q, kAny}, "[s_q, topk]"));
+  MLA_TRY(expect_lists(a, s_q, "[s_q]"));
   MLA_TRY(expect_shape(a.out, "out", {s_q, h_q, kDv}, "[s_q, h_q, 512]"));
   MLA_TRY(expect_float(a.out, "out", true));
   MLA_TRY(expect_shape(a.lse, "lse", {s_q, h_q}, "[s_q, h_q]"));
@@ -159,11 +168,7 @@ Status sparse_workspace_size(const SparseDecodeArgs& a, size_t* bytes) {
   MLA_TRY(validate_decode_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();  // the reference needs no scratch
   if (s.out.numel() == 0) return Status::Ok();            // an empty step runs nothing
-#ifdef MLA_HAS_CUDA
-  return cuda::sparse_decode_workspace_size(s, bytes);
-#else
-  return detail::no_cuda_backend("sparse_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::sparse_decode_workspace_size(s, bytes), "sparse_workspace_size");
 }
 
 Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
@@ -175,11 +180,7 @@ Status sparse_workspace_size(const SparsePrefillArgs& a, size_t* bytes) {
   MLA_TRY(validate_prefill_shapes(s));
   if (!detail::on_cuda(s.q.device)) return Status::Ok();
   if (s.out.numel() == 0) return Status::Ok();
-#ifdef MLA_HAS_CUDA
-  return cuda::sparse_prefill_workspace_size(s, bytes);
-#else
-  return detail::no_cuda_backend("sparse_workspace_size");
-#endif
+  return MLA_CUDA_BACKEND(cuda::sparse_prefill_workspace_size(s, bytes), "sparse_workspace_size");
 }
 
 namespace {
@@ -240,23 +241,13 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
   if (a.plan != nullptr) MLA_TRY(check_plan_use(*a.plan, a));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // B = 0 or s_q = 0
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {  // the kernel treats a bad index as -1; this names it
-      detail::HostCopy idx, len;
-      MLA_TRY(idx.copy(a.indices, "indices", ctx));
-      MLA_TRY(len.copy(a.topk_length, "topk_length", ctx));
-      SparseDecodeArgs h = a;
-      h.indices = idx.view();
-      h.topk_length = len.view();
-      MLA_TRY(validate_decode_values(h));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::sparse_decode(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("sparse_decode");
-#endif
-  }
-  MLA_TRY(validate_decode_values(a));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  // On the GPU the kernel treats a bad index as -1; the checked mode names it.
+  MLA_TRY(detail::check_values(
+      on_gpu, a,
+      {{&SparseDecodeArgs::indices, "indices"}, {&SparseDecodeArgs::topk_length, "topk_length"}},
+      ctx, validate_decode_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::sparse_decode(a, ws, ctx), "sparse_decode");
   return reference::sparse_decode(a);
 }
 
@@ -264,21 +255,10 @@ Status sparse_prefill(const SparsePrefillArgs& a, Workspace ws, const ExecContex
   MLA_TRY(validate_prefill_shapes(a));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (a.out.numel() == 0) return Status::Ok();  // s_q = 0
-  if (detail::on_cuda(a.q.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy idx;
-      MLA_TRY(idx.copy(a.indices, "indices", ctx));
-      SparsePrefillArgs h = a;
-      h.indices = idx.view();
-      MLA_TRY(validate_prefill_values(h));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::sparse_prefill(a, ws, ctx);
-#else
-    return detail::no_cuda_backend("sparse_prefill");
-#endif
-  }
-  MLA_TRY(validate_prefill_values(a));
+  const bool on_gpu = detail::on_cuda(a.q.device);
+  MLA_TRY(detail::check_values(on_gpu, a, {{&SparsePrefillArgs::indices, "indices"}}, ctx,
+                               validate_prefill_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::sparse_prefill(a, ws, ctx), "sparse_prefill");
   return reference::sparse_prefill(a);
 }
 

@@ -104,23 +104,11 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
       {{&a.logits, "logits"}, {&a.lengths, "lengths"}, {&a.block_table, "block_table"}}));
   // Empty outputs: a no-op on every device (nothing to write, no launch).
   if (R == 0) return Status::Ok();  // no rows
-  if (detail::on_cuda(a.logits.device)) {
-    if (ctx.check_device_values) {
-      detail::HostCopy len, bt;
-      MLA_TRY(len.copy(a.lengths, "lengths", ctx));
-      MLA_TRY(bt.copy(a.block_table, "block_table", ctx));
-      TopkArgs h = a;
-      h.lengths = len.view();
-      h.block_table = bt.view();
-      MLA_TRY(check_topk_values(h));
-    }
-#ifdef MLA_HAS_CUDA
-    return cuda::topk_indices(a, ctx);
-#else
-    return detail::no_cuda_backend("topk_indices");
-#endif
-  }
-  MLA_TRY(check_topk_values(a));
+  const bool on_gpu = detail::on_cuda(a.logits.device);
+  MLA_TRY(detail::check_values(
+      on_gpu, a, {{&TopkArgs::lengths, "lengths"}, {&TopkArgs::block_table, "block_table"}}, ctx,
+      check_topk_values));
+  if (on_gpu) return MLA_CUDA_BACKEND(cuda::topk_indices(a, ctx), "topk_indices");
   return reference::topk_indices(a);
 }
 

@@ -89,10 +89,8 @@ int32_t mla_block_sparse_select(const mla_tensor* q, const mla_tensor* kv, int32
     BlockSparseSelectArgs a;
     MLA_TRY(to_view(q, "q", &a.q));
     MLA_TRY(to_cache(kv, kv_format, "kv", &a.kv));
-    MLA_TRY(to_view(block_table, "block_table", &a.block_table));
-    MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a.cache_seqlens));
-    MLA_TRY(to_view(indices, "indices", &a.indices));
-    MLA_TRY(to_view(num_selected, "num_selected", &a.num_selected));
+    MLA_TRY(to_views({MLA_VIEW(a, block_table), MLA_VIEW(a, cache_seqlens), MLA_VIEW(a, indices),
+                      MLA_VIEW(a, num_selected)}));
     a.params = params_or_default(params);
     return block_sparse_select(a, to_context(stream));
   });

@@ -14,10 +14,8 @@ int32_t mla_topk_indices(const mla_tensor* logits, const mla_tensor* lengths, in
                          void* stream) {
   return guarded([&] {
     TopkArgs a;
-    MLA_TRY(to_view(logits, "logits", &a.logits));
-    MLA_TRY(to_view(lengths, "lengths", &a.lengths));
-    MLA_TRY(to_view(indices, "indices", &a.indices));
-    MLA_TRY(to_view(block_table, "block_table", &a.block_table));
+    MLA_TRY(to_views({MLA_VIEW(a, logits), MLA_VIEW(a, lengths), MLA_VIEW(a, indices),
+                      MLA_VIEW(a, block_table)}));
     a.k = k;
     a.page_size = page_size;
     a.rows_per_request = rows_per_request;
@@ -36,22 +34,19 @@ Status sparse_decode_args(const mla_tensor* q, const mla_tensor* kv, int32_t kv_
                           SparseDecodeArgs* a) {
   MLA_TRY(to_view(q, "q", &a->q));
   MLA_TRY(to_cache(kv, kv_format, "kv", &a->kv));
-  MLA_TRY(to_view(indices, "indices", &a->indices));
-  MLA_TRY(to_view(topk_length, "topk_length", &a->topk_length));
-  MLA_TRY(to_view(out, "out", &a->out));
-  MLA_TRY(to_view(lse, "lse", &a->lse));
+  MLA_TRY(to_views(
+      {MLA_VIEW(*a, indices), MLA_VIEW(*a, topk_length), MLA_VIEW(*a, out), MLA_VIEW(*a, lse)}));
   a->softmax_scale = softmax_scale;
   return Status::Ok();
 }
 
-Status sparse_prefill_args(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+Status sparse_prefill_args(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                           const mla_tensor* indices, const mla_tensor* topk_length,
                            float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
                            SparsePrefillArgs* a) {
-  MLA_TRY(to_view(q, "q", &a->q));
-  MLA_TRY(to_view(kv, "kv", &a->kv));
-  MLA_TRY(to_view(indices, "indices", &a->indices));
-  MLA_TRY(to_view(out, "out", &a->out));
-  MLA_TRY(to_view(lse, "lse", &a->lse));
+  MLA_TRY(to_views({MLA_VIEW(*a, q), MLA_VIEW(*a, kv), MLA_VIEW(*a, indices),
+                    MLA_VIEW(*a, topk_length), MLA_VIEW(*a, out), MLA_VIEW(*a, lse)}));
+  MLA_TRY(to_kv_format(kv_format, "kv", &a->kv_format));
   a->softmax_scale = softmax_scale;
   return Status::Ok();
 }
@@ -127,30 +122,36 @@ int32_t mla_sparse_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_
 }
 
 int32_t mla_sparse_prefill_workspace_size(const mla_tensor* q, const mla_tensor* kv,
-                                          const mla_tensor* indices, float softmax_scale,
+                                          int32_t kv_format, const mla_tensor* indices,
+                                          const mla_tensor* topk_length, float softmax_scale,
                                           const mla_tensor* out, const mla_tensor* lse,
                                           size_t* bytes) {
   return guarded([&] {
     SparsePrefillArgs a;
-    MLA_TRY(sparse_prefill_args(q, kv, indices, softmax_scale, out, lse, &a));
+    MLA_TRY(
+        sparse_prefill_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
     return sparse_workspace_size(a, bytes);
   });
 }
 
-int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+int32_t mla_sparse_prefill_ws(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                              const mla_tensor* indices, const mla_tensor* topk_length,
                               float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
                               void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     SparsePrefillArgs a;
-    MLA_TRY(sparse_prefill_args(q, kv, indices, softmax_scale, out, lse, &a));
+    MLA_TRY(
+        sparse_prefill_args(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse, &a));
     return sparse_prefill(a, Workspace{workspace, workspace_bytes}, to_context(stream));
   });
 }
 
-int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv, const mla_tensor* indices,
+int32_t mla_sparse_prefill(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format,
+                           const mla_tensor* indices, const mla_tensor* topk_length,
                            float softmax_scale, const mla_tensor* out, const mla_tensor* lse,
                            void* stream) {
-  return mla_sparse_prefill_ws(q, kv, indices, softmax_scale, out, lse, nullptr, 0, stream);
+  return mla_sparse_prefill_ws(q, kv, kv_format, indices, topk_length, softmax_scale, out, lse,
+                               nullptr, 0, stream);
 }
 
 }  // extern "C"

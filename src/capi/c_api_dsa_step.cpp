@@ -27,20 +27,18 @@ Status to_step_args(const mla_tensor* q, const mla_tensor* kv, int32_t kv_format
                     int64_t max_seqlen, const mla_tensor* index_q8,
                     const mla_tensor* index_w_folded, const mla_tensor* index_cache,
                     const mla_tensor* index_block_table, float softmax_scale, const mla_tensor* out,
-                    const mla_tensor* lse, DsaDecodeArgs* a) {
+                    const mla_tensor* lse, const mla_dsa_policy* policy, DsaDecodeArgs* a,
+                    DsaPolicy* p) {
   MLA_TRY(to_view(q, "q", &a->q));
   MLA_TRY(to_cache(kv, kv_format, "kv", &a->kv));
-  MLA_TRY(to_view(block_table, "block_table", &a->block_table));
-  MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a->cache_seqlens));
+  MLA_TRY(to_views({MLA_VIEW(*a, block_table), MLA_VIEW(*a, cache_seqlens)}));
   a->max_seqlen = max_seqlen;
-  MLA_TRY(to_view(index_q8, "index_q8", &a->index_q8));
-  MLA_TRY(to_view(index_w_folded, "index_w_folded", &a->index_w_folded));
+  MLA_TRY(to_views({MLA_VIEW(*a, index_q8), MLA_VIEW(*a, index_w_folded)}));
   MLA_TRY(to_view(index_cache, "index_cache", &a->index_cache.data));
   MLA_TRY(to_view(index_block_table, "index_block_table", &a->index_block_table));
   a->softmax_scale = softmax_scale;
-  MLA_TRY(to_view(out, "out", &a->out));
-  MLA_TRY(to_view(lse, "lse", &a->lse));
-  return Status::Ok();
+  MLA_TRY(to_views({MLA_VIEW(*a, out), MLA_VIEW(*a, lse)}));
+  return to_policy(policy, p);
 }
 
 }  // namespace
@@ -82,11 +80,10 @@ int32_t mla_dsa_decode_workspace_size(const mla_tensor* q, const mla_tensor* kv,
                                       const mla_dsa_policy* policy, size_t* bytes) {
   return guarded([&] {
     DsaDecodeArgs a;
+    DsaPolicy p;
     MLA_TRY(to_step_args(q, kv, kv_format, block_table, cache_seqlens, max_seqlen, index_q8,
                          index_w_folded, index_cache, index_block_table, softmax_scale, out, lse,
-                         &a));
-    DsaPolicy p;
-    MLA_TRY(to_policy(policy, &p));
+                         policy, &a, &p));
     return dsa_decode_workspace_size(a, p, bytes);
   });
 }
@@ -100,11 +97,10 @@ int32_t mla_dsa_decode(const mla_tensor* q, const mla_tensor* kv, int32_t kv_for
                        void* workspace, size_t workspace_bytes, void* stream) {
   return guarded([&] {
     DsaDecodeArgs a;
+    DsaPolicy p;
     MLA_TRY(to_step_args(q, kv, kv_format, block_table, cache_seqlens, max_seqlen, index_q8,
                          index_w_folded, index_cache, index_block_table, softmax_scale, out, lse,
-                         &a));
-    DsaPolicy p;
-    MLA_TRY(to_policy(policy, &p));
+                         policy, &a, &p));
     return dsa_decode(a, p, Workspace{workspace, workspace_bytes}, to_context(stream));
   });
 }

@@ -19,8 +19,7 @@ int32_t mla_append_indexer_keys(const mla_tensor* keys, const mla_tensor* slots,
                                 const mla_tensor* cache, void* stream) {
   return guarded([&] {
     AppendIndexerKeysArgs a;
-    MLA_TRY(to_view(keys, "keys", &a.keys));
-    MLA_TRY(to_view(slots, "slots", &a.slots));
+    MLA_TRY(to_views({MLA_VIEW(a, keys), MLA_VIEW(a, slots)}));
     MLA_TRY(to_view(cache, "cache", &a.cache.data));
     return append_indexer_keys(a, to_context(stream));
   });
@@ -30,10 +29,8 @@ int32_t mla_quantize_indexer_query(const mla_tensor* q, const mla_tensor* weight
                                    const mla_tensor* q8, const mla_tensor* w_folded, void* stream) {
   return guarded([&] {
     QuantizeIndexerQueryArgs a;
-    MLA_TRY(to_view(q, "q", &a.q));
-    MLA_TRY(to_view(weights, "weights", &a.weights));
-    MLA_TRY(to_view(q8, "q8", &a.q8));
-    MLA_TRY(to_view(w_folded, "w_folded", &a.w_folded));
+    MLA_TRY(
+        to_views({MLA_VIEW(a, q), MLA_VIEW(a, weights), MLA_VIEW(a, q8), MLA_VIEW(a, w_folded)}));
     return quantize_indexer_query(a, to_context(stream));
   });
 }
@@ -44,12 +41,9 @@ int32_t mla_indexer_logits_decode(const mla_tensor* q8, const mla_tensor* w_fold
                                   void* stream) {
   return guarded([&] {
     IndexerLogitsDecodeArgs a;
-    MLA_TRY(to_view(q8, "q8", &a.q8));
-    MLA_TRY(to_view(w_folded, "w_folded", &a.w_folded));
+    MLA_TRY(to_views({MLA_VIEW(a, q8), MLA_VIEW(a, w_folded)}));
     MLA_TRY(to_view(cache, "cache", &a.cache.data));
-    MLA_TRY(to_view(block_table, "block_table", &a.block_table));
-    MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a.cache_seqlens));
-    MLA_TRY(to_view(logits, "logits", &a.logits));
+    MLA_TRY(to_views({MLA_VIEW(a, block_table), MLA_VIEW(a, cache_seqlens), MLA_VIEW(a, logits)}));
     return indexer_logits_decode(a, to_context(stream));
   });
 }
@@ -60,13 +54,8 @@ int32_t mla_indexer_logits_prefill(const mla_tensor* q8, const mla_tensor* w_fol
                                    const mla_tensor* logits, void* stream) {
   return guarded([&] {
     IndexerLogitsPrefillArgs a;
-    MLA_TRY(to_view(q8, "q8", &a.q8));
-    MLA_TRY(to_view(w_folded, "w_folded", &a.w_folded));
-    MLA_TRY(to_view(k8, "k8", &a.k8));
-    MLA_TRY(to_view(k_scale, "k_scale", &a.k_scale));
-    MLA_TRY(to_view(k_start, "k_start", &a.k_start));
-    MLA_TRY(to_view(k_end, "k_end", &a.k_end));
-    MLA_TRY(to_view(logits, "logits", &a.logits));
+    MLA_TRY(to_views({MLA_VIEW(a, q8), MLA_VIEW(a, w_folded), MLA_VIEW(a, k8), MLA_VIEW(a, k_scale),
+                      MLA_VIEW(a, k_start), MLA_VIEW(a, k_end), MLA_VIEW(a, logits)}));
     return indexer_logits_prefill(a, to_context(stream));
   });
 }

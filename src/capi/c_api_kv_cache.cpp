@@ -19,9 +19,7 @@ int32_t mla_append_kv(const mla_tensor* c_kv, const mla_tensor* k_rope, const ml
                       const mla_tensor* cache, int32_t kv_format, void* stream) {
   return guarded([&] {
     AppendKvArgs a;
-    MLA_TRY(to_view(c_kv, "c_kv", &a.c_kv));
-    MLA_TRY(to_view(k_rope, "k_rope", &a.k_rope));
-    MLA_TRY(to_view(slots, "slots", &a.slots));
+    MLA_TRY(to_views({MLA_VIEW(a, c_kv), MLA_VIEW(a, k_rope), MLA_VIEW(a, slots)}));
     MLA_TRY(to_cache(cache, kv_format, "cache", &a.cache));
     return append_kv(a, to_context(stream));
   });
@@ -32,9 +30,7 @@ int32_t mla_read_kv(const mla_tensor* cache, int32_t kv_format, const mla_tensor
   return guarded([&] {
     ReadKvArgs a;
     MLA_TRY(to_cache(cache, kv_format, "cache", &a.cache));
-    MLA_TRY(to_view(slots, "slots", &a.slots));
-    MLA_TRY(to_view(c_kv, "c_kv", &a.c_kv));
-    MLA_TRY(to_view(k_rope, "k_rope", &a.k_rope));
+    MLA_TRY(to_views({MLA_VIEW(a, slots), MLA_VIEW(a, c_kv), MLA_VIEW(a, k_rope)}));
     return read_kv(a, to_context(stream));
   });
 }

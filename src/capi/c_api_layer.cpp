@@ -111,9 +111,7 @@ static Status to_forward_args(const mla_layer_config* config, const mla_tensor* 
   MLA_TRY(to_view(hidden, "hidden", &a->hidden));
   MLA_TRY(to_cache(kv, kv_format, "kv", &a->kv));
   MLA_TRY(to_view(index_cache, "index_cache", &a->index_cache.data));
-  MLA_TRY(to_view(block_table, "block_table", &a->block_table));
-  MLA_TRY(to_view(cache_seqlens, "cache_seqlens", &a->cache_seqlens));
-  MLA_TRY(to_view(out, "out", &a->out));
+  MLA_TRY(to_views({MLA_VIEW(*a, block_table), MLA_VIEW(*a, cache_seqlens), MLA_VIEW(*a, out)}));
   a->attention = LayerAttention(attention);  // range-checked by layer_forward
   return Status::Ok();
 }

@@ -54,9 +54,7 @@ int32_t mla_apply_rope(const mla_tensor* x, const mla_tensor* positions, const m
                        const mla_rope_config* config, int32_t layout, void* stream) {
   return guarded([&] {
     ApplyRopeArgs a;
-    MLA_TRY(to_view(x, "x", &a.x));
-    MLA_TRY(to_view(positions, "positions", &a.positions));
-    MLA_TRY(to_view(out, "out", &a.out));
+    MLA_TRY(to_views({MLA_VIEW(a, x), MLA_VIEW(a, positions), MLA_VIEW(a, out)}));
     MLA_TRY(to_rope_config(config, &a.config));
     if (layout != MLA_ROPE_INTERLEAVED && layout != MLA_ROPE_HALF_SPLIT)
       return Status(Errc::invalid_value, "layout = " + std::to_string(layout) +

@@ -56,6 +56,11 @@ Status to_view(const mla_tensor* t, const char* name, TensorView* out) {
   return detail::expect_extent(*out, name);
 }
 
+Status to_views(std::initializer_list<ViewArg> args) {
+  for (const ViewArg& a : args) MLA_TRY(to_view(a.t, a.name, a.out));
+  return Status::Ok();
+}
+
 Status to_kv_format(int32_t code, const char* name, KvFormat* out) {
   if (code != MLA_KV_BF16 && code != MLA_KV_FP8_DS_MLA && code != MLA_KV_FP8_E4M3)
     return Status(

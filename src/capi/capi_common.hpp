@@ -2,6 +2,7 @@
 // mla::TensorView with the C-level fields checked, the per-thread error
 // message, and the guard that keeps every C++ exception inside the library.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -51,6 +52,21 @@ Status to_kv_format(int32_t code, const char* name, KvFormat* out);
 Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out);
 // This thread's mla_set_kv_scale view (undefined when none is set).
 TensorView& kv_scale();
+
+// One tensor argument of a C function and the view it becomes.
+struct ViewArg {
+  const mla_tensor* t;
+  const char* name;
+  TensorView* out;
+};
+// to_view for each argument in order; the first error is returned.
+Status to_views(std::initializer_list<ViewArg> args);
+
+// The C parameter `param` as the view args.param, named "param" in errors: a C function's
+// tensor parameters carry the names of the C++ fields they fill.
+// clang-format off
+#define MLA_VIEW(args, param) ::mla::capi::ViewArg{(param), #param, &(args).param}
+// clang-format on
 
 // A required pointer argument of the C functions that take no tensors (out
 // parameters, names): NULL is an invalid_value naming it.

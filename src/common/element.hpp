@@ -13,37 +13,29 @@
 
 namespace mla::detail {
 
+// The bytes of a T at p, and a T's bytes written to p (any alignment).
+template <class T>
+T load_bytes(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+void store_bytes(void* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 // f16 has no conversion here (no op accepts it): it reads as NaN.
 inline double load_element(DType dt, const void* src) {
   const auto* p = static_cast<const uint8_t*>(src);
   switch (dt) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::bf16: {
-      bf16 v;
-      std::memcpy(&v.bits, p, 2);
-      return bf16_to_float(v);
-    }
+    case DType::f32: return load_bytes<float>(p);
+    case DType::f64: return load_bytes<double>(p);
+    case DType::bf16: return bf16_to_float(bf16{load_bytes<uint16_t>(p)});
     case DType::e4m3: return e4m3_to_float(*p);
     case DType::u8: return *p;
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
+    case DType::i32: return load_bytes<int32_t>(p);
+    case DType::i64: return static_cast<double>(load_bytes<int64_t>(p));
     case DType::f16: break;
   }
   return std::numeric_limits<double>::quiet_NaN();
@@ -53,29 +45,13 @@ inline double load_element(DType dt, const void* src) {
 inline void store_element(DType dt, void* dst, double v) {
   auto* p = static_cast<uint8_t*>(dst);
   switch (dt) {
-    case DType::f32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DType::f64: std::memcpy(p, &v, 8); return;
-    case DType::bf16: {
-      const bf16 h = float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &h.bits, 2);
-      return;
-    }
+    case DType::f32: return store_bytes(p, static_cast<float>(v));
+    case DType::f64: return store_bytes(p, v);
+    case DType::bf16: return store_bytes(p, float_to_bf16(static_cast<float>(v)).bits);
     case DType::e4m3: *p = float_to_e4m3(static_cast<float>(v)); return;
     case DType::u8: *p = static_cast<uint8_t>(v); return;
-    case DType::i32: {
-      const int32_t i = static_cast<int32_t>(v);
-      std::memcpy(p, &i, 4);
-      return;
-    }
-    case DType::i64: {
-      const int64_t i = static_cast<int64_t>(v);
-      std::memcpy(p, &i, 8);
-      return;
-    }
+    case DType::i32: return store_bytes(p, static_cast<int32_t>(v));
+    case DType::i64: return store_bytes(p, static_cast<int64_t>(v));
     case DType::f16: return;
   }
 }

@@ -125,7 +125,7 @@ Status expect_no_self_overlap(const TensorView& t, const char* name) {
   return Status::Ok();
 }
 
-Status expect_disjoint(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) {
+Status expect_disjoint(std::span<const Named> outputs, std::span<const Named> inputs) {
   auto skip = [](const TensorView& t) { return !t.defined() || is_shape_only(t); };
   for (const Named& o : outputs) {
     if (skip(*o.view)) continue;
@@ -150,7 +150,7 @@ Status expect_disjoint(std::initializer_list<Named> outputs, std::initializer_li
 }
 
 Status expect_workspace_disjoint(const void* data, size_t bytes, Device device,
-                                 std::initializer_list<Named> views) {
+                                 std::span<const Named> views) {
   if (data == nullptr || bytes == 0) return Status::Ok();
   const auto lo = reinterpret_cast<uintptr_t>(data);
   if (bytes > UINTPTR_MAX - lo)

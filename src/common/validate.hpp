@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,20 @@ struct Named {
 // expect_no_self_overlap. Undefined or empty views, views on different
 // devices and shape-only views (shape_only) are skipped. An op that allows a
 // particular output to alias an input documents it and leaves that input out.
-Status expect_disjoint(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs);
+Status expect_disjoint(std::span<const Named> outputs, std::span<const Named> inputs);
+inline Status expect_disjoint(std::initializer_list<Named> outputs,
+                              std::initializer_list<Named> inputs) {
+  return expect_disjoint(std::span<const Named>(outputs.begin(), outputs.size()),
+                         std::span<const Named>(inputs.begin(), inputs.size()));
+}
 // The caller's workspace must not overlap any of `views` either.
 Status expect_workspace_disjoint(const void* data, size_t bytes, Device device,
-                                 std::initializer_list<Named> views);
+                                 std::span<const Named> views);
+inline Status expect_workspace_disjoint(const void* data, size_t bytes, Device device,
+                                        std::initializer_list<Named> views) {
+  return expect_workspace_disjoint(data, bytes, device,
+                                   std::span<const Named>(views.begin(), views.size()));
+}
 // A copy of t whose null data pointer is replaced by a static, 256-byte aligned
 // placeholder: the workspace-size queries validate shapes, dtypes and strides
 // with the same checks as the calls, but callers may size before they own the

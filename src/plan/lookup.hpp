@@ -38,4 +38,36 @@ Status find_by_name(std::span<const Spec> table, std::string_view name, const ch
                 fmt::format("{} '{}' is not known; known {}s: {}", what, name, what, known));
 }
 
+// One value of an enum and its name: a table of them serves both directions.
+template <class E>
+struct EnumName {
+  E value;
+  const char* name;
+};
+
+template <class E, size_t N>
+const char* enum_name(const EnumName<E> (&table)[N], E value) {
+  for (const EnumName<E>& e : table)
+    if (e.value == value) return e.name;
+  return "?";
+}
+
+// The value named `name` (case-insensitive); an unknown name is an invalid_value naming
+// the argument and listing every known name: "{arg} 'x' is not known; known {plural}: ...".
+template <class E, size_t N>
+Status parse_enum(const EnumName<E> (&table)[N], std::string_view name, const char* arg,
+                  const char* plural, E* out) {
+  std::string known;
+  for (const EnumName<E>& e : table) {
+    if (iequals(name, e.name)) {
+      *out = e.value;
+      return Status::Ok();
+    }
+    known += known.empty() ? "" : ", ";
+    known += e.name;
+  }
+  return Status(Errc::invalid_value,
+                fmt::format("{} '{}' is not known; known {}: {}", arg, name, plural, known));
+}
+
 }  // namespace mla::plan::detail

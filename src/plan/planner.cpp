@@ -10,39 +10,27 @@
 
 namespace mla::plan {
 
+namespace {
+constexpr detail::EnumName<KvPrecision> kKvPrecisions[] = {
+    {KvPrecision::bf16, "bf16"}, {KvPrecision::fp8, "fp8"}, {KvPrecision::fp4, "fp4"}};
+constexpr detail::EnumName<Phase> kPhases[] = {{Phase::decode, "decode"},
+                                               {Phase::prefill, "prefill"}};
+}  // namespace
+
 const char* kv_precision_name(KvPrecision p) {
-  switch (p) {
-    case KvPrecision::bf16: return "bf16";
-    case KvPrecision::fp8: return "fp8";
-    case KvPrecision::fp4: return "fp4";
-  }
-  return "?";
+  return detail::enum_name(kKvPrecisions, p);
 }
 
 Status parse_kv_precision(std::string_view name, KvPrecision* out) {
-  for (KvPrecision p : {KvPrecision::bf16, KvPrecision::fp8, KvPrecision::fp4}) {
-    if (detail::iequals(name, kv_precision_name(p))) {
-      *out = p;
-      return Status::Ok();
-    }
-  }
-  return Status(Errc::invalid_value,
-                fmt::format("kv '{}' is not known; known kv precisions: bf16, fp8, fp4", name));
+  return detail::parse_enum(kKvPrecisions, name, "kv", "kv precisions", out);
 }
 
 const char* phase_name(Phase p) {
-  return p == Phase::decode ? "decode" : "prefill";
+  return detail::enum_name(kPhases, p);
 }
 
 Status parse_phase(std::string_view name, Phase* out) {
-  for (Phase p : {Phase::decode, Phase::prefill}) {
-    if (detail::iequals(name, phase_name(p))) {
-      *out = p;
-      return Status::Ok();
-    }
-  }
-  return Status(Errc::invalid_value,
-                fmt::format("phase '{}' is not known; known phases: decode, prefill", name));
+  return detail::parse_enum(kPhases, name, "phase", "phases", out);
 }
 
 namespace {

@@ -14,26 +14,19 @@
 
 namespace mla::plan {
 
+namespace {
+constexpr detail::EnumName<WeightPrecision> kWeightPrecisions[] = {
+    {WeightPrecision::released, "released"},
+    {WeightPrecision::bf16, "bf16"},
+    {WeightPrecision::fp8, "fp8"}};
+}  // namespace
+
 const char* weight_precision_name(WeightPrecision p) {
-  switch (p) {
-    case WeightPrecision::released: return "released";
-    case WeightPrecision::bf16: return "bf16";
-    case WeightPrecision::fp8: return "fp8";
-  }
-  return "?";
+  return detail::enum_name(kWeightPrecisions, p);
 }
 
 Status parse_weight_precision(std::string_view name, WeightPrecision* out) {
-  for (WeightPrecision p :
-       {WeightPrecision::released, WeightPrecision::bf16, WeightPrecision::fp8}) {
-    if (detail::iequals(name, weight_precision_name(p))) {
-      *out = p;
-      return Status::Ok();
-    }
-  }
-  return Status(
-      Errc::invalid_value,
-      fmt::format("weights '{}' is not known; known weight precisions: released, bf16, fp8", name));
+  return detail::parse_enum(kWeightPrecisions, name, "weights", "weight precisions", out);
 }
 
 namespace {

@@ -152,6 +152,16 @@ nlohmann::json stage_json(const StageCost& s) {
           {"predicted_from", s.predicted_from}};
 }
 
+// A step's totals (JSON objects keep their keys sorted: callers add theirs in any order).
+nlohmann::json totals_json(const StepCost& c) {
+  return {{"flops", c.flops},
+          {"bytes", c.bytes},
+          {"intensity", c.intensity},
+          {"floor_s", c.floor_s},
+          {"predicted_s", c.predicted_s},
+          {"binds", c.binds}};
+}
+
 }  // namespace
 
 std::string render_json(const Plan& p) {
@@ -194,8 +204,13 @@ std::string render_json(const Plan& p) {
                    {"min_weight_shards", p.min_weight_shards}};
   j["formats"] = json::array();
   for (const FormatPlan& f : p.formats) {
-    json stages = json::array();
-    for (const StageCost& s : f.step.stages) stages.push_back(stage_json(s));
+    json step = totals_json(f.step);
+    step["stages"] = json::array();
+    for (const StageCost& s : f.step.stages) step["stages"].push_back(stage_json(s));
+    json layer_step = totals_json(f.layer);
+    layer_step["per_layer_floor_s"] = f.layer.floor_s / m.layers;
+    layer_step["per_layer_predicted_s"] = f.layer.predicted_s / m.layers;
+    layer_step["projections_share_of_floor"] = f.layer.stages.back().floor_s / f.layer.floor_s;
     j["formats"].push_back(
         {{"name", f.name},
          {"format", kv_format_name(f.format)},
@@ -209,14 +224,7 @@ std::string render_json(const Plan& p) {
          {"kv_bytes_per_request", f.kv_bytes_per_request},
          {"max_batch", f.max_batch},
          {"batch_fits", f.batch_fits},
-         {"step",
-          {{"flops", f.step.flops},
-           {"bytes", f.step.bytes},
-           {"intensity", f.step.intensity},
-           {"floor_s", f.step.floor_s},
-           {"predicted_s", f.step.predicted_s},
-           {"binds", f.step.binds},
-           {"stages", stages}}},
+         {"step", step},
          {"projections",
           {{"params_per_layer", f.projections.params},
            {"weight_bytes_per_layer", f.projections.weight_bytes},
@@ -224,16 +232,7 @@ std::string render_json(const Plan& p) {
            {"activation_bytes_per_token_per_layer", f.projections.activation_bytes_per_token},
            {"precision", f.projections.fp8 ? "fp8" : "bf16"},
            {"stage", stage_json(f.layer.stages.back())}}},
-         {"layer_step",
-          {{"flops", f.layer.flops},
-           {"bytes", f.layer.bytes},
-           {"intensity", f.layer.intensity},
-           {"floor_s", f.layer.floor_s},
-           {"predicted_s", f.layer.predicted_s},
-           {"binds", f.layer.binds},
-           {"per_layer_floor_s", f.layer.floor_s / m.layers},
-           {"per_layer_predicted_s", f.layer.predicted_s / m.layers},
-           {"projections_share_of_floor", f.layer.stages.back().floor_s / f.layer.floor_s}}}});
+         {"layer_step", layer_step}});
   }
   j["recommendations"] = json::array();
   for (const Recommendation& r : p.recommendations)

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ext_common.hpp"
 #include "mla/c_api.h"
 
 namespace {
@@ -37,8 +38,6 @@ struct Names {
 };
 Names g_names;
 
-PyObject* g_errors[128] = {};  // status code -> exception class (bind())
-PyObject* g_base_error = nullptr;
 void* g_lib = nullptr;
 using LastErrorFn = const char* (*)();
 LastErrorFn g_last_error = nullptr;
@@ -61,49 +60,7 @@ struct DTypeEntry {
 std::array<DTypeEntry, 32> g_dtypes{};
 int g_num_dtypes = 0;
 
-// ---- errors ----------------------------------------------------------------
-
-// Raises the mla.errors class for `code` (MlaError when bind() was not called).
-void raise_code(int code, const char* msg) {
-  PyObject* cls = (code >= 0 && code < 128 && g_errors[code]) ? g_errors[code] : g_base_error;
-  if (cls == nullptr) cls = PyExc_RuntimeError;
-  PyErr_SetString(cls, msg);
-}
-
-template <class... A>
-void raise_fmt(int code, const char* fmt, A... a) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, a...);
-  raise_code(code, buf);
-}
-
-// A str() of an object for messages (never fails: "?" instead).
-struct Repr {
-  PyObject* s = nullptr;
-  const char* c = "?";
-  explicit Repr(PyObject* o, bool use_str = true) {
-    s = use_str ? PyObject_Str(o) : PyObject_Repr(o);
-    if (s) {
-      const char* u = PyUnicode_AsUTF8AndSize(s, nullptr);
-      if (u) c = u;
-    }
-    PyErr_Clear();
-  }
-  ~Repr() { Py_XDECREF(s); }
-};
-
 // ---- small helpers -----------------------------------------------------------
-
-// An owned reference that releases itself.
-struct Ref {
-  PyObject* p = nullptr;
-  Ref() = default;
-  explicit Ref(PyObject* o) : p(o) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() { Py_XDECREF(p); }
-  explicit operator bool() const { return p != nullptr; }
-};
 
 bool int64_of(PyObject* o, int64_t* v) {
   long long x = PyLong_AsLongLong(o);
@@ -265,11 +222,16 @@ PyObject* call_method0(PyObject* x, PyObject* name) {
   return PyObject_CallMethodObjArgs(x, name, nullptr);
 }
 
-bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
+// x.dtype as t->dtype (an error naming the argument when mla has no such dtype).
+bool read_dtype(PyObject* x, Framework fw, const char* name, mla_tensor* t) {
   Ref dt(PyObject_GetAttr(x, g_names.dtype));
   if (!dt) return false;
-  t->dtype = dtype_code(dt.p, Framework::torch, name);
-  if (t->dtype < 0) return false;
+  t->dtype = dtype_code(dt.p, fw, name);
+  return t->dtype >= 0;
+}
+
+bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
+  if (!read_dtype(x, Framework::torch, name, t)) return false;
   Ref cuda(PyObject_GetAttr(x, g_names.is_cuda));
   if (!cuda) return false;
   if (cuda.p == Py_True) {
@@ -304,10 +266,7 @@ bool from_torch(PyObject* x, const char* name, mla_tensor* t) {
 }
 
 bool from_numpy(PyObject* x, const char* name, bool writable, mla_tensor* t) {
-  Ref dt(PyObject_GetAttr(x, g_names.dtype));
-  if (!dt) return false;
-  t->dtype = dtype_code(dt.p, Framework::numpy, name);
-  if (t->dtype < 0) return false;
+  if (!read_dtype(x, Framework::numpy, name, t)) return false;
   Ref ai(PyObject_GetAttr(x, g_names.array_interface));
   if (!ai) return false;
   PyObject* data = PyDict_GetItemString(ai.p, "data");        // borrowed
@@ -646,27 +605,6 @@ struct OpState {
   int stream_arg = -1;  // index of "stream", -1 if none
 };
 
-bool int_arg(PyObject* o, const char* name, int64_t lo, int64_t hi, int64_t* v) {
-  if (PyFloat_Check(o) || !PyIndex_Check(o)) {
-    Repr r(o, false);
-    raise_fmt(MLA_ERR_INVALID_VALUE, "%s = %s is not an integer", name, r.c);
-    return false;
-  }
-  Ref idx(PyNumber_Index(o));
-  if (!idx) return false;
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(idx.p, &overflow);
-  if (x == -1 && PyErr_Occurred()) return false;
-  if (overflow != 0 || x < lo || x > hi) {
-    Repr r(idx.p);
-    raise_fmt(MLA_ERR_OUT_OF_RANGE, "%s = %s does not fit in [%lld, %lld]", name, r.c,
-              (long long)lo, (long long)hi);
-    return false;
-  }
-  *v = x;
-  return true;
-}
-
 bool size_arg(PyObject* o, const char* name, size_t* v) {
   int64_t x = 0;
   if (!int_arg(o, name, 0, INT64_MAX, &x)) return false;
@@ -801,6 +739,18 @@ int32_t invoke(void* fn, const Converted& c, std::index_sequence<I...>) {
   return f(slot_get<A>(c.slots[I])...);
 }
 
+// The C function `fn` of signature int32_t(A...) on the converted arguments; without the
+// GIL for CPU arrays (the reference runs there), with it for CUDA ones (a launch is short).
+template <class... A>
+int32_t call_c(void* fn, const Converted& c) {
+  if (!c.on_cpu()) return invoke<A...>(fn, c, std::index_sequence_for<A...>{});
+  int32_t status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = invoke<A...>(fn, c, std::index_sequence_for<A...>{});
+  Py_END_ALLOW_THREADS;
+  return status;
+}
+
 template <class Sig>
 struct Binder;
 
@@ -815,15 +765,7 @@ struct Binder<int32_t(A...)> {
     }
     Converted c;
     if (!convert<A...>(op, args, nargs, &c)) return nullptr;
-    int32_t status;
-    if (c.on_cpu()) {
-      Py_BEGIN_ALLOW_THREADS;
-      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
-      Py_END_ALLOW_THREADS;
-    } else {
-      status = invoke<A...>(op.fn, c, std::index_sequence_for<A...>{});
-    }
-    return finish(status, c, has_out_size);
+    return finish(call_c<A...>(op.fn, c), c, has_out_size);
   }
 };
 
@@ -853,9 +795,11 @@ struct Binder<int32_t(A...)> {
   X(mla_sparse_decode_ws,                                                                       \
     "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "    \
     "stream")                                                                                   \
-  X(mla_sparse_prefill_workspace_size, "q kv indices softmax_scale out! lse!")                  \
+  X(mla_sparse_prefill_workspace_size,                                                          \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse!")                              \
   X(mla_sparse_prefill_ws,                                                                      \
-    "q kv indices softmax_scale out! lse! workspace workspace_bytes stream")                    \
+    "q kv@ kv_format indices topk_length softmax_scale out! lse! workspace workspace_bytes "    \
+    "stream")                                                                                   \
   X(mla_decompress_kv, "c_kv w_uk w_uv k_nope! v! stream")                                      \
   X(mla_mha_prefill, "q k v cu_seqlens_q cu_seqlens_k softmax_scale causal out! lse! stream")
 
@@ -1019,14 +963,7 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
     c.slots[kPrefix].ptr = ws_ptr;
     c.slots[kPrefix + 1].size = ws_bytes;
     c.slots[kPrefix + 2].ptr = stream;
-    int32_t st;
-    if (c.on_cpu()) {
-      Py_BEGIN_ALLOW_THREADS;
-      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
-      Py_END_ALLOW_THREADS;
-    } else {
-      st = invoke<R...>(run.fn, c, std::index_sequence_for<R...>{});
-    }
+    const int32_t st = call_c<R...>(run.fn, c);
     if (st != MLA_OK) return finish(st, c, false);
     if (ws == Py_None) Py_RETURN_NONE;
     Py_INCREF(ws);
@@ -1082,20 +1019,7 @@ PyObject* bind(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ImportError, "bind: mla_last_error_message not found in the library");
     return nullptr;
   }
-  PyObject* key = nullptr;
-  PyObject* value = nullptr;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(by_code, &pos, &key, &value)) {
-    const long code = PyLong_AsLong(key);
-    if (code < 0 || code >= 128) continue;
-    Py_INCREF(value);
-    Py_XDECREF(g_errors[code]);
-    g_errors[code] = value;
-  }
-  PyErr_Clear();
-  Py_INCREF(base);
-  Py_XDECREF(g_base_error);
-  g_base_error = base;
+  bind_error_classes(by_code, base);
   g_lib = h;
   g_last_error = last;
   for (int i = 0; i < kNumOps; ++i) g_ops[i].fn = dlsym(h, kSpecs[i].c_name);
@@ -1135,15 +1059,8 @@ PyMethodDef g_methods[] = {
      "strides, hold)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
-                        "_ext",
-                        "The compiled half of mla's call machinery (see mla/_call.py).",
-                        -1,
-                        g_methods,
-                        nullptr,
-                        nullptr,
-                        nullptr,
-                        nullptr};
+PyModuleDef g_module =
+    module_def("_ext", "The compiled half of mla's call machinery (see mla/_call.py).", g_methods);
 
 bool intern_names() {
   struct {

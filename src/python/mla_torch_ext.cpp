@@ -33,6 +33,7 @@
 #include <tuple>
 #include <utility>
 
+#include "ext_common.hpp"
 #include "mla/c_api.h"
 
 namespace {
@@ -66,13 +67,6 @@ SparseFn g_sparse = nullptr;
 SparseSizeFn g_sparse_size = nullptr;
 SparsePlannedFn g_sparse_planned = nullptr;  // null with an older libmla
 LastErrorFn g_last_error = nullptr;
-PyObject* g_errors[128] = {};
-PyObject* g_base_error = nullptr;
-
-void raise_code(int code, const char* msg) {
-  PyObject* cls = (code >= 0 && code < 128 && g_errors[code]) ? g_errors[code] : g_base_error;
-  PyErr_SetString(cls ? cls : PyExc_RuntimeError, msg);
-}
 
 // at::ScalarType -> MLA_DTYPE_*, or -1.
 int32_t dtype_code(at::ScalarType t) {
@@ -149,25 +143,6 @@ void view(const at::Tensor& t, const char* name, mla_tensor* out) {
   fill_layout(t, out);
 }
 
-bool int_arg(PyObject* o, const char* name, long lo, long hi, long* v) {
-  if (!PyLong_Check(o)) {
-    PyErr_Format(
-        g_errors[MLA_ERR_INVALID_VALUE] ? g_errors[MLA_ERR_INVALID_VALUE] : PyExc_TypeError,
-        "%s: an int is expected", name);
-    return false;
-  }
-  int overflow = 0;
-  const long x = PyLong_AsLongAndOverflow(o, &overflow);
-  if (overflow || x < lo || x > hi) {
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "%s does not fit in [%ld, %ld]", name, lo, hi);
-    raise_code(MLA_ERR_OUT_OF_RANGE, msg);
-    return false;
-  }
-  *v = x;
-  return true;
-}
-
 // Workspace bytes per argument metadata (shapes, dtypes, devices, scalars): the size
 // function is pure in them, so a decode loop asks once per shape.
 struct Key {
@@ -184,25 +159,67 @@ void add_key(Key& k, int& n, const mla_tensor& t) {
   for (int i = 0; i < t.ndim; ++i) k.v[n++] = t.shape[i];
 }
 
-// An owned Python reference.
-struct Ref {
-  PyObject* p = nullptr;
-  ~Ref() { Py_XDECREF(p); }
-  PyObject* release() { return std::exchange(p, nullptr); }
-};
-
-// The workspace of one call: with `keep`, the kept one of (device, stream) outside
-// graph capture (grown when too small); else a new one, freed after the call (under
-// capture: from the graph's pool). The torch.ops kernels never keep one: torch.compile's
-// CUDA-graph trees run them in the graph's pool outside capture too (warm-up), where a
-// kept tensor would be a live allocation the graph does not own.
+// The workspace of one call (none when `need` is 0): with `keep`, the kept one of
+// (device, stream) outside graph capture (grown when too small); else a new one, freed
+// after the call (under capture: from the graph's pool). The torch.ops kernels never keep
+// one: torch.compile's CUDA-graph trees run them in the graph's pool outside capture too
+// (warm-up), where a kept tensor would be a live allocation the graph does not own.
 at::Tensor workspace_for(const at::Tensor& q, cudaStream_t stream, size_t need, bool keep) {
+  if (need == 0) return {};
   auto alloc = [&] { return at::empty({int64_t(need)}, q.options().dtype(at::kByte)); };
   if (!keep || c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
     return alloc();
   at::Tensor& kept = g_workspaces[{int(q.device().index()), stream}];
   if (!kept.defined() || size_t(kept.numel()) < need) kept = alloc();
   return kept;
+}
+
+// The workspace bytes of the call whose metadata is `key`: remembered, else asked once of
+// `size` (a C size function bound to the call's arguments, taking the size_t* out). Call
+// with g_mutex held. Throws MlaFailure.
+template <class SizeFn>
+size_t remembered_size(const Key& key, SizeFn&& size) {
+  if (auto it = g_sizes.find(key); it != g_sizes.end()) return it->second;
+  size_t need = 0;
+  const int32_t st = size(&need);
+  if (st != MLA_OK) fail(st, "%s", g_last_error());
+  if (g_sizes.size() > 4096) g_sizes.clear();
+  g_sizes.emplace(key, need);
+  return need;
+}
+
+// kv_format -1: from kv's dtype (u8 or e4m3 bytes: fp8_ds_mla, else bf16); an fp8_ds_mla
+// cache viewed as e4m3 is passed on as its u8 bytes. Throws MlaFailure.
+int64_t resolve_kv_format(int64_t fmt, mla_tensor* kv) {
+  if (fmt < INT32_MIN || fmt > INT32_MAX)
+    fail(MLA_ERR_OUT_OF_RANGE, "kv_format = %lld does not fit in int32", (long long)fmt);
+  if (fmt == -1) fmt = (kv->dtype == MLA_DTYPE_U8 || kv->dtype == MLA_DTYPE_E4M3) ? 1 : 0;
+  if (fmt == MLA_KV_FP8_DS_MLA && kv->dtype == MLA_DTYPE_E4M3) kv->dtype = MLA_DTYPE_U8;
+  return fmt;
+}
+
+// q of an absorbed decode: a CUDA tensor [B, s_q, h_q, 576] (the C ABI checks the rest).
+void expect_cuda_query(const mla_tensor& q) {
+  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA)
+    fail(MLA_ERR_INVALID_SHAPE, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
+         q.ndim);
+}
+
+// The outputs of an absorbed decode, allocated on q's device: out [B, s_q, h_q, 512] in
+// q's dtype when floating (bf16/f32/f64, else f32), lse [B, h_q, s_q] f32 (f64 beside f64).
+std::tuple<at::Tensor, at::Tensor> decode_outputs(const at::Tensor& tq, const mla_tensor& q,
+                                                  mla_tensor* out_t, mla_tensor* lse_t) {
+  const at::ScalarType qt = tq.scalar_type();
+  const at::ScalarType ot =
+      (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
+  const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
+  const auto opts = tq.options();
+  at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
+  at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
+  fill(out, out_t);
+  fill(lse, lse_t);
+  return {std::move(out), std::move(lse)};
 }
 
 // The decode of one call: outputs allocated, workspace sized (remembered) and
@@ -220,25 +237,10 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
   view(tkv, "kv", &kv);
   view(tbt, "block_table", &bt);
   view(tsl, "cache_seqlens", &sl);
-  if (fmt < INT32_MIN || fmt > INT32_MAX)
-    fail(MLA_ERR_OUT_OF_RANGE, "kv_format = %lld does not fit in int32", (long long)fmt);
-  if (fmt == -1) fmt = (kv.dtype == MLA_DTYPE_U8 || kv.dtype == MLA_DTYPE_E4M3) ? 1 : 0;
-  if (fmt == MLA_KV_FP8_DS_MLA && kv.dtype == MLA_DTYPE_E4M3) kv.dtype = MLA_DTYPE_U8;
-  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA)
-    fail(MLA_ERR_INVALID_SHAPE, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
-         q.ndim);
-  // Outputs: out in q's dtype when floating (bf16/f32/f64), lse f32 (f64 beside f64).
-  const at::ScalarType qt = tq.scalar_type();
-  const at::ScalarType ot =
-      (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
-  const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
-  const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
+  fmt = resolve_kv_format(fmt, &kv);
+  expect_cuda_query(q);
   const c10::cuda::CUDAGuard guard(tq.device());
-  const auto opts = tq.options();
-  at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
-  at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
-  fill(out, &out_t);
-  fill(lse, &lse_t);
+  auto [out, lse] = decode_outputs(tq, q, &out_t, &lse_t);
   if (plan != nullptr) {
     // A plan (mla.decode_plan): its workspace is this call's scratch too, sized
     // for these shapes when the plan was made (the C call checks the shapes).
@@ -257,21 +259,13 @@ std::tuple<at::Tensor, at::Tensor> decode_core(const at::Tensor& tq, const at::T
   int n = 0;
   for (const mla_tensor* t : {&q, &kv, &bt, &sl}) add_key(key, n, *t);
   key.v[n++] = (fmt << 4) | (int64_t(causal) << 1) | int64_t(invariant);
-  size_t need = 0;
   std::lock_guard<std::mutex> lock(g_mutex);  // the op path may run without the GIL
-  auto it = g_sizes.find(key);
-  if (it != g_sizes.end()) {
-    need = it->second;
-  } else {
-    const int32_t st = g_decode_size(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t,
-                                     &lse_t, invariant, &need);
-    if (st != MLA_OK) fail(st, "%s", g_last_error());
-    if (g_sizes.size() > 4096) g_sizes.clear();
-    g_sizes.emplace(key, need);
-  }
+  const size_t need = remembered_size(key, [&](size_t* bytes) {
+    return g_decode_size(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
+                         invariant, bytes);
+  });
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
-  at::Tensor ws;
-  if (need > 0) ws = workspace_for(tq, stream, need, keep);
+  const at::Tensor ws = workspace_for(tq, stream, need, keep);
   const int32_t st = g_decode(&q, &kv, int32_t(fmt), &bt, &sl, float(scale), causal, &out_t, &lse_t,
                               invariant, ws.defined() ? ws.data_ptr() : nullptr, need, stream);
   if (st != MLA_OK) fail(st, "%s", g_last_error());
@@ -311,7 +305,7 @@ PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
     if (r < 0) return nullptr;
     if (r == 0) Py_RETURN_NOTIMPLEMENTED;
   }
-  long fmt = 0;
+  int64_t fmt = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
   if (scale == -1.0 && PyErr_Occurred()) return nullptr;
@@ -347,23 +341,9 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
   view(tkv, "kv", &kv);
   view(indices, "indices", &idx);
   if (topk_length) view(*topk_length, "topk_length", &tl);
-  if (fmt < INT32_MIN || fmt > INT32_MAX)
-    fail(MLA_ERR_OUT_OF_RANGE, "kv_format = %lld does not fit in int32", (long long)fmt);
-  if (fmt == -1) fmt = (kv.dtype == MLA_DTYPE_U8 || kv.dtype == MLA_DTYPE_E4M3) ? 1 : 0;
-  if (fmt == MLA_KV_FP8_DS_MLA && kv.dtype == MLA_DTYPE_E4M3) kv.dtype = MLA_DTYPE_U8;
-  if (q.ndim != 4 || q.device_type != MLA_DEVICE_CUDA)
-    fail(MLA_ERR_INVALID_SHAPE, "q: a CUDA tensor [B, s_q, h_q, 576] is expected (ndim %d)",
-         q.ndim);
-  const at::ScalarType qt = tq.scalar_type();
-  const at::ScalarType ot =
-      (qt == at::kBFloat16 || qt == at::kFloat || qt == at::kDouble) ? qt : at::kFloat;
-  const at::ScalarType lt = ot == at::kDouble ? at::kDouble : at::kFloat;
-  const int64_t B = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
-  const auto opts = tq.options();
-  at::Tensor out = at::empty({B, s_q, h_q, 512}, opts.dtype(ot));
-  at::Tensor lse = at::empty({B, h_q, s_q}, opts.dtype(lt));
-  fill(out, &out_t);
-  fill(lse, &lse_t);
+  fmt = resolve_kv_format(fmt, &kv);
+  expect_cuda_query(q);
+  auto [out, lse] = decode_outputs(tq, q, &out_t, &lse_t);
   const mla_tensor* tlp = topk_length ? &tl : nullptr;
   if (plan != nullptr) {  // as in decode_core: the plan's workspace is the scratch
     if (g_sparse_planned == nullptr)
@@ -382,21 +362,12 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
   for (const mla_tensor* t : {&q, &kv, &idx}) add_key(key, n, *t);
   if (tlp) add_key(key, n, tl);
   key.v[n++] = fmt;
-  size_t need = 0;
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_sizes.find(key);
-  if (it != g_sizes.end()) {
-    need = it->second;
-  } else {
-    const int32_t st =
-        g_sparse_size(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t, &need);
-    if (st != MLA_OK) fail(st, "%s", g_last_error());
-    if (g_sizes.size() > 4096) g_sizes.clear();
-    g_sizes.emplace(key, need);
-  }
+  const size_t need = remembered_size(key, [&](size_t* bytes) {
+    return g_sparse_size(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t, bytes);
+  });
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tq.device().index()).stream();
-  at::Tensor ws;
-  if (need > 0) ws = workspace_for(tq, stream, need, keep);
+  const at::Tensor ws = workspace_for(tq, stream, need, keep);
   const int32_t st = g_sparse(&q, &kv, int32_t(fmt), &idx, tlp, float(scale), &out_t, &lse_t,
                               ws.defined() ? ws.data_ptr() : nullptr, need, stream);
   if (st != MLA_OK) fail(st, "%s", g_last_error());
@@ -419,9 +390,9 @@ PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
     if (r == 0) Py_RETURN_NOTIMPLEMENTED;
   }
   if (args[4] != Py_None && !THPVariable_Check(args[4])) Py_RETURN_NOTIMPLEMENTED;
-  long fmt = 0, invalid_from = 0;
+  int64_t fmt = 0, invalid_from = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
-  if (!int_arg(args[7], "invalid_from", 0, LONG_MAX, &invalid_from)) return nullptr;
+  if (!int_arg(args[7], "invalid_from", 0, INT64_MAX, &invalid_from)) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
   if (scale == -1.0 && PyErr_Occurred()) return nullptr;
   const int pos_inf = PyObject_IsTrue(args[6]);
@@ -438,13 +409,23 @@ PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
   return PyTuple_Pack(2, o.p, l.p);
 }
 
-PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8 && nargs != 10) {
-    PyErr_SetString(PyExc_TypeError, "sparse_decode takes 8 arguments, or 10 with a plan");
+// A METH_FASTCALL entry: `impl` on `want` arguments (or `want` + 2 with a plan), its C++ failures
+// raised as Python exceptions (MlaFailure as its mla.errors class; torch's own errors, c10::Error:
+// out of memory..., as RuntimeError).
+PyObject* fastcall(const char* name, Py_ssize_t want,
+                   PyObject* (*impl)(PyObject* const*, Py_ssize_t), PyObject* const* args,
+                   Py_ssize_t nargs) {
+  if (nargs != want && nargs != want + 2) {  // + a plan's workspace and record
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, or %zd with a plan", name, want,
+                 want + 2);
+    return nullptr;
+  }
+  if (g_decode == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "mla._torch_ext: bind() was not called");
     return nullptr;
   }
   try {
-    return sparse_impl(args, nargs);
+    return impl(args, nargs);
   } catch (const MlaFailure& f) {
     raise_code(f.code, f.message.c_str());
     return nullptr;
@@ -455,23 +436,11 @@ PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9 && nargs != 11) {
-    PyErr_SetString(PyExc_TypeError, "decode takes 9 arguments, or 11 with a plan");
-    return nullptr;
-  }
-  if (g_decode == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "mla._torch_ext: bind() was not called");
-    return nullptr;
-  }
-  try {
-    return decode_impl(args, nargs);
-  } catch (const MlaFailure& f) {
-    raise_code(f.code, f.message.c_str());
-    return nullptr;
-  } catch (const std::exception& e) {  // torch's own errors (c10::Error): out of memory...
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  return fastcall("decode", 9, decode_impl, args, nargs);
+}
+
+PyObject* sparse_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return fastcall("sparse_decode", 8, sparse_impl, args, nargs);
 }
 
 void register_cuda_impls();
@@ -495,19 +464,7 @@ PyObject* bind(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ImportError, "mla._torch_ext: the C ABI is missing from the library");
     return nullptr;
   }
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(by_code, &pos, &key, &value)) {
-    const long code = PyLong_AsLong(key);
-    if (code < 0 || code >= 128) continue;
-    Py_INCREF(value);
-    Py_XDECREF(g_errors[code]);
-    g_errors[code] = value;
-  }
-  PyErr_Clear();
-  Py_INCREF(base);
-  Py_XDECREF(g_base_error);
-  g_base_error = base;
+  bind_error_classes(by_code, base);
   try {
     register_cuda_impls();
   } catch (const std::exception& e) {
@@ -594,15 +551,8 @@ PyMethodDef g_methods[] = {
     {"kept_workspaces", kept, METH_NOARGS, "{(device, stream): workspace tensor}"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef g_module = {PyModuleDef_HEAD_INIT,
-                        "_torch_ext",
-                        "The torch CUDA decode hot path of mla (see mla/_call.py).",
-                        -1,
-                        g_methods,
-                        nullptr,
-                        nullptr,
-                        nullptr,
-                        nullptr};
+PyModuleDef g_module = module_def(
+    "_torch_ext", "The torch CUDA decode hot path of mla (see mla/_call.py).", g_methods);
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/layer_shape.hpp"
 #include "common/validate.hpp"
 #include "mla/decode.hpp"
 #include "mla/dims.hpp"
@@ -104,8 +105,8 @@ Status rope_slice(double* x, int64_t n_tokens, int64_t heads, int64_t width, int
 
 // Everything the attention paths share: the step's shapes, token positions and
 // cache slots, the projected and rotated queries, and the query latent.
-struct Step {
-  int64_t B = 0, s_q = 0, N = 0, H = 0, dn = 0, dr = 0, dv = 0, dc = 0;
+struct Step : detail::LayerShape {
+  int64_t dc = 0;
   int64_t page = 0;
   std::vector<int64_t> lens;       // [B]
   std::vector<int64_t> positions;  // [N]
@@ -305,13 +306,7 @@ Status layer_forward(const LayerForwardArgs& a) {
   const LayerConfig& c = a.config;
   const LayerWeights& w = a.weights;
   Step s;
-  s.B = a.hidden.shape[0];
-  s.s_q = a.hidden.shape[1];
-  s.N = s.B * s.s_q;
-  s.H = c.heads;
-  s.dn = c.d_nope;
-  s.dr = c.d_rope;
-  s.dv = c.d_v;
+  static_cast<detail::LayerShape&>(s) = detail::layer_shape(a);
   s.dc = c.kv_lora_rank;
   s.page = a.kv.page_size();
   const int64_t D = c.hidden;

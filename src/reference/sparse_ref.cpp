@@ -62,6 +62,8 @@ Status sparse_decode(const SparseDecodeArgs& a) {
 
 Status sparse_prefill(const SparsePrefillArgs& a) {
   const int64_t s_q = a.q.shape[0], h_q = a.q.shape[1], topk = a.indices.shape[1];
+  const bool fp8 = a.kv_format == KvFormat::fp8_ds_mla;
+  const KvCacheView cache = fp8 ? prefill_fp8_cache(a.kv) : KvCacheView{};
   std::vector<double> keys;
   for (int64_t i = 0; i < s_q; ++i) {
     keys.clear();
@@ -69,6 +71,11 @@ Status sparse_prefill(const SparsePrefillArgs& a) {
     for (int64_t j = 0; j < n_i; ++j) {
       const int64_t row = read_int(a.indices, {i, j});
       if (row < 0) continue;
+      if (fp8) {
+        keys.resize(keys.size() + kDqk);
+        load_kv_entry(cache, row, keys.data() + keys.size() - kDqk);
+        continue;
+      }
       for (int c = 0; c < kDqk; ++c) keys.push_back(read(a.kv, {row, c}));
     }
     const int64_t n = static_cast<int64_t>(keys.size()) / kDqk;

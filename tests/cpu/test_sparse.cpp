@@ -316,6 +316,62 @@ TEST(Sparse, PrefillTopkLength) {
   expect_error(sparse_prefill(a), Errc::invalid_shape, "topk_length");
 }
 
+// Prefill over fp8_ds_mla rows [s_kv, 656] (a cached fp8 prefix) equals prefill
+// over the same rows dequantised (read_kv) as f32 [s_kv, 576], bit for bit:
+// both read the entry through the one decoder.
+TEST(Sparse, PrefillFp8RowsEqualDequantisedRows) {
+  Rng rng(23);
+  const int64_t s_q = 3, h_q = 16, s_kv = 37, topk = 24;
+  using L = Fp8DsMlaLayout;
+  testing::PagedCacheSpec spec;
+  spec.format = KvFormat::fp8_ds_mla;
+  std::vector<uint8_t> rows(s_kv * L::kEntryBytes);
+  for (int64_t r = 0; r < s_kv; ++r)
+    testing::fill_random_entry(rng, spec, &rows[r * L::kEntryBytes]);
+  std::vector<float> c_kv(s_kv * kDv), rope(s_kv * kDr), deq(s_kv * kDqk);
+  std::vector<int64_t> slots(s_kv);
+  for (int64_t r = 0; r < s_kv; ++r) slots[r] = r;
+  ReadKvArgs rd;
+  rd.cache.format = KvFormat::fp8_ds_mla;
+  rd.cache.data = TensorView::make(rows.data(), DType::u8, {s_kv, 1, 1, L::kEntryBytes});
+  rd.slots = TensorView::make(slots.data(), DType::i64, {s_kv});
+  rd.c_kv = TensorView::make(c_kv.data(), DType::f32, {s_kv, kDv});
+  rd.k_rope = TensorView::make(rope.data(), DType::f32, {s_kv, kDr});
+  ASSERT_TRUE(read_kv(rd).ok());
+  for (int64_t r = 0; r < s_kv; ++r) {
+    std::copy(&c_kv[r * kDv], &c_kv[(r + 1) * kDv], &deq[r * kDqk]);
+    std::copy(&rope[r * kDr], &rope[(r + 1) * kDr], &deq[r * kDqk + kDv]);
+  }
+  auto q = testing::random_bf16(rng, s_q * h_q * kDqk);
+  std::vector<int32_t> idx(s_q * topk);
+  for (auto& v : idx) v = rng.randint(0, 5) == 0 ? -1 : int32_t(rng.randint(0, s_kv - 1));
+  std::vector<double> out(s_q * h_q * kDv), lse(s_q * h_q), out2(out.size()), lse2(lse.size());
+  testing::poison(out), testing::poison(lse), testing::poison(out2), testing::poison(lse2);
+  SparsePrefillArgs a;
+  a.q = TensorView::make(q.data(), DType::bf16, {s_q, h_q, kDqk});
+  a.kv = TensorView::make(rows.data(), DType::u8, {s_kv, L::kEntryBytes});
+  a.kv_format = KvFormat::fp8_ds_mla;
+  a.indices = TensorView::make(idx.data(), DType::i32, {s_q, topk});
+  a.softmax_scale = 0.1f;
+  a.out = TensorView::make(out.data(), DType::f64, {s_q, h_q, kDv});
+  a.lse = TensorView::make(lse.data(), DType::f64, {s_q, h_q});
+  ASSERT_TRUE(sparse_prefill(a).ok());
+  SparsePrefillArgs b = a;
+  b.kv = TensorView::make(deq.data(), DType::f32, {s_kv, kDqk});
+  b.kv_format = KvFormat::bf16;
+  b.out.data = out2.data(), b.lse.data = lse2.data();
+  ASSERT_TRUE(sparse_prefill(b).ok());
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(lse, lse2);
+  // The format names the shape it wants.
+  a.kv = b.kv;
+  expect_error(sparse_prefill(a), Errc::invalid_shape, "kv");
+  b.kv = TensorView::make(rows.data(), DType::u8, {s_kv, L::kEntryBytes});
+  expect_error(sparse_prefill(b), Errc::invalid_shape, "kv");
+  a.kv = TensorView::make(deq.data(), DType::f32, {s_kv / 4, L::kEntryBytes});
+  expect_error(sparse_prefill(a), Errc::invalid_dtype, "kv");
+}
+
 TEST(SparseValidation, Errors) {
   Rng rng(4);
   // capacity (2+2+3) * 16

@@ -320,7 +320,8 @@ uint32_t run_one(Bytes& in) {
       Arg idx = g.tensor({sq, k}, I32, skv);
       Arg out = g.tensor({sq, h, 512}, F32), lse = g.tensor({sq, h}, F32);
       g.maybe_alias(out, kv);
-      mla_sparse_prefill(q.ptr(), kv.ptr(), idx.ptr(), g.scale(), out.ptr(), lse.ptr(), nullptr);
+      mla_sparse_prefill(q.ptr(), kv.ptr(), MLA_KV_BF16, idx.ptr(), nullptr, g.scale(), out.ptr(),
+                         lse.ptr(), nullptr);
       break;
     }
     case 6: {  // top-k

@@ -7,6 +7,7 @@
 #include <climits>
 #include <map>
 
+#include "common/layer_shape.hpp"
 #include "common/rope_freq.hpp"
 #include "common/validate.hpp"
 #include "cuda/layer/layer_kernels.hpp"
@@ -66,22 +67,17 @@ struct Layout {
   size_t attn_ws_bytes = 0;
 };
 
-struct Dims {
-  int64_t B, s_q, N, D, qr, H, dn, dr, dv, Lmax;
+// The call's sizes, plus the hidden and query-latent widths and the longest context the
+// block table addresses.
+struct Dims : detail::LayerShape {
+  int64_t D = 0, qr = 0, Lmax = 0;
 };
 
 Dims dims_of(const LayerForwardArgs& a) {
-  const LayerConfig& c = a.config;
-  Dims d{};
-  d.B = a.hidden.shape[0];
-  d.s_q = a.hidden.shape[1];
-  d.N = d.B * d.s_q;
-  d.D = c.hidden;
-  d.qr = c.q_lora_rank;
-  d.H = c.heads;
-  d.dn = c.d_nope;
-  d.dr = c.d_rope;
-  d.dv = c.d_v;
+  Dims d;
+  static_cast<detail::LayerShape&>(d) = detail::layer_shape(a);
+  d.D = a.config.hidden;
+  d.qr = a.config.q_lora_rank;
   d.Lmax = a.block_table.shape[1] * a.kv.page_size();
   return d;
 }

@@ -16,23 +16,13 @@
 
 #include "cuda/prefill/flash_fwd_params.hpp"
 #include "mla/kv_cache.hpp"
+#include "mla/prefill.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
 
 namespace mla::cuda {
 
-struct ChunkedPrefillArgs {
-  TensorView q;            // [T, h, 192] bf16, the request's last T tokens
-  KvCacheView cache;       // paged latent cache, bf16 or fp8_ds_mla
-  TensorView block_table;  // [max_pages] i32, the request's page ids
-  int64_t seqlen = 0;      // L: tokens in the cache for this request, the T new ones included
-  TensorView w_uk;         // [h, 128, 512] bf16
-  TensorView w_uv;         // [h, 128, 512] bf16
-  float softmax_scale = 0.f;
-  int64_t chunk_size = 8192;  // cache tokens per decompressed chunk
-  TensorView out;             // [T, h, 128] bf16
-  TensorView lse;             // [h, T] f32 (natural log), optional
-};
+using mla::ChunkedPrefillArgs;  // the public arguments (mla/prefill.hpp)
 
 Status chunked_prefill_workspace_size(const ChunkedPrefillArgs& args, size_t* bytes);
 // `kernel` (internal: the tests set it) forces the attention kernel of every

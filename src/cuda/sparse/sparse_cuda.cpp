@@ -141,11 +141,13 @@ Status prefill_params(const SparsePrefillArgs& a, SparseAttnParams* p) {
   if (topk > INT32_MAX) return error(Errc::unsupported, "indices: topk = {} past 2^31-1", topk);
   MLA_TRY(expect_q_rows(a.q));
   MLA_TRY(expect_out_rows(a.out));
-  if (a.kv.dtype != DType::bf16)
-    return error(Errc::unsupported, "kv: dtype {} on CUDA; the sparse prefill kernel takes bf16",
+  const bool fp8 = a.kv_format == KvFormat::fp8_ds_mla;  // u8 / e4m3 entries (validated)
+  if (!fp8 && a.kv.dtype != DType::bf16)
+    return error(Errc::unsupported,
+                 "kv: dtype {} on CUDA; the sparse kernels take bf16 rows or fp8_ds_mla entries",
                  dtype_name(a.kv.dtype));
   MLA_TRY(detail::expect_aligned(a.kv, "kv", 16));
-  const int64_t row_bytes = a.kv.strides[0] * 2;
+  const int64_t row_bytes = a.kv.strides[0] * (fp8 ? 1 : 2);
   if (a.kv.shape[0] > 1 && row_bytes % 16)
     return error(Errc::misaligned,
                  "kv: row stride {} B; the CUDA kernel loads rows in 16-byte pieces (multiples of "
@@ -163,7 +165,7 @@ Status prefill_params(const SparsePrefillArgs& a, SparseAttnParams* p) {
   p->topk_length =
       a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
   p->kv = static_cast<const uint8_t*>(a.kv.data);
-  p->fp8 = false;
+  p->fp8 = fp8;
   p->page_stride = row_bytes, p->token_stride = 0, p->page_size = 1;
   p->num_slots = std::min<int64_t>(a.kv.shape[0], int64_t(INT32_MAX) + 1);
   p->softmax_scale = a.softmax_scale;
@@ -337,7 +339,8 @@ sparse::SparsePrefillParams prefill_kernel_params(const SparseAttnParams& pc) {
   sparse::SparsePrefillParams g;
   g.q = pc.q, g.q_ss = pc.q_sb, g.q_sh = pc.q_sh, g.s_q = pc.batch, g.h_q = pc.h_q;
   g.indices = pc.indices, g.idx_ss = pc.idx_sb, g.topk = pc.topk, g.topk_length = pc.topk_length;
-  g.kv = pc.kv, g.kv_row_stride = pc.num_slots > 1 ? pc.page_stride / 2 : 0;
+  g.kv = pc.kv, g.fp8 = pc.fp8;
+  g.kv_row_stride = pc.num_slots > 1 ? (pc.fp8 ? pc.page_stride : pc.page_stride / 2) : 0;
   g.s_kv = pc.num_slots;
   g.softmax_scale = pc.softmax_scale;
   g.out = pc.out, g.out_ss = pc.out_sb, g.out_sh = pc.out_sh;

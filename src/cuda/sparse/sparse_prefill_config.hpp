@@ -26,9 +26,10 @@ struct SparsePrefillConfig {
   // R = blocks 4..8 (V columns 256..511 and the 64 rope columns).
   static constexpr int kBuffers = 2, kHalves = 2;
   static constexpr int kLBlocks = 4, kRBlocks = kQkBlocks - kLBlocks;
-  // After S of tile 2i, its rope block is free: P of that tile (bf16, one
-  // SW128 block) is handed to the other warpgroup there. P of tile 2i + 1
-  // needs a block of its own.
+  // P of one tile (bf16, one SW128 block), handed between the warpgroups:
+  // P0 then P1 of a pair in turn. It is the only block written by generic
+  // stores; K and Q blocks are written only by cp.async (a block written by
+  // both proxies needs an ordering that racecheck cannot follow).
   static constexpr int kRopeBlock = kQkBlocks - 1;
   static constexpr int kSmemP = kRows * kKeys * 2;
   // Two math warpgroups, each owning half of the output columns; a producer
@@ -43,7 +44,13 @@ struct SparsePrefillConfig {
   static constexpr int kBarriers = 2 * kBuffers * kHalves + 2;  // ready, free; q_full, q_empty
   static constexpr int kSmemBytes =
       1024 /* alignment slack */ + kSmemQ + kBuffers * kSmemK + kSmemP + kSmemRed + 8 * kBarriers;
+  // setmaxnreg moves registers within what the CTA got at launch: 384 threads
+  // x 168 (the compiler's count under __launch_bounds__(384, 1)) = 64512.
   static constexpr int kProducerRegs = 72, kMathRegs = 216;
+  static constexpr int kLaunchRegs = 168;
+  // The fp8 producer holds loaded codes, scales and rope pieces in registers
+  // before it dequantises them: 16 more, taken from the math warpgroups.
+  static constexpr int kProducerRegsFp8 = 88, kMathRegsFp8 = 208;
   // Producer: 8 threads per key row (a 128-byte row of every block), 16 rows per pass.
   static constexpr int kThreadsPerKey = 8, kKeysPerPass = 128 / kThreadsPerKey;
   static constexpr int kPasses = kKeys / kKeysPerPass;
@@ -58,8 +65,9 @@ struct SparsePrefillConfig {
   static_assert(kThreadsPerKey * 8 == kCol, "a producer thread copies one 16-byte piece per block");
   static_assert(kKeys % kKeysPerPass == 0, "whole producer passes per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on Hopper is 227 KB");
-  static_assert(kProducerRegs * 128 + kMathRegs * kMathThreads <= 65536,
-                "setmaxnreg budgets must fit the register file");
+  static_assert(kProducerRegs * 128 + kMathRegs * kMathThreads <= kLaunchRegs * kThreads &&
+                    kProducerRegsFp8 * 128 + kMathRegsFp8 * kMathThreads <= kLaunchRegs * kThreads,
+                "setmaxnreg.inc waits forever for registers the CTA was not given at launch");
 };
 
 }  // namespace mla::cuda::sparse

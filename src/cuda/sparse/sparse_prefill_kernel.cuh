@@ -14,7 +14,11 @@
 //   load while the current one finishes. Each thread's copies are tracked by
 //   the barrier they fill (cp.async.mbarrier.arrive.noinc: the producer never
 //   blocks on its own copies). Invalid entries are zero-filled (never read),
-//   so that 0 * garbage cannot reach P.V.
+//   so that 0 * garbage cannot reach P.V. fp8_ds_mla keys (kFp8) are loaded
+//   into registers instead, dequantised (e4m3 x power-of-two scale: exact in
+//   bf16) and stored with generic stores, then fence.proxy.async and a plain
+//   arrival on the barrier they fill; in that instantiation the K buffers are
+//   written by generic stores only (still never by two proxies).
 //
 // math (warpgroups 0, 1): warpgroup 0 owns output columns 0..255 (O_L) and
 //   computes S0 = Q K0^T of tile 2i; warpgroup 1 owns columns 256..511 (O_R)
@@ -23,10 +27,13 @@
 //     wg0: m0 = max(m, rowmax S0); O_L, l0 rescaled to m0; P0 = exp2(S0 - m0);
 //          hands m0 over; O_L += P0 V0_L (P0 from registers);
 //     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
-//          hands m1 over; O_R += P1 V1_R; P1 into shared memory;
-//     wg0: P0 * exp2(m0 - m1) into K0's rope block (S0 is done with it);
-//          O_L, l0 rescaled to m1;
-//     wg1: O_R += (P0 scaled) V0_R;   wg0: O_L += P1 V1_L.
+//          hands m1 over; O_R += P1 V1_R;
+//     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
+//     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
+//     wg0: O_L += P1 V1_L.
+//   sP is the one shared block the math warpgroups write with generic stores;
+//   every other block is written only by cp.async and read only by wgmma (no
+//   region is written by both proxies, so racecheck has nothing to order).
 //   Both end the pair at max m1 (so l0 + l1 is the row sum at the end), and
 //   each warpgroup's softmax runs while the other's products occupy the tensor
 //   cores. The S of the next pair is issued as soon as its first half lands.
@@ -37,28 +44,35 @@
 //     math waits parity gp & 1.
 //   free[b][h] (4 arrivals: lane 0 of each warp of the warpgroup that reads
 //     the half last, once that product completed): L0 and L1 by warpgroup 0
-//     (its P0 V0_L and P1 V1_L), R0 and R1 by warpgroup 1 (P0 V0_R, P1 V1_R,
-//     which also read P0 in R0's rope block); the producer waits parity
+//     (its P0 V0_L and P1 V1_L), R0 and R1 by warpgroup 1 (P0 V0_R, P1 V1_R);
+//     the producer waits parity
 //     (gp & 1) ^ 1 (the first round passes at once).
 //   q_full (128 arrivals, as ready): Q of item k; math waits parity k & 1.
 //   q_empty (8 arrivals: every math warp once its last S of item k completed,
 //     at once for an item without keys): the producer waits parity
 //     (k & 1) ^ 1 before loading Q of item k.
 //   named barriers (256 threads; one warpgroup arrives, the other syncs):
-//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written),
-//     kBarP1 (P1 written; warpgroup 1 arrives after its P1 V1_R and the
-//     write, warpgroup 0's P1 V1_L of the previous pair completed before it
-//     arrived at kBarM0), kBarSum (row sums of an item, both sync).
+//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written into sP;
+//     warpgroup 0's P1 V1_L of the previous pair, the last reader of sP,
+//     completed before its warps arrived at kBarM0), kBarP1 (P1 written into
+//     sP), kBarSum (row sums of an item, both sync); kBarW1 (warpgroup 1's
+//     128 threads: P0 V0_R completed in every warp before any overwrites sP).
 #pragma once
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/fp8.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/sparse/sparse_prefill_config.hpp"
+#include "cuda/sparse/sparse_prefill_launch.hpp"
 #include "cuda/sparse/sparse_prefill_params.hpp"
+#include "mla/kv_cache.hpp"
 
 namespace mla::cuda::sparse {
 
@@ -86,48 +100,73 @@ __device__ __forceinline__ Item make_item(const SparsePrefillParams& p, int item
   return it;
 }
 
-// Validity of the 64 entries of tile t as a bit mask (bit k: entry 64 t + k
-// is used and names a row of kv). Every lane of the warp gets the mask.
-__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, const Item& it,
-                                                    int t, int lane) {
+// The two list entries of tile t that a lane ballots (entries 64 t + lane and
+// + 32; -1 past the list). The math warps read them one pair ahead of their
+// use, so the global loads' latency is off the path to the next product.
+struct TileIdx {
+  int r0 = -1, r1 = -1;
+};
+__device__ __forceinline__ TileIdx load_tile_idx(const Item& it, int t, int lane) {
   const int j0 = t * 64 + lane, j1 = j0 + 32;
-  const int r0 = j0 < it.n ? it.list[j0] : -1, r1 = j1 < it.n ? it.list[j1] : -1;
-  const uint32_t lo = __ballot_sync(0xffffffffu, r0 >= 0 && r0 < p.s_kv);
-  const uint32_t hi = __ballot_sync(0xffffffffu, r1 >= 0 && r1 < p.s_kv);
+  return {j0 < it.n ? it.list[j0] : -1, j1 < it.n ? it.list[j1] : -1};
+}
+
+// Validity of the 64 entries of a tile as a bit mask (bit k: entry k is used
+// and names a row of kv). Every lane of the warp gets the mask.
+__device__ __forceinline__ uint64_t tile_valid_mask(const SparsePrefillParams& p, TileIdx x) {
+  const uint32_t lo = __ballot_sync(0xffffffffu, x.r0 >= 0 && x.r0 < p.s_kv);
+  const uint32_t hi = __ballot_sync(0xffffffffu, x.r1 >= 0 && x.r1 < p.s_kv);
   return uint64_t(lo) | (uint64_t(hi) << 32);
 }
 
+// A wgmma shared-memory descriptor built once (wgmma::desc_sw128) and moved
+// by byte offsets: the start-address field is bits 0..13 = address / 16, and
+// every shared address is below 2^18, so address + offset (multiples of 16)
+// adds to the low word without a carry out of the field. One integer add per
+// product instead of rebuilding the descriptor from the address.
+struct SmemDesc {
+  uint32_t lo, hi;
+  __device__ __forceinline__ SmemDesc(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+    const uint64_t d = wgmma::desc_sw128(smem_byte_addr, lbo, sbo);
+    lo = uint32_t(d), hi = uint32_t(d >> 32);
+  }
+  __device__ __forceinline__ uint64_t at(uint32_t byte_offset) const {
+    return (uint64_t(hi) << 32) | (lo + (byte_offset >> 4));
+  }
+};
+
 // S[64 x 64] (+)= Q[:, blocks b0 .. b1) K[:, same]^T, both K-major SW128
-// tiles; `zero`: the first product overwrites S instead of adding to it.
-__device__ __forceinline__ void issue_s(float (&s)[8][4], uint32_t q_addr, uint32_t k_addr, int b0,
-                                        int b1, bool zero) {
+// tiles (descriptors of their first block); `zero`: the first product
+// overwrites S instead of adding to it.
+__device__ __forceinline__ void issue_s(float (&s)[8][4], const SmemDesc& q, const SmemDesc& k,
+                                        int b0, int b1, bool zero) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int blk = b0; blk < b1; ++blk)
 #pragma unroll
     for (int sub = 0; sub < 4; ++sub)
-      wgmma::m64n64k16_ss(s, wgmma::desc_sw128(q_addr + blk * C::kQBlockBytes + sub * 32, 16, 1024),
-                          wgmma::desc_sw128(k_addr + blk * C::kKBlockBytes + sub * 32, 16, 1024),
-                          !zero || blk > b0 || sub > 0);
+      wgmma::m64n64k16_ss(s, q.at(blk * C::kQBlockBytes + sub * 32),
+                          k.at(blk * C::kKBlockBytes + sub * 32), !zero || blk > b0 || sub > 0);
 }
 
-// O (+)= P[64 x 64] V[64 keys x 256 columns from block v_block]: P from
-// registers (the S accumulator layout repacked as k16 A fragments) ...
+// O (+)= P[64 x 64] V[64 keys x 256 columns from block v_block of tile v]
+// (v: the tile's descriptor as a V operand): P from registers (the S
+// accumulator layout repacked as k16 A fragments) ...
 __device__ __forceinline__ void issue_pv_rs(float (&o)[32][4], const uint32_t (&pa)[4][4],
-                                            uint32_t v_addr) {
+                                            const SmemDesc& v, int v_block) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int kk = 0; kk < C::kKeys / 16; ++kk)
-    wgmma::m64n256k16_rs_tb(o, pa[kk],
-                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+    wgmma::m64n256k16_rs_tb(o, pa[kk], v.at(v_block * C::kKBlockBytes + kk * 16 * 128), true);
 }
 // ... or from a shared SW128 block.
-__device__ __forceinline__ void issue_pv_ss(float (&o)[32][4], uint32_t p_addr, uint32_t v_addr) {
+__device__ __forceinline__ void issue_pv_ss(float (&o)[32][4], const SmemDesc& p, const SmemDesc& v,
+                                            int v_block) {
   using C = SparsePrefillConfig;
 #pragma unroll
   for (int kk = 0; kk < C::kKeys / 16; ++kk)
-    wgmma::m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
-                            wgmma::desc_sw128(v_addr + kk * 16 * 128, C::kKBlockBytes, 1024), true);
+    wgmma::m64n256k16_ss_tb(o, p.at(kk * 32), v.at(v_block * C::kKBlockBytes + kk * 16 * 128),
+                            true);
 }
 
 // Producer: Q of item `it` (this thread's 36 pieces), tracked by q_full.
@@ -145,56 +184,155 @@ __device__ __forceinline__ void load_q(const SparsePrefillParams& p, const Item&
   ptx::cp_async_mbar_arrive_noinc(q_full);
 }
 
-// Producer: blocks [b0, b1) of this thread's 4 key rows of a tile (rows
+// Shared byte offset of the piece `sub` of key row kgrp + 16 pass in block 0
+// of a tile is row_base + pass * 16 * 128: 16 rows per pass keep the row's
+// swizzle phase (row % 8), so one base per thread serves every pass and block.
+__device__ __forceinline__ uint32_t producer_row_base(int ptid) {
+  using C = SparsePrefillConfig;
+  static_assert(C::kKeysPerPass % 8 == 0, "a pass moves whole swizzle phases");
+  return sw128_offset(ptid / C::kThreadsPerKey, ptid % C::kThreadsPerKey, C::kKBlockBytes);
+}
+
+// Producer: blocks [B0, B1) of this thread's 4 key rows of a tile (rows
 // kgrp + 16 pass, piece `sub` of each block), once `free_bar` allows; tracked
-// by `ready`. row[pass] < 0: zero-filled.
+// by `ready`. row[pass] < 0: zero-filled. Every address is a per-thread base
+// plus a compile-time offset.
+template <int B0, int B1>
 __device__ __forceinline__ void gather_half(const SparsePrefillParams& p,
                                             const int (&row)[SparsePrefillConfig::kPasses],
-                                            unsigned char* tile, int b0, int b1, uint64_t* ready,
+                                            unsigned char* tile, uint64_t* ready,
                                             uint64_t* free_bar, uint32_t free_parity, int ptid) {
   using C = SparsePrefillConfig;
-  const int sub = ptid % C::kThreadsPerKey, kgrp = ptid / C::kThreadsPerKey;
+  const int sub = ptid % C::kThreadsPerKey;
+  unsigned char* const dst = tile + producer_row_base(ptid);
   ptx::mbar_wait(free_bar, free_parity);
-  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv);
+  const __nv_bfloat16* const kv = static_cast<const __nv_bfloat16*>(p.kv) + sub * 8;
 #pragma unroll
   for (int pass = 0; pass < C::kPasses; ++pass) {
-    const int key = kgrp + pass * C::kKeysPerPass;
     const bool valid = row[pass] >= 0;
     const __nv_bfloat16* const src = kv + (valid ? int64_t(row[pass]) * p.kv_row_stride : 0);
-#pragma unroll 1
-    for (int blk = b0; blk < b1; ++blk) {
-      const int chunk = blk * 8 + sub;
-      ptx::cp_async_16(tile + sw128_offset(key, chunk, C::kKBlockBytes), src + chunk * 8, valid);
-    }
+#pragma unroll
+    for (int blk = B0; blk < B1; ++blk)
+      ptx::cp_async_16(dst + pass * C::kKeysPerPass * 128 + blk * C::kKBlockBytes,
+                       src + blk * C::kCol, valid);
   }
   ptx::cp_async_mbar_arrive_noinc(ready);
 }
 
-// The rows of kv this producer thread copies for tile t (-1: none / invalid).
-__device__ __forceinline__ void tile_rows(const SparsePrefillParams& p, const Item& it, int t,
-                                          int ptid, int (&row)[SparsePrefillConfig::kPasses]) {
+// Eight e4m3 codes times `scale` as eight bf16 (exact: 4 significant bits and
+// a power-of-two scale).
+__device__ __forceinline__ uint4 dequant8(uint2 codes, float scale) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? codes.x : codes.y;
+    const float2 f = e4m3x2_to_float2(static_cast<uint16_t>(word >> (16 * (i & 1))));
+    w[i] = ptx::pack_bf16x2(f.x * scale, f.y * scale);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// gather_half for fp8_ds_mla entries (mla/kv_cache.hpp's layout), blocks
+// [B0, B1) (compile-time: the registers hold only those): the same pieces
+// (row kgrp + 16 pass, piece `sub` of each block), each loaded into registers
+// (8 e4m3 codes and their group's scale, or 8 bf16 of the rope block),
+// dequantised and stored; two rows' loads in flight per thread. Then
+// fence.proxy.async (the wgmma reads through the async proxy) and a plain
+// arrival on `ready`.
+template <int B0, int B1>
+__device__ __forceinline__ void gather_half_fp8(const SparsePrefillParams& p,
+                                                const int (&row)[SparsePrefillConfig::kPasses],
+                                                unsigned char* tile, uint64_t* ready,
+                                                uint64_t* free_bar, uint32_t free_parity,
+                                                int ptid) {
+  using C = SparsePrefillConfig;
+  using F = Fp8DsMlaLayout;
+  static_assert(F::kGroup == 2 * C::kCol && B0 % 2 == 0, "one scale covers blocks 2g, 2g + 1");
+  static_assert(F::kRopeOffset % 16 == 0 && F::kEntryBytes % 16 == 0,
+                "rope pieces are 16-byte aligned in every entry");
+  constexpr int kNope = (B1 > C::kRopeBlock ? C::kRopeBlock : B1) - B0;  // e4m3 blocks
+  constexpr bool kRope = B1 > C::kRopeBlock;
+  constexpr int kInFlight = 2;  // rows per batch of loads (4 spill at 88 registers)
+  static_assert(C::kPasses % kInFlight == 0, "whole batches");
+  const int sub = ptid % C::kThreadsPerKey;
+  unsigned char* const dst = tile + producer_row_base(ptid);
+  ptx::mbar_wait(free_bar, free_parity);
+  const uint8_t* const kv = static_cast<const uint8_t*>(p.kv);
+#pragma unroll 1
+  for (int pass0 = 0; pass0 < C::kPasses; pass0 += kInFlight) {
+    uint2 codes[kInFlight][kNope];
+    float scale[kInFlight][(kNope + 1) / 2];
+    uint4 rope[kInFlight];
+#pragma unroll
+    for (int r = 0; r < kInFlight; ++r) {
+      const int src = row[pass0 + r];
+      const uint8_t* const e = kv + (src >= 0 ? int64_t(src) * p.kv_row_stride : 0);
+#pragma unroll
+      for (int b = 0; b < kNope; ++b)
+        codes[r][b] = src >= 0 ? *reinterpret_cast<const uint2*>(e + (B0 + b) * C::kCol + sub * 8)
+                               : make_uint2(0, 0);
+#pragma unroll
+      for (int g = 0; g < (kNope + 1) / 2; ++g)
+        scale[r][g] = src >= 0
+                          ? *reinterpret_cast<const float*>(e + F::kScaleOffset + 4 * (B0 / 2 + g))
+                          : 0.f;
+      if constexpr (kRope)
+        rope[r] = src >= 0 ? *reinterpret_cast<const uint4*>(e + F::kRopeOffset + sub * 16)
+                           : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < kInFlight; ++r) {
+      unsigned char* const d = dst + (pass0 + r) * C::kKeysPerPass * 128;
+#pragma unroll
+      for (int b = 0; b < kNope; ++b)
+        *reinterpret_cast<uint4*>(d + (B0 + b) * C::kKBlockBytes) =
+            dequant8(codes[r][b], scale[r][b / 2]);
+      if constexpr (kRope) *reinterpret_cast<uint4*>(d + C::kRopeBlock * C::kKBlockBytes) = rope[r];
+    }
+  }
+  wgmma::fence_proxy_async();
+  ptx::mbar_arrive(ready);
+}
+
+// The list entries of the rows this producer thread copies for tile t (-1
+// past the list), read one pair ahead of their use ...
+__device__ __forceinline__ void tile_entries(const Item& it, int t, int ptid,
+                                             int (&entry)[SparsePrefillConfig::kPasses]) {
   using C = SparsePrefillConfig;
   const int kgrp = ptid / C::kThreadsPerKey;
 #pragma unroll
   for (int pass = 0; pass < C::kPasses; ++pass) {
     const int j = t * C::kKeys + kgrp + pass * C::kKeysPerPass;
-    const int r = j < it.n ? it.list[j] : -1;
-    row[pass] = r >= 0 && r < p.s_kv ? r : -1;
+    entry[pass] = j < it.n ? it.list[j] : -1;
   }
 }
+// ... and, at the use, the rows of kv they name (-1: none / invalid).
+__device__ __forceinline__ void valid_rows(const SparsePrefillParams& p,
+                                           const int (&entry)[SparsePrefillConfig::kPasses],
+                                           int (&row)[SparsePrefillConfig::kPasses]) {
+#pragma unroll
+  for (int pass = 0; pass < SparsePrefillConfig::kPasses; ++pass)
+    row[pass] = entry[pass] >= 0 && entry[pass] < p.s_kv ? entry[pass] : -1;
+}
 
-// Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked,
-// in the log2 domain; returns the two row maxima (quad-reduced).
-__device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid, float scale_log2,
-                                               int c, float& mx0, float& mx1) {
+// Accumulator-layout S (row g / g + 8, columns 8i + 2c, +1) of tile t: masked
+// (-inf), left unscaled; returns the two row maxima (quad-reduced) times
+// scale_log2, in the log2 domain. The scale is > 0 (checked on the host), so
+// the max of S times it is the max of the scaled S, and exp_rows folds the
+// scale into one FFMA per element.
+__device__ __forceinline__ void mask_max(float (&s)[8][4], uint64_t valid, float scale_log2, int c,
+                                         float& mx0, float& mx1) {
   mx0 = -INFINITY, mx1 = -INFINITY;
+  // This thread's columns 8 i + 2 c + e: one variable shift, then constant bits.
+  const uint64_t mine = valid >> (2 * c);
+  const uint32_t lo = uint32_t(mine), hi = uint32_t(mine >> 32);
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const bool ok = (valid >> (i * 8 + 2 * c + e)) & 1;
-      s[i][e] = ok ? s[i][e] * scale_log2 : -INFINITY;
-      s[i][2 + e] = ok ? s[i][2 + e] * scale_log2 : -INFINITY;
+      const bool ok = (((i < 4 ? lo : hi) >> ((i % 4) * 8 + e)) & 1u) != 0;
+      s[i][e] = ok ? s[i][e] : -INFINITY;
+      s[i][2 + e] = ok ? s[i][2 + e] : -INFINITY;
       mx0 = fmaxf(mx0, s[i][e]), mx1 = fmaxf(mx1, s[i][2 + e]);
     }
 #pragma unroll
@@ -202,6 +340,7 @@ __device__ __forceinline__ void mask_scale_max(float (&s)[8][4], uint64_t valid,
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
   }
+  mx0 *= scale_log2, mx1 *= scale_log2;
 }
 
 // A row whose max is still -inf (no valid key yet) exponentiates against 0: P = 0.
@@ -209,13 +348,17 @@ __device__ __forceinline__ float safe_max(float m) {
   return m == -INFINITY ? 0.f : m;
 }
 
-// P = exp2(S - m) in place; adds the row sums to l0 / l1 (thread partials).
-__device__ __forceinline__ void exp_rows(float (&s)[8][4], float m0, float m1, float& l0,
-                                         float& l1) {
+// P = exp2(S scale_log2 - m) in place (one FFMA and one exp2 per element);
+// adds the row sums to l0 / l1 (thread partials).
+__device__ __forceinline__ void exp_rows(float (&s)[8][4], float scale_log2, float m0, float m1,
+                                         float& l0, float& l1) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    s[i][0] = ptx::fast_exp2(s[i][0] - m0), s[i][1] = ptx::fast_exp2(s[i][1] - m0);
-    s[i][2] = ptx::fast_exp2(s[i][2] - m1), s[i][3] = ptx::fast_exp2(s[i][3] - m1);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[i][e] = ptx::fast_exp2(fmaf(s[i][e], scale_log2, -m0));
+      s[i][2 + e] = ptx::fast_exp2(fmaf(s[i][2 + e], scale_log2, -m1));
+    }
     l0 += s[i][0] + s[i][1], l1 += s[i][2] + s[i][3];
   }
 }
@@ -263,8 +406,9 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
   }
 }
 
-enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5 };
+enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
 
+template <bool kFp8>
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
@@ -295,28 +439,40 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   __syncthreads();
 
   if (wg == C::kMathWgs) {  // ---- producer ----
-    wgmma::setmaxnreg_dec<C::kProducerRegs>();
+    wgmma::setmaxnreg_dec<kFp8 ? C::kProducerRegsFp8 : C::kProducerRegs>();
     const int ptid = tid - C::kMathThreads;
     int gp = 0, k = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x, ++k) {
       const Item it = make_item(p, item);
       mbar_wait(q_empty, (k & 1) ^ 1);
       load_q(p, it, sQ, q_full, ptid);
+      int next0[C::kPasses], next1[C::kPasses];  // entries of the next pair's tiles
+      tile_entries(it, 0, ptid, next0);
+      tile_entries(it, 1, ptid, next1);
       for (int i = 0; i < it.pairs; ++i, ++gp) {
         int row0[C::kPasses], row1[C::kPasses];
-        tile_rows(p, it, 2 * i, ptid, row0);
-        tile_rows(p, it, 2 * i + 1, ptid, row1);
+        valid_rows(p, next0, row0);
+        valid_rows(p, next1, row1);
+        tile_entries(it, 2 * i + 2, ptid, next0);
+        tile_entries(it, 2 * i + 3, ptid, next1);
         const uint32_t par = (gp & 1) ^ 1;
         unsigned char* const k0 = sK;
         unsigned char* const k1 = sK + C::kSmemK;
         // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
         // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
-        gather_half(p, row0, k0, 0, C::kLBlocks, &ready[0 + L], &free_bar[0 + L], par, ptid);
-        gather_half(p, row1, k1, C::kLBlocks, C::kQkBlocks, &ready[2 + R], &free_bar[2 + R], par,
-                    ptid);
-        gather_half(p, row0, k0, C::kLBlocks, C::kQkBlocks, &ready[0 + R], &free_bar[0 + R], par,
-                    ptid);
-        gather_half(p, row1, k1, 0, C::kLBlocks, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        if constexpr (kFp8) {
+          constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
+          gather_half_fp8<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half_fp8<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        } else {
+          constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
+          gather_half<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
+          gather_half<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
+        }
       }
     }
     cp_async_wait<0>();
@@ -324,7 +480,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   }
 
   // ---- math warpgroups ----
-  wgmma::setmaxnreg_inc<C::kMathRegs>();
+  wgmma::setmaxnreg_inc<kFp8 ? C::kMathRegsFp8 : C::kMathRegs>();
   // The warpgroup index through a shuffle: provably warp-uniform for ptxas,
   // which otherwise treats the two warpgroups' wgmma paths as divergent and
   // serialises them.
@@ -332,10 +488,12 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   const int c = lane % 4;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;  // the two accumulator rows of this thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const uint32_t q_addr = smem_addr(sQ);
+  // Operand descriptors: Q, K0, K1 as S operands (K-major, 16-byte leading
+  // offset), K0, K1 as V operands (MN-major: a block of 64 columns apart), P.
   const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
-  unsigned char* const p0_block = sK + C::kRopeBlock * C::kKBlockBytes;  // in buffer 0
-  const uint32_t p0_addr = smem_addr(p0_block), p1_addr = smem_addr(sP);
+  const SmemDesc q_desc(smem_addr(sQ), 16, 1024), p_desc(smem_addr(sP), 16, 1024);
+  const SmemDesc k0_desc(k0_addr, 16, 1024), k1_desc(k1_addr, 16, 1024);
+  const SmemDesc v0_desc(k0_addr, C::kKBlockBytes, 1024), v1_desc(k1_addr, C::kKBlockBytes, 1024);
   auto release = [&](uint64_t* bar) {  // after this warp's products reading it completed
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
@@ -355,19 +513,21 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     if (w == 0) {
       // ---------------- warpgroup 0: tiles 2i, output columns 0..255 ----------------
       uint64_t valid = 0;
+      TileIdx next;                       // entries of the next pair's tile 2i + 2
       auto issue_s0 = [&](int pair_gp) {  // S0 of the pair; returns with it complete
         mbar_wait(&ready[0 + L], pair_gp & 1);
         wgmma::fence_proxy_async();
         wgmma::fence();
-        issue_s(s, q_addr, k0_addr, 0, C::kLBlocks, true);
+        issue_s(s, q_desc, k0_desc, 0, C::kLBlocks, true);
         wgmma::commit();
       };
       if (it.pairs > 0) {
-        valid = tile_valid_mask(p, it, 0, lane);
+        valid = tile_valid_mask(p, load_tile_idx(it, 0, lane));
+        next = load_tile_idx(it, 2, lane);
         issue_s0(gp);
         mbar_wait(&ready[0 + R], gp & 1);
         wgmma::fence_proxy_async();
-        issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+        issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::fence_regs(s);
@@ -375,24 +535,24 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
       if (it.pairs <= 1) release(q_empty);
       for (int i = 0; i < it.pairs; ++i, ++gp) {
         float mx0, mx1;
-        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        mask_max(s, valid, scale_log2, c, mx0, mx1);
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);  // m0 of the pair, per row
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
-        exp_rows(s, ns0, ns1, l0, l1);
+        exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         __syncwarp();
         if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
         named_barrier_arrive(kBarM0, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
-        issue_pv_rs(o, pa, k0_addr);  // O_L += P0 V0_L
+        issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
         named_barrier_sync(kBarM1, C::kMathThreads);
         const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
-        store_p(s, b0, b1, p0_block, r0, c);
+        store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
         named_barrier_arrive(kBarP0, C::kMathThreads);
         wgmma::wait<0>();
@@ -404,17 +564,18 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         m0 = x0, m1 = x1;
         named_barrier_sync(kBarP1, C::kMathThreads);
         wgmma::fence();
-        issue_pv_ss(o, p1_addr, k1_addr);  // O_L += P1 V1_L
+        issue_pv_ss(o, p_desc, v1_desc, 0);  // O_L += P1 V1_L
         wgmma::commit();
         if (i + 1 < it.pairs) {
-          valid = tile_valid_mask(p, it, 2 * i + 2, lane);
+          valid = tile_valid_mask(p, next);
+          next = load_tile_idx(it, 2 * i + 4, lane);
           issue_s0(gp + 1);
           wgmma::wait<1>();  // P1 V1_L done
           wgmma::fence_regs(o);
           release(&free_bar[2 + L]);
           mbar_wait(&ready[0 + R], (gp + 1) & 1);
           wgmma::fence_proxy_async();
-          issue_s(s, q_addr, k0_addr, C::kLBlocks, C::kQkBlocks, false);
+          issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
           wgmma::commit();
           wgmma::wait<0>();
           wgmma::fence_regs(s);
@@ -428,48 +589,51 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     } else {
       // ---------------- warpgroup 1: tiles 2i + 1, output columns 256..511 ----------------
       if (it.pairs == 0) release(q_empty);
+      TileIdx next = load_tile_idx(it, 1, lane);  // entries of this pair's tile 2i + 1
       for (int i = 0; i < it.pairs; ++i, ++gp) {
-        const uint64_t valid = tile_valid_mask(p, it, 2 * i + 1, lane);
+        const uint64_t valid = tile_valid_mask(p, next);
+        next = load_tile_idx(it, 2 * i + 3, lane);
         mbar_wait(&ready[2 + R], gp & 1);  // R1 frees first: start there
         wgmma::fence_proxy_async();
         wgmma::fence();
-        issue_s(s, q_addr, k1_addr, C::kLBlocks, C::kQkBlocks, true);
+        issue_s(s, q_desc, k1_desc, C::kLBlocks, C::kQkBlocks, true);
         mbar_wait(&ready[2 + L], gp & 1);
         wgmma::fence_proxy_async();
-        issue_s(s, q_addr, k1_addr, 0, C::kLBlocks, false);
+        issue_s(s, q_desc, k1_desc, 0, C::kLBlocks, false);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::fence_regs(s);
         if (i + 1 == it.pairs) release(q_empty);
         float mx0, mx1;
-        mask_scale_max(s, valid, scale_log2, c, mx0, mx1);
+        mask_max(s, valid, scale_log2, c, mx0, mx1);
         named_barrier_sync(kBarM0, C::kMathThreads);
         const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
-        exp_rows(s, ns0, ns1, l0, l1);
+        exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
         __syncwarp();
         if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
         named_barrier_arrive(kBarM1, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
-        issue_pv_rs(o, pa, k1_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P1 V1_R
+        issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
         wgmma::commit();
-        store_p(s, 1.f, 1.f, sP, r0, c);
-        wgmma::fence_proxy_async();
         named_barrier_sync(kBarP0, C::kMathThreads);
-        issue_pv_ss(o, p0_addr, k0_addr + C::kLBlocks * C::kKBlockBytes);  // O_R += P0 V0_R
+        issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
         wgmma::commit();
-        named_barrier_arrive(kBarP1, C::kMathThreads);
         wgmma::wait<1>();
         wgmma::fence_regs(o);
         hold_a(pa);
         release(&free_bar[2 + R]);
         wgmma::wait<0>();
         wgmma::fence_regs(o);
+        named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
+        store_p(s, 1.f, 1.f, sP, r0, c);
+        wgmma::fence_proxy_async();
+        named_barrier_arrive(kBarP1, C::kMathThreads);
         release(&free_bar[0 + R]);
       }
     }
@@ -506,6 +670,33 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         lse[int64_t(r1) * p.lse_sh] = l1 > 0.f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
     }
   }
+}
+
+template <bool kFp8>
+Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
+  using C = SparsePrefillConfig;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      sparse_prefill_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
+  // setmaxnreg.inc would wait forever for registers the CTA was not given.
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, sparse_prefill_kernel<kFp8>) == cudaSuccess ? fa.numRegs : -1;
+  }();
+  if (regs < C::kLaunchRegs)
+    return Status(Errc::unsupported,
+                  "sparse_prefill_kernel: compiled with " + std::to_string(regs) +
+                      " registers per thread; its warpgroup register budgets need " +
+                      std::to_string(C::kLaunchRegs));
+  DeviceFacts dev;
+  int id = 0;
+  MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
+  MLA_TRY(device_facts(id, &dev));
+  // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
+  const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
+  const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
+  sparse_prefill_kernel<kFp8><<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
+  return check_launch("sparse_prefill_kernel");
 }
 
 }  // namespace mla::cuda::sparse

@@ -14,6 +14,10 @@ namespace mla::cuda::sparse {
 // even strides (bf16 pairs), h_q >= 1, topk >= 1; else an error naming the
 // argument and the value.
 Status sparse_prefill_check(const SparsePrefillParams& p);
+// Checks, then launches the instantiation for p.fp8.
 Status launch_sparse_prefill(const SparsePrefillParams& p, cudaStream_t stream);
+// One instantiation per key format (sparse_prefill_bf16.cu, sparse_prefill_fp8.cu).
+template <bool kFp8>
+Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream);
 
 }  // namespace mla::cuda::sparse

@@ -2,7 +2,10 @@
 // sparse_prefill_kernel.cuh). Plain data, host-visible, no CUDA headers.
 //
 // Query token i (q [s_q, h_q, 576] bf16) attends to the key rows
-// indices[i][0 .. n_i) of kv [s_kv, 576] bf16, n_i = topk_length ?
+// indices[i][0 .. n_i) of kv (bf16 rows [s_kv, 576], or with fp8 the 656-byte
+// fp8_ds_mla entries [s_kv, 656], dequantised as they are gathered: e4m3 x
+// the power-of-two scale of each 128 latent values, exact in bf16; the rope
+// part is bf16), n_i = topk_length ?
 // clamp(topk_length[i], 0, topk) : topk. The value of a key is the first 512
 // columns of its row. An entry that is -1, negative or >= s_kv is skipped and
 // never read; duplicates count as often as they appear. A token with no valid
@@ -22,8 +25,9 @@ struct SparsePrefillParams {
   int64_t idx_ss = 0;  // elements; entries of a token contiguous
   int topk = 0;
   const int32_t* topk_length = nullptr;  // optional [s_q]
-  const void* kv = nullptr;              // bf16
-  int64_t kv_row_stride = 576;           // elements; rows of 576 contiguous
+  const void* kv = nullptr;              // bf16 rows, or fp8_ds_mla entries when fp8
+  bool fp8 = false;
+  int64_t kv_row_stride = 576;  // elements of kv (bf16, or bytes when fp8)
   int64_t s_kv = 0;
   float softmax_scale = 0.f;
   void* out = nullptr;               // bf16

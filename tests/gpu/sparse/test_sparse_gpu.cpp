@@ -304,12 +304,21 @@ TEST(SparseGpuArgs, KernelChoice) {
 // to test).
 struct PrefillCase {
   int h, s_q, s_kv, topk;
+  bool fp8 = false;  // kv: [s_kv, 656] fp8_ds_mla entries (read dequantised)
 };
 
 void run_prefill_case(Rng& rng, const PrefillCase& c, Kernel kernel) {
   const int h = c.h, s_q = c.s_q, s_kv = c.s_kv, topk = c.topk;
   HostTensor q = random_tensor(rng, DType::bf16, {s_q, h, kDqk}, -2, 2);
   HostTensor kv = random_tensor(rng, DType::bf16, {s_kv, kDqk}, -2, 2);
+  if (c.fp8) {
+    kv = HostTensor(DType::u8, {s_kv, Fp8DsMlaLayout::kEntryBytes});
+    testing::PagedCacheSpec spec;
+    spec.format = KvFormat::fp8_ds_mla, spec.min_scale_exp = -10, spec.max_scale_exp = -7;
+    for (int64_t r = 0; r < s_kv; ++r)
+      testing::fill_random_entry(
+          rng, spec, static_cast<uint8_t*>(kv.data()) + r * Fp8DsMlaLayout::kEntryBytes);
+  }
   HostTensor idx(DType::i32, {s_q, topk});
   for (int i = 0; i < s_q; ++i)
     for (int j = 0; j < topk; ++j) {
@@ -321,12 +330,13 @@ void run_prefill_case(Rng& rng, const PrefillCase& c, Kernel kernel) {
   HostTensor ro(DType::f64, {s_q, h, kDv}), rl(DType::f64, {s_q, h});
   SparsePrefillArgs ra;
   ra.q = q.view(), ra.kv = kv.view(), ra.indices = idx.view(), ra.softmax_scale = 0.0625f;
+  ra.kv_format = c.fp8 ? KvFormat::fp8_ds_mla : KvFormat::bf16;
   ra.out = ro.view(), ra.lse = rl.view();
   ASSERT_MLA_OK(sparse_prefill(ra));
   for (const int64_t chunk : {cuda::sparse::kMaxTokensPerLaunch, int64_t(3)}) {
-    SCOPED_TRACE(::testing::Message()
-                 << "kernel " << cuda::sparse::kernel_name(kernel) << " chunk " << chunk << " h "
-                 << h << " s_q " << s_q << " s_kv " << s_kv << " topk " << topk);
+    SCOPED_TRACE(::testing::Message() << "kernel " << cuda::sparse::kernel_name(kernel) << " chunk "
+                                      << chunk << " h " << h << " s_q " << s_q << " s_kv " << s_kv
+                                      << " topk " << topk << " fp8 " << c.fp8);
     const cuda::sparse::Options opts{.kernel = kernel, .prefill_chunk_tokens = chunk};
     const bool api = opts.kernel == Kernel::automatic &&
                      opts.prefill_chunk_tokens == cuda::sparse::kMaxTokensPerLaunch;
@@ -392,6 +402,10 @@ TEST_P(SparseGpu, PrefillMatchesReference) {
       {32, 4, 1, 7},         // a one-row kv, a list shorter than one tile
       {64, 8, 70000, 2048},  // DeepSeek-V3.2's top-2048, kv rows past 65536
       {128, 150, 4096, 64},  // one tile per token, 150 tokens > 66 workers
+      // fp8_ds_mla rows (a cached fp8 prefix), through every kernel
+      {64, 5, 777, 192, true},
+      {128, 6, 40, 100, true},
+      {16, 300, 777, 192, true},
   };
   for (const PrefillCase& c : cases) run_prefill_case(rng, c, GetParam());
 }

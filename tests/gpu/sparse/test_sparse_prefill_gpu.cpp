@@ -6,7 +6,10 @@
 // -1 entries and rows past s_kv (skipped by the kernel; the reference, which
 // rejects them, gets -1 there), an all -1 list (out 0, lse -inf), one row
 // repeated (duplicates count), three valid entries, topk_length 0, a random
-// topk_length whose tail holds garbage (never read).
+// topk_length whose tail holds garbage (never read). fp8 cases: kv holds
+// random fp8_ds_mla entries (mla/kv_cache.hpp), and the reference reads the
+// same bytes (dequantised exactly; the kernel's bf16 keys are then exact too,
+// so the bounds are the bf16 ones).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -36,7 +39,21 @@ struct Case {
   int64_t s_kv;
   int topk;
   bool topk_length;
+  bool fp8 = false;  // kv: [s_kv, 656] fp8_ds_mla entries
 };
+
+// Random keys: bf16 rows in [-2, 2], or fp8_ds_mla entries whose values stay
+// within a few units (scales 2^-10 .. 2^-7 times e4m3 codes up to 448).
+HostTensor random_keys(Rng& rng, const Case& c) {
+  if (!c.fp8) return random_tensor(rng, DType::bf16, {c.s_kv, 576}, -2, 2);
+  HostTensor kv(DType::u8, {c.s_kv, Fp8DsMlaLayout::kEntryBytes});
+  testing::PagedCacheSpec spec;
+  spec.format = KvFormat::fp8_ds_mla, spec.min_scale_exp = -10, spec.max_scale_exp = -7;
+  for (int64_t r = 0; r < c.s_kv; ++r)
+    testing::fill_random_entry(rng, spec,
+                               static_cast<uint8_t*>(kv.data()) + r * Fp8DsMlaLayout::kEntryBytes);
+  return kv;
+}
 
 // The lists the GPU gets (raw) and the reference gets (entries the kernel
 // skips written as -1; the tail past topk_length is not read by either).
@@ -84,6 +101,7 @@ void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lis
   dout.poison(), dlse.poison();
   SparsePrefillArgs a;
   a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(l.raw);
+  a.kv_format = c.fp8 ? KvFormat::fp8_ds_mla : KvFormat::bf16;
   if (c.topk_length) a.topk_length = dlen.view(l.len);
   a.softmax_scale = scale, a.out = dout.view(r->out), a.lse = dlse.view(r->lse);
   size_t need = 1;
@@ -98,7 +116,8 @@ void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lis
   p.q = dq.get(), p.q_ss = int64_t(c.h) * 576, p.q_sh = 576, p.s_q = c.s_q, p.h_q = c.h;
   p.indices = static_cast<const int32_t*>(didx.get()), p.idx_ss = c.topk, p.topk = c.topk;
   p.topk_length = c.topk_length ? static_cast<const int32_t*>(dlen.get()) : nullptr;
-  p.kv = dkv.get(), p.kv_row_stride = 576, p.s_kv = c.s_kv, p.softmax_scale = scale;
+  p.kv = dkv.get(), p.fp8 = c.fp8, p.kv_row_stride = c.fp8 ? Fp8DsMlaLayout::kEntryBytes : 576;
+  p.s_kv = c.s_kv, p.softmax_scale = scale;
   p.out = dout.get(), p.out_ss = int64_t(c.h) * 512, p.out_sh = 512;
   p.lse = static_cast<float*>(dlse.get()), p.lse_ss = c.h, p.lse_sh = 1;
   for (int ctas : {1, 3}) {
@@ -116,15 +135,17 @@ void run_gpu(const Case& c, const HostTensor& q, const HostTensor& kv, const Lis
 }
 
 void check_case(Rng& rng, const Case& c) {
-  SCOPED_TRACE(::testing::Message() << "h " << c.h << " s_q " << c.s_q << " s_kv " << c.s_kv
-                                    << " topk " << c.topk << " topk_length " << c.topk_length);
+  SCOPED_TRACE(::testing::Message()
+               << "h " << c.h << " s_q " << c.s_q << " s_kv " << c.s_kv << " topk " << c.topk
+               << " topk_length " << c.topk_length << " fp8 " << c.fp8);
   const float scale = 0.0625f;
   HostTensor q = random_tensor(rng, DType::bf16, {c.s_q, c.h, 576}, -2, 2);
-  HostTensor kv = random_tensor(rng, DType::bf16, {c.s_kv, 576}, -2, 2);
+  HostTensor kv = random_keys(rng, c);
   const Lists l = make_lists(rng, c);
   HostTensor ro(DType::f64, {c.s_q, c.h, 512}), rl(DType::f64, {c.s_q, c.h});
   SparsePrefillArgs ra;
   ra.q = q.view(), ra.kv = kv.view(), ra.indices = l.ref.view(), ra.softmax_scale = scale;
+  ra.kv_format = c.fp8 ? KvFormat::fp8_ds_mla : KvFormat::bf16;
   if (c.topk_length) ra.topk_length = l.len.view();
   ra.out = ro.view(), ra.lse = rl.view();
   ASSERT_MLA_OK(sparse_prefill(ra));
@@ -185,6 +206,35 @@ TEST(SparsePrefillGpu, MatchesReferenceEdges) {
   check_case(rng, {64, 6, 50, 64, false});    // s_kv below topk: repeats
   check_case(rng, {128, 6, 300, 100, true});  // topk not a multiple of the 64-key tile
   check_case(rng, {32, 6, 300, 7, false});    // a list shorter than one tile
+}
+
+// fp8_ds_mla keys (a cached prefix read by prefill): every head count, edges
+// (s_q 1, one-row kv, topk not a multiple of 64, a list shorter than a tile),
+// the longest list; 1 and 3 CTAs bit-identical to the default grid (run_gpu).
+TEST(SparsePrefillGpu, Fp8KeysMatchReference) {
+  Rng rng(166);
+  for (int h : {16, 32, 64, 128}) check_case(rng, {h, 7, 3000, 512, true, true});
+  check_case(rng, {128, 1, 4096, 2048, false, true});
+  check_case(rng, {64, 6, 1, 64, true, true});
+  check_case(rng, {128, 6, 300, 100, true, true});
+  check_case(rng, {32, 6, 300, 7, false, true});
+  check_case(rng, {16, 3, 9000, 8192, true, true});
+}
+
+// The small shapes for compute-sanitizer (racecheck, memcheck, synccheck):
+// every path of the kernel in a few launches. h_q 64 and 128 (one and two
+// head blocks, so two CTAs share a token), 16 (padded rows), six tokens per
+// case (random lists with -1 and rows past s_kv, an all -1 list, duplicates,
+// three entries, topk_length 0, a random topk_length), 3 pairs of tiles per
+// list and a partial last tile, bf16 and fp8 keys; run_gpu also runs 1 and 3
+// CTAs (items through one CTA's ring, Q reloads).
+TEST(SparsePrefillGpu, SanitizerShapes) {
+  Rng rng(167);
+  for (bool fp8 : {false, true}) {
+    check_case(rng, {64, 6, 700, 320, true, fp8});
+    check_case(rng, {128, 6, 700, 320, true, fp8});
+    check_case(rng, {16, 6, 700, 100, false, fp8});
+  }
 }
 
 // An engine's chunked prefill: the chunk's queries select among the cached
@@ -272,6 +322,11 @@ TEST(SparsePrefillGpu, KernelRejectsMisalignedRows) {
   st = cuda::sparse::launch_sparse_prefill(p, nullptr);
   EXPECT_EQ(st.code(), Errc::misaligned) << st.to_string();
   EXPECT_NE(st.message().find("q: "), std::string::npos) << st.message();
+  // The kernel takes row maxima before scaling: the scale must be > 0.
+  p.q_sh = 576, p.softmax_scale = -0.5f;
+  st = cuda::sparse::launch_sparse_prefill(p, nullptr);
+  EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
+  EXPECT_NE(st.message().find("softmax_scale = -0.5"), std::string::npos) << st.message();
 }
 
 }  // namespace
