@@ -119,7 +119,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
       out(int64_t(B) * s.s_q * s.h_q * kDv * 2), lse(int64_t(B) * s.h_q * s.s_q * 4),
       bt(int64_t(B) * max_pages * 4), lens(B * 4);
   // Random cache and q; each request's pages are a random permutation of the pool.
-  DeviceMem k_scale(4);
+  DeviceBuffer k_scale(4);
   if (s.format == KvFormat::fp8_ds_mla) {
     BENCH_CUDA(cuda::fill_fp8_ds_mla(kv.p, num_pages * kPage, entry, 7, nullptr));
   } else if (s.format == KvFormat::fp8_e4m3) {

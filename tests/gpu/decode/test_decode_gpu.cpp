@@ -673,6 +673,8 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   } impossible[] = {{Kernel::wgmma_tma, KvFormat::bf16, 16},
                     {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_tma, KvFormat::fp8_e4m3, 64},
+                    {Kernel::wgmma_cp_async, KvFormat::fp8_e4m3, 16},
                     {Kernel::wgmma_fp8, KvFormat::bf16, 64}};
   for (const auto& x : impossible) {
     Case c;
