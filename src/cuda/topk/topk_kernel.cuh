@@ -176,6 +176,14 @@ struct Cut {
   uint32_t thr, need, kept, bound;
 };
 
+// Counts one key in a shared histogram. An increment by one compiles to
+// ATOMS.POPC.INC, which adds the number of the instruction's lanes that hit
+// the same word: lanes on one bin (ties, a narrow range) cost one update, so
+// no match.any grouping (a long-latency instruction on every key) is needed.
+__device__ __forceinline__ void count_digit(uint32_t* hist, uint32_t bin) {
+  atomicAdd(&hist[bin], 1u);
+}
+
 // Barrier over the CTA, or over the cluster when the data crosses CTAs.
 __device__ __forceinline__ void sync_scope(bool cluster_wide) {
   if (cluster_wide)
@@ -276,17 +284,10 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     if (cluster_wide) cg::this_cluster().sync();
     for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
     __syncthreads();
-    const uint32_t n32 = (n + 31u) & ~31u;  // whole warps per iteration: ballots see every lane
 #pragma unroll 4
-    for (uint32_t i = tid; i < n32; i += T::kThreads) {
-      const uint32_t key = i < n ? s.key[i] : 0u;
-      const bool match = i < n && (key & prefix_mask) == prefix;
-      const uint32_t bin = (key >> shift) & uint32_t(bins - 1);
-      // One atomic per bin and warp (match.any groups the lanes by bin): the
-      // keys of a buffer cluster in few bins (ties, the top of a range), and
-      // same-address atomics of one instruction would serialise.
-      const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
-      if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
+    for (uint32_t i = tid; i < n; i += T::kThreads) {
+      const uint32_t key = s.key[i];
+      if ((key & prefix_mask) == prefix) count_digit(s.hist, (key >> shift) & uint32_t(bins - 1));
     }
     sync_scope(cluster_wide);
     find_bin<T>(s, bins, above, k, cs);
