@@ -360,10 +360,26 @@ __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row
   return bt[page] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
+// The lanes of the warp whose value v (below 2^Bits) equals this lane's, as
+// __match_any_sync(0xffffffff, v) gives them, from one ballot per bit: short
+// votes that issue back to back instead of match.any's long latency.
+// Every lane of the warp must call it.
+template <int Bits>
+__device__ __forceinline__ uint32_t match_bits(uint32_t v) {
+  uint32_t peers = 0xffffffffu;
+#pragma unroll
+  for (int b = 0; b < Bits; ++b) {
+    const bool set = (v >> b) & 1u;
+    const uint32_t m = __ballot_sync(0xffffffffu, set);
+    peers &= set ? m : ~m;
+  }
+  return peers;
+}
+
 // Stable LSD radix sort of n <= kCap2 (key, position) pairs, in position order,
 // by descending key: 8-bit digits (inverted, so larger keys come first),
 // skipping the digits every key shares. A pass ranks each entry among the
-// entries of its warp's range with the same digit (match.any, a running count
+// entries of its warp's range with the same digit (match_bits, a running count
 // per warp and digit), scans the counts digit-major, and scatters; stable, so
 // ties keep ascending position. Ping-pongs between (k0, p0) and (k1, p1);
 // `table` holds kWarps * 256 counts. Returns 0 or 1: the buffer holding the
@@ -406,7 +422,7 @@ __device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_
       const uint32_t i = b0 + uint32_t(r) * 32u + lane;
       const bool in = i < n;
       const uint32_t d = in ? 255u - ((sk[i] >> shift) & 0xffu) : 256u;
-      const uint32_t peers = __match_any_sync(0xffffffffu, d);
+      const uint32_t peers = match_bits<9>(d);
       const int leader = __ffs(peers) - 1;
       uint32_t base = 0;
       if (in && lane == leader) {
