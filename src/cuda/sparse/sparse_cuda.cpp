@@ -215,6 +215,13 @@ k::Problem problem_of(const SparseAttnParams& p, bool prefill) {
 Status resolve_kernel(Kernel forced, const SparseAttnParams& p, bool prefill, Kernel* kernel) {
   const k::Problem problem = problem_of(p, prefill);
   *kernel = forced == Kernel::automatic ? k::choose_kernel(problem) : forced;
+  // Only the wgmma kernel reads fp8_e4m3 keys, and it walks the index lists by one token
+  // stride: lists of [B, s_q] that do not flatten leave no kernel for that cache.
+  if (forced == Kernel::automatic && !k::kernel_takes(*kernel, problem) && problem.fp8_e4m3)
+    return error(Errc::unsupported,
+                 "indices: an fp8_e4m3 cache needs index lists whose [B, s_q] rows flatten to "
+                 "one token stride (strides {} and {} for s_q = {}); pass contiguous indices",
+                 p.idx_sb, p.idx_ss, p.s_q);
   if (!k::kernel_takes(*kernel, problem))
     return error(Errc::unsupported,
                  "kernel: {} cannot run h_q = {}, {} query tokens, page_size {}{}",
