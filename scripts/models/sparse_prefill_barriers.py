@@ -94,7 +94,8 @@ def run(items, seed, protocol="sync", strict=True):
     for k, pairs in enumerate(items):
         prog.append(("q", k))
         for i in range(pairs):
-            for h in ["L0", "R1", "R0", "L1"]:
+            # in the order the halves free up
+            for h in (["L0", "R1", "R0", "L1"] if protocol == "arrive" else ["L0", "R0", "R1", "L1"]):
                 prog.append(("half", h, gp))
             gp += 1
     prod = {"pc": 0, "waited": False}
@@ -228,12 +229,21 @@ def run(items, seed, protocol="sync", strict=True):
                         st.append(("arrive_qe",))
                     hand = "bar_arrive" if protocol == "arrive" else "bar_sync"
                     st += [("bar_sync", "M0"), ("read_max", ("m0", gg)), ("write_max", ("m1", gg)),
-                           (hand, "M1"),
-                           ("pv_issue", "l1", [("R1", gg)]),
-                           ("bar_sync", "P0"), ("pv_issue", "r1", [("R0", gg), ("sP", ("P0", gg))]),
-                           ("pv_done", "l1", [("R1", gg)]), ("free", "R1"),
-                           ("pv_done", "r1", [("R0", gg), ("sP", ("P0", gg))]),
-                           ("bar_sync", "W1"), ("write_p", ("P1", gg)), (hand, "P1"), ("free", "R0")]
+                           (hand, "M1")]
+                    if protocol == "arrive":
+                        st += [("pv_issue", "l1", [("R1", gg)]),
+                               ("bar_sync", "P0"), ("pv_issue", "r1", [("R0", gg), ("sP", ("P0", gg))]),
+                               ("pv_done", "l1", [("R1", gg)]), ("free", "R1"),
+                               ("pv_done", "r1", [("R0", gg), ("sP", ("P0", gg))]),
+                               ("bar_sync", "W1"), ("write_p", ("P1", gg)), (hand, "P1"),
+                               ("free", "R0")]
+                    else:  # P0 V0_R first, P1 into sP once it completed, under P1 V1_R
+                        st += [("bar_sync", "P0"),
+                               ("pv_issue", "r1", [("R0", gg), ("sP", ("P0", gg))]),
+                               ("pv_issue", "l1", [("R1", gg)]),
+                               ("pv_done", "r1", [("R0", gg), ("sP", ("P0", gg))]), ("free", "R0"),
+                               ("bar_sync", "W1"), ("write_p", ("P1", gg)), (hand, "P1"),
+                               ("pv_done", "l1", [("R1", gg)]), ("free", "R1")]
             g += pairs
             st += [("write_sum", k), ("bar_sync", "Sum"), ("read_sum", k)]
         st.append(("done",))

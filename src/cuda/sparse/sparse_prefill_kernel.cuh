@@ -29,7 +29,8 @@
 //     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
 //          hands m1 over; O_R += P1 V1_R;
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
-//     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
+//     wg1: O_R += (P0 scaled) V0_R, then O_R += P1 V1_R; once the first
+//          completed, P1 into sP (under the second);
 //     wg0: O_L += P1 V1_L.
 //   sP is the one shared block the math warpgroups write with generic stores;
 //   every other block is written only by cp.async and read only by wgmma (no
@@ -464,19 +465,19 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         const uint32_t par = (gp & 1) ^ 1;
         unsigned char* const k0 = sK;
         unsigned char* const k1 = sK + C::kSmemK;
-        // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
-        // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
+        // In the order the halves free up: L0 (wg0's P0 V0_L), R0 (wg1's P0
+        // V0_R), R1 (wg1's P1 V1_R), L1 (wg0's P1 V1_L).
         if constexpr (kFp8) {
           constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
           gather_half_fp8<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
-          gather_half_fp8<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
           gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
           gather_half_fp8<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         } else {
           constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
           gather_half<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
-          gather_half<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
           gather_half<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
+          gather_half<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
           gather_half<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         }
       }
@@ -626,23 +627,24 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         if (c == 0) xm[r0] = n0, xm[r1] = n1;
         named_barrier_sync(kBarM1, C::kMathThreads);
         pack_a(s, pa);
-        wgmma::fence();
-        issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
-        wgmma::commit();
         named_barrier_sync(kBarP0, C::kMathThreads);
+        // P0 V0_R first: once it completes, sP takes P1 while P1 V1_R still
+        // runs, so warpgroup 0's P1 V1_L is queued before the tensor cores idle.
+        wgmma::fence();
         issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
         wgmma::commit();
-        wgmma::wait<1>();
-        wgmma::fence_regs(o);
-        hold_a(pa);
-        release(&free_bar[2 + R]);
-        wgmma::wait<0>();
-        wgmma::fence_regs(o);
+        issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
+        wgmma::commit();
+        wgmma::wait<1>();  // P0 V0_R done (o stays untouched: P1 V1_R accumulates into it)
+        release(&free_bar[0 + R]);
         named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
         store_p(s, 1.f, 1.f, sP, r0, c);
         wgmma::fence_proxy_async();
         named_barrier_sync(kBarP1, C::kMathThreads);
-        release(&free_bar[0 + R]);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        hold_a(pa);
+        release(&free_bar[2 + R]);
       }
     }
 
