@@ -24,10 +24,10 @@
 //   computes S0 = Q K0^T of tile 2i; warpgroup 1 owns columns 256..511 (O_R)
 //   and computes S1 = Q K1^T of tile 2i + 1 (wgmma m64n64, all 576 columns).
 //   Per pair, with m the running row max (log2 domain):
-//     wg0: m0 = max(m, rowmax S0); O_L, l0 rescaled to m0; P0 = exp2(S0 - m0);
-//          hands m0 over; O_L += P0 V0_L (P0 from registers);
-//     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
-//          hands m1 over; O_R += P1 V1_R;
+//     wg0: m0 = max(m, rowmax S0); l0 rescaled to m0; P0 = exp2(S0 - m0);
+//          hands m0 over; O_L rescaled to m0; O_L += P0 V0_L (P0 from registers);
+//     wg1: m1 = max(m0, rowmax S1); l1 rescaled to m1; P1 = exp2(S1 - m1);
+//          hands m1 over; O_R rescaled to m1;
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
 //     wg1: O_R += (P0 scaled) V0_R, then O_R += P1 V1_R; once the first
 //          completed, P1 into sP (under the second);
@@ -546,13 +546,16 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);  // m0 of the pair, per row
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
-        scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         float* const xm = s_max + (gp & 1) * C::kRows;
         __syncwarp();
         if (c == 0) xm[r0] = n0, xm[r1] = n1;
         named_barrier_sync(kBarM0, C::kMathThreads);
+        // O_L rescaled after m0 went out, off warpgroup 1's path to m1 (the
+        // register fence keeps the multiplies below the barrier).
+        wgmma::fence_regs(o);
+        scale_o(o, a0, a1);
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
@@ -619,13 +622,16 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         const float n0 = fmaxf(xm[r0], mx0), n1 = fmaxf(xm[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
-        scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
         __syncwarp();  // the quad's reads of xm before its lane 0 overwrites them
         if (c == 0) xm[r0] = n0, xm[r1] = n1;
         named_barrier_sync(kBarM1, C::kMathThreads);
+        // O_R rescaled after m1 went out, while P0 is being written (the
+        // register fence keeps the multiplies below the barrier).
+        wgmma::fence_regs(o);
+        scale_o(o, a0, a1);
         pack_a(s, pa);
         named_barrier_sync(kBarP0, C::kMathThreads);
         // P0 V0_R first: once it completes, sP takes P1 while P1 V1_R still
