@@ -413,6 +413,26 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
   }
 }
 
+// One step of quad_transpose: lanes c and c ^ X swap the two words whose slot
+// differs from the lane in bit X (slots k0, k1 have the bit clear).
+template <int X>
+__device__ __forceinline__ void quad_exchange(uint32_t (&w)[4], int c) {
+  constexpr int k0 = 0, k1 = X == 2 ? 1 : 2;
+  const bool hi = (c & X) != 0;
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi ? w[k0] : w[k0 + X], X);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi ? w[k1] : w[k1 + X], X);
+  if (hi)
+    w[k0] = r0, w[k1] = r1;
+  else
+    w[k0 + X] = r0, w[k1 + X] = r1;
+}
+// A 4 x 4 transpose of 32-bit words across the 4 lanes of a quad: lane c holds
+// w[k] = M[c][k] and returns with w[k] = M[k][c]. Every lane of the warp takes part.
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int c) {
+  quad_exchange<2>(w, c);
+  quad_exchange<1>(w, c);
+}
+
 enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
 
 template <bool kFp8>
@@ -495,6 +515,10 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   const int c = lane % 4;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;  // the two accumulator rows of this thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  // Output rows 16-byte aligned (base and both strides): the epilogue stores
+  // 16-byte pieces; otherwise bf16 pairs (the host check demands 4 bytes).
+  const bool out16 =
+      (reinterpret_cast<uintptr_t>(p.out) & 15) == 0 && p.out_ss % 8 == 0 && p.out_sh % 8 == 0;
   // Operand descriptors: Q, K0, K1 as S operands (K-major, 16-byte leading
   // offset), K0, K1 as V operands (MN-major: a block of 64 columns apart), P.
   const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
@@ -667,15 +691,37 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.out) + int64_t(it.token) * p.out_ss +
                                int64_t(it.h0) * p.out_sh;
+    __nv_bfloat16* const out0 = out + int64_t(r0) * p.out_sh + w * C::kVColsPerWg;
+    __nv_bfloat16* const out1 = out + int64_t(r1) * p.out_sh + w * C::kVColsPerWg;
+    if (out16) {
+      // 16-byte stores: a quad's four 4-byte pieces of 8 columns, transposed
+      // so that lane c stores the 8 columns of accumulator block 4 j + c (one
+      // full 32-byte sector per two lanes instead of half a sector per lane).
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int col = w * C::kVColsPerWg + i * 8 + 2 * c;
-      if (r0 < it.rows)
-        *reinterpret_cast<uint32_t*>(out + int64_t(r0) * p.out_sh + col) =
-            pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-      if (r1 < it.rows)
-        *reinterpret_cast<uint32_t*>(out + int64_t(r1) * p.out_sh + col) =
-            pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+      for (int j = 0; j < 8; ++j) {
+        uint32_t a[4], b[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          a[k] = pack_bf16x2(o[4 * j + k][0] * inv0, o[4 * j + k][1] * inv0);
+          b[k] = pack_bf16x2(o[4 * j + k][2] * inv1, o[4 * j + k][3] * inv1);
+        }
+        quad_transpose(a, c);
+        quad_transpose(b, c);
+        const int col = (4 * j + c) * 8;
+        if (r0 < it.rows)
+          *reinterpret_cast<uint4*>(out0 + col) = make_uint4(a[0], a[1], a[2], a[3]);
+        if (r1 < it.rows)
+          *reinterpret_cast<uint4*>(out1 + col) = make_uint4(b[0], b[1], b[2], b[3]);
+      }
+    } else {  // out rows only 4-byte aligned: bf16 pairs
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = i * 8 + 2 * c;
+        if (r0 < it.rows)
+          *reinterpret_cast<uint32_t*>(out0 + col) = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+        if (r1 < it.rows)
+          *reinterpret_cast<uint32_t*>(out1 + col) = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
+      }
     }
     if (w == 0 && c == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
