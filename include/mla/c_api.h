@@ -69,7 +69,9 @@ enum {
 enum { MLA_DEVICE_CPU = 1, MLA_DEVICE_CUDA = 2 };
 
 /* ---- paged latent cache formats (values of mla::KvFormat) ----------------- */
-enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1 };
+/* MLA_KV_FP8_E4M3: vLLM's dense fp8 layout (576 e4m3 per token, one per-tensor
+ * scale, mla/kv_cache.hpp); its scale is given by mla_set_kv_scale. */
+enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1, MLA_KV_FP8_E4M3 = 2 };
 
 #define MLA_MAX_DIMS 6
 
@@ -107,8 +109,17 @@ MLA_C_EXPORT int32_t mla_check_device_values(void);
 MLA_C_EXPORT const char* mla_last_error_message(void);
 /* "invalid_shape", ...: the name of a status code. */
 MLA_C_EXPORT const char* mla_status_name(int32_t status);
-/* Bytes of one cache entry for a MLA_KV_* format (1152, 656), -1 if unknown. */
+/* Bytes of one cache entry for a MLA_KV_* format (1152, 656, 576), -1 if unknown. */
 MLA_C_EXPORT int32_t mla_kv_entry_bytes(int32_t kv_format);
+/* The per-tensor scale of MLA_KV_FP8_E4M3 caches (mla::KvCacheView::scale: one
+ * f32 on the cache's device, value = code * scale) for every later call on this
+ * thread that takes such a cache; NULL clears it. The view is copied, not the
+ * value: the memory must hold the scale while those calls run (a CUDA graph
+ * captured meanwhile reads it at replay). A call on an MLA_KV_FP8_E4M3 cache
+ * with no scale set fails with MLA_ERR_INVALID_VALUE naming it; the other
+ * formats ignore it. Per thread, as mla_set_check_device_values: the cache
+ * arguments of the C functions stay (tensor, format) for every format. */
+MLA_C_EXPORT int32_t mla_set_kv_scale(const mla_tensor* scale);
 
 /* ---- capability probe (mla/support.hpp) ------------------------------------ */
 /* Operation families (values of mla::OpFamily). */
@@ -130,6 +141,20 @@ MLA_C_EXPORT int32_t mla_is_supported(int32_t family, int32_t device_id, int32_t
                                       char* reason, size_t reason_size, size_t* reason_length);
 /* "decode", "sparse_decode", ...; NULL for an unknown family. */
 MLA_C_EXPORT const char* mla_family_name(int32_t family);
+
+/* ---- self check (mla/self_check.hpp; `mla check`) ----------------------------- */
+/* Runs each kernel family on GPU 0 against the CPU reference on small random inputs drawn
+ * from `seed` and stores the verdict in *result: 0 every check passed, 1 a check failed (or
+ * the GPU cannot run the kernels), 77 nothing to check (no CUDA GPU, or a build without
+ * CUDA kernels); the exit codes of `mla check`. The report is written snprintf-style into
+ * (buf, buf_size), its full length in *length (buf may be NULL when buf_size is 0; a retry
+ * with a larger buffer runs the checks again): JSON {"status", "header", "checks": [{"name",
+ * "shape", "ok", "detail", "line"}], "summary", "text"}, where "text" is what `mla check`
+ * prints. Returns MLA_OK whatever the verdict (a failed check is *result 1, not an error);
+ * an error status only for a bad argument or an internal error. Unlike the operations,
+ * it allocates device memory and synchronises the device. */
+MLA_C_EXPORT int32_t mla_self_check(uint64_t seed, int32_t* result, char* buf, size_t buf_size,
+                                    size_t* length);
 
 /* ---- paged latent cache (mla/kv_cache.hpp) ---------------------------------- */
 /* cache: [num_pages, page_size, 1, 576] bf16 or [num_pages, page_size, 1, 656] u8. */
