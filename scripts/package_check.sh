@@ -6,7 +6,7 @@
 #     bench <suite> --help for every suite;
 #  2. the wheel built in one fresh virtual environment, installed into another, imported
 #     outside the source tree and the CPU tests (python/tests) run against the installed
-#     copy; what its libmla.so links and `auditwheel show`.
+#     copy; what its libmla.so links, `auditwheel show` and `python -m mla check`.
 #   bash scripts/package_check.sh [build-dir] [--cpu-wheel]
 # build-dir: a configured and built tree (default: build). The wheel is built as that tree
 # was (with CUDA when it has CUDA) in build-wheel/ (build-wheel-cpu/), beside it: the compile commands are then
@@ -98,6 +98,17 @@ echo "-- auditwheel show:"
   'import mla, os; print("import mla ->", os.path.dirname(mla.__file__), "| libmla", mla.version())')
 (cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -c \
   'import mla, sys; p = mla.library_path(); print("loaded", p); sys.exit("/site-packages/" not in p)')
+
+# The wheel has no CLI: its self check is `python -m mla check` (the library's, as `mla check`).
+set +e
+(cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -m mla check)
+rc=$?
+set -e
+case $rc in
+  0) echo "(python -m mla check: every kernel agrees with the CPU reference on this GPU)" ;;
+  77) echo "(python -m mla check: exit 77, no CUDA GPU here, as expected on CI)" ;;
+  *) echo "python -m mla check failed with exit code $rc" >&2; exit 1 ;;
+esac
 
 step "the CPU tests against the installed copy"
 (cd "$W" && env -u MLA_LIBRARY -u PYTHONPATH venv-use/bin/python -m pytest -q -p no:cacheprovider \

@@ -131,6 +131,20 @@ MLA_C_EXPORT int32_t mla_is_supported(int32_t family, int32_t device_id, int32_t
 /* "decode", "sparse_decode", ...; NULL for an unknown family. */
 MLA_C_EXPORT const char* mla_family_name(int32_t family);
 
+/* ---- self check (mla/self_check.hpp; `mla check`) ----------------------------- */
+/* Runs each kernel family on GPU 0 against the CPU reference on small random inputs drawn
+ * from `seed` and stores the verdict in *result: 0 every check passed, 1 a check failed (or
+ * the GPU cannot run the kernels), 77 nothing to check (no CUDA GPU, or a build without
+ * CUDA kernels); the exit codes of `mla check`. The report is written snprintf-style into
+ * (buf, buf_size), its full length in *length (buf may be NULL when buf_size is 0; a retry
+ * with a larger buffer runs the checks again): JSON {"status", "header", "checks": [{"name",
+ * "shape", "ok", "detail", "line"}], "summary", "text"}, where "text" is what `mla check`
+ * prints. Returns MLA_OK whatever the verdict (a failed check is *result 1, not an error);
+ * an error status only for a bad argument or an internal error. Unlike the operations,
+ * it allocates device memory and synchronises the device. */
+MLA_C_EXPORT int32_t mla_self_check(uint64_t seed, int32_t* result, char* buf, size_t buf_size,
+                                    size_t* length);
+
 /* ---- paged latent cache (mla/kv_cache.hpp) ---------------------------------- */
 /* cache: [num_pages, page_size, 1, 576] bf16 or [num_pages, page_size, 1, 656] u8. */
 MLA_C_EXPORT int32_t mla_validate_kv_cache(const mla_tensor* cache, int32_t kv_format);

@@ -37,6 +37,7 @@ from .transfer import (CopyRun, LaunchInfo, TransferBuffers, TransferPlan, Trans
                        TransferSide, exchange_bytes_file, exchange_bytes_tcp, execute_copy_plan,
                        launch_info_from_env, layer_bases, plan_transfer, transfer_cache_name)
 from .support import SupportReport, is_supported
+from .selfcheck import SelfCheckItem, SelfCheckResult, self_check
 from .checked import check_device_values, checked_device_values, set_check_device_values
 from ._call import release_workspaces
 from .planner import (default_workload, known_gpus, known_models, make_plan, plan_json,

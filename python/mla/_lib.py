@@ -283,6 +283,8 @@ SIGNATURES: dict[str, list] = {
     "mla_plan": [_W, _cp, _i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
     "mla_plan_seed_check": [_i32, ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
     "mla_plan_catalog": [ctypes.c_char_p, _sz, ctypes.POINTER(_sz)],
+    "mla_self_check": [ctypes.c_uint64, ctypes.POINTER(_i32), ctypes.c_char_p, _sz,
+                       ctypes.POINTER(_sz)],
     "mla_transfer_cache_name": [_i32],
     "mla_plan_transfer": [ctypes.POINTER(MlaTransferRequest), ctypes.POINTER(MlaCopyRun), _sz,
                           ctypes.POINTER(ctypes.c_int64), _sz,

@@ -60,6 +60,7 @@ if grep -q 'the batch fits' <<<"$out"; then
   echo "FAIL nothing-fits-not-batch-fits"; failures=$((failures + 1))
 else echo "ok   nothing-fits-not-batch-fits"; fi
 # mla check: without a GPU it says so with its own exit code; with one, every check passes.
+expect check-bad-seed 105 "--seed.*'-1' is out of range" -- check --seed -1
 if nvidia-smi -L >/dev/null 2>&1 && "$mla" --version | grep -q 'CUDA kernels for'; then
   expect check-on-gpu 0 'mla check: all [0-9]+ checks passed' -- check
   gpu=1

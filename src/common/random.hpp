@@ -1,6 +1,6 @@
-// Seeded random test data shared by the CPU and GPU tests: dense buffers
-// (f32/f64/bf16), poisoned outputs, and random paged latent caches with
-// shuffled page ids, padded page strides and garbage in every byte the
+// Seeded random data shared by the library's self check (src/check) and the CPU and
+// GPU tests: dense buffers (f32/f64/bf16), poisoned outputs, and random paged latent
+// caches with shuffled page ids, padded page strides and garbage in every byte the
 // operation must not read.
 //
 // Everything is deterministic in the seed, so a failure reproduces. Values are
