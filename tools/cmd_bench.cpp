@@ -73,7 +73,7 @@ std::vector<Shape> suite_shapes(const std::string& which) {
   auto want = [&](const char* s) { return which == "all" || which == s; };
   auto uniform = [](int B, int L) { return std::vector<int32_t>(B, L); };
   const int Ls[] = {4096, 8192, 16384, 32768};
-  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla}) {
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3}) {
     if (want("decode-128"))
       for (int B : {128, 64})
         for (int s_q : {1, 2})
@@ -107,8 +107,8 @@ std::string shape_name(const Shape& s) {
 nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   constexpr int kPage = 64;
   const int B = int(s.lengths.size());
-  const bool fp8 = s.format == KvFormat::fp8_ds_mla;
-  const int64_t entry = fp8 ? 656 : 1152;
+  const bool fp8 = kv_format_is_fp8(s.format);
+  const int64_t entry = kv_entry_bytes(s.format);
   int64_t max_pages = 0, num_pages = 0;
   for (int32_t L : s.lengths) {
     const int64_t p = (L + kPage - 1) / kPage;
@@ -119,9 +119,18 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
       out(int64_t(B) * s.s_q * s.h_q * kDv * 2), lse(int64_t(B) * s.h_q * s.s_q * 4),
       bt(int64_t(B) * max_pages * 4), lens(B * 4);
   // Random cache and q; each request's pages are a random permutation of the pool.
-  if (fp8)
+  DeviceBuffer k_scale(4);
+  if (s.format == KvFormat::fp8_ds_mla) {
     BENCH_CUDA(cuda::fill_fp8_ds_mla(kv.p, num_pages * kPage, entry, 7, nullptr));
-  else
+  } else if (s.format == KvFormat::fp8_e4m3) {
+    // bf16 values in [1, 1 + 2^-7) are the byte pair 0x80 0x3f: valid e4m3
+    // codes (-0, 0.9375); the kernel's time does not depend on the values.
+    BENCH_CUDA(
+        cuda::fill_uniform_bf16(kv.p, num_pages * kPage * entry / 2, 1.f, 1.0078f, 7, nullptr));
+    const float one = 1.f;
+    BENCH_CUDA(cudaMemcpy(k_scale.p, &one, 4, cudaMemcpyHostToDevice));
+  }
+  if (!fp8)
     BENCH_CUDA(cuda::fill_uniform_bf16(kv.p, num_pages * kPage * kDqk, -1.f, 1.f, 7, nullptr));
   BENCH_CUDA(
       cuda::fill_uniform_bf16(q.p, int64_t(B) * s.s_q * s.h_q * kDqk, -1.f, 1.f, 8, nullptr));
@@ -140,7 +149,9 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   a.q = TensorView::make(q.p, DType::bf16, {B, s.s_q, s.h_q, kDqk}, dev);
   a.kv.format = s.format;
   a.kv.data = TensorView::make(kv.p, fp8 ? DType::u8 : DType::bf16,
-                               {num_pages, kPage, 1, fp8 ? 656 : kDqk}, dev);
+                               {num_pages, kPage, 1, fp8 ? entry : kDqk}, dev);
+  if (s.format == KvFormat::fp8_e4m3)
+    a.kv.scale = TensorView::make(k_scale.p, DType::f32, {1}, dev);
   a.block_table = TensorView::make(bt.p, DType::i32, {B, max_pages}, dev);
   a.cache_seqlens = TensorView::make(lens.p, DType::i32, {B}, dev);
   a.softmax_scale = float(deepseek_v32_softmax_scale());

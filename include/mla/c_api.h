@@ -69,7 +69,9 @@ enum {
 enum { MLA_DEVICE_CPU = 1, MLA_DEVICE_CUDA = 2 };
 
 /* ---- paged latent cache formats (values of mla::KvFormat) ----------------- */
-enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1 };
+/* MLA_KV_FP8_E4M3: vLLM's dense fp8 layout (576 e4m3 per token, one per-tensor
+ * scale, mla/kv_cache.hpp); its scale is given by mla_set_kv_scale. */
+enum { MLA_KV_BF16 = 0, MLA_KV_FP8_DS_MLA = 1, MLA_KV_FP8_E4M3 = 2 };
 
 #define MLA_MAX_DIMS 6
 
@@ -107,8 +109,17 @@ MLA_C_EXPORT int32_t mla_check_device_values(void);
 MLA_C_EXPORT const char* mla_last_error_message(void);
 /* "invalid_shape", ...: the name of a status code. */
 MLA_C_EXPORT const char* mla_status_name(int32_t status);
-/* Bytes of one cache entry for a MLA_KV_* format (1152, 656), -1 if unknown. */
+/* Bytes of one cache entry for a MLA_KV_* format (1152, 656, 576), -1 if unknown. */
 MLA_C_EXPORT int32_t mla_kv_entry_bytes(int32_t kv_format);
+/* The per-tensor scale of MLA_KV_FP8_E4M3 caches (mla::KvCacheView::scale: one
+ * f32 on the cache's device, value = code * scale) for every later call on this
+ * thread that takes such a cache; NULL clears it. The view is copied, not the
+ * value: the memory must hold the scale while those calls run (a CUDA graph
+ * captured meanwhile reads it at replay). A call on an MLA_KV_FP8_E4M3 cache
+ * with no scale set fails with MLA_ERR_INVALID_VALUE naming it; the other
+ * formats ignore it. Per thread, as mla_set_check_device_values: the cache
+ * arguments of the C functions stay (tensor, format) for every format. */
+MLA_C_EXPORT int32_t mla_set_kv_scale(const mla_tensor* scale);
 
 /* ---- capability probe (mla/support.hpp) ------------------------------------ */
 /* Operation families (values of mla::OpFamily). */

@@ -12,6 +12,8 @@ namespace mla {
 enum class KvFormat : int32_t {
   bf16 = 0,        // 576 bf16 per token: [c_kv 512 ; k_rope 64], 1152 B
   fp8_ds_mla = 1,  // FlashMLA's V3.2 entry, 656 B (layout below)
+  fp8_e4m3 = 2,    // vLLM's kv_cache_dtype "fp8"/"fp8_e4m3": 576 e4m3 per token, 576 B,
+                   // one per-tensor scale (KvCacheView::scale; layout below)
 };
 
 // fp8_ds_mla entry layout, bytes:
@@ -29,17 +31,37 @@ struct Fp8DsMlaLayout {
 static_assert(Fp8DsMlaLayout::kEntryBytes == 656, "fp8_ds_mla entry is 656 bytes");
 inline constexpr int kBf16EntryBytes = 2 * kDqk;  // 1152
 
+// fp8_e4m3 entry: [c_kv 512 ; k_rope 64] as 576 e4m3 codes, nothing else. The
+// cache has one fp32 scale s for every value of every entry (vLLM's k_scale):
+// stored code = e4m3(clamp(v / s, -448, 448)), RNE, satfinite (+-inf -> +-448,
+// NaN -> 0x7f); read back as code * s. Unlike fp8_ds_mla the rope is
+// quantised too, and s is chosen by the engine (calibrated or 1), not per token.
+inline constexpr int kFp8E4m3EntryBytes = kDqk;  // 576
+
 constexpr int kv_entry_bytes(KvFormat f) {
-  return f == KvFormat::bf16 ? kBf16EntryBytes : Fp8DsMlaLayout::kEntryBytes;
+  return f == KvFormat::bf16         ? kBf16EntryBytes
+         : f == KvFormat::fp8_ds_mla ? Fp8DsMlaLayout::kEntryBytes
+                                     : kFp8E4m3EntryBytes;
+}
+// Whether the cache stores e4m3 codes (the formats after bf16).
+constexpr bool kv_format_is_fp8(KvFormat f) {
+  return f != KvFormat::bf16;
 }
 const char* kv_format_name(KvFormat f) noexcept;
 
 // A paged cache: data is [num_pages, page_size, 1, 576] bf16 for KvFormat::bf16,
-// [num_pages, page_size, 1, 656] u8 for fp8_ds_mla. Pages may be padded
-// (stride(0) > page_size * entry); the token and head dims must be dense.
+// [num_pages, page_size, 1, 656] u8 for fp8_ds_mla, [num_pages, page_size, 1,
+// 576] u8 or e4m3 for fp8_e4m3. Pages may be padded (stride(0) > page_size *
+// entry); the token and head dims must be dense.
+// scale: fp8_e4m3 only (required there, empty otherwise): the per-tensor scale
+// as a [1] (or [], or [1, 1]: one element) f32 tensor on the cache's device,
+// so an engine's device-side k_scale is passed as it is (its value is never
+// read on the host for a CUDA cache). A finite scale > 0 is the caller's
+// contract; the CPU paths check it (invalid_value).
 struct KvCacheView {
   TensorView data;
   KvFormat format = KvFormat::bf16;
+  TensorView scale;
   int64_t num_pages() const { return data.shape[0]; }
   int64_t page_size() const { return data.shape[1]; }
 };

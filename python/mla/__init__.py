@@ -39,6 +39,7 @@ from .transfer import (CopyRun, LaunchInfo, TransferBuffers, TransferPlan, Trans
 from .support import SupportReport, is_supported
 from .selfcheck import SelfCheckItem, SelfCheckResult, self_check
 from .checked import check_device_values, checked_device_values, set_check_device_values
+from .kv_scale import kv_scale, set_kv_scale
 from ._call import release_workspaces
 from .planner import (default_workload, known_gpus, known_models, make_plan, plan_json,
                       plan_text, seed_check, seed_check_json, seed_check_text)

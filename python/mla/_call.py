@@ -319,7 +319,8 @@ def shape_of(x, rank: int):
 
 def kv_format_code(kv_format) -> int:
     """MLA_KV_* code for a name or code; None gives -1: mla._ext takes the format
-    from the cache's dtype (u8 or e4m3 bytes: fp8_ds_mla; else bf16)."""
+    from the cache's dtype and entry width (u8 or e4m3 bytes: fp8_e4m3 when 576
+    wide, else fp8_ds_mla; else bf16)."""
     if kv_format is None:
         return -1
     if kv_format in KV_FORMATS.values() and not isinstance(kv_format, (str, float)):
@@ -336,7 +337,10 @@ def kv_format_of(cache, kv_format) -> int:
         dt = dtype_name(cache)
     except errors.DTypeError:
         dt = "?"
-    return KV_FORMATS["fp8_ds_mla"] if dt in ("u8", "e4m3") else KV_FORMATS["bf16"]
+    if dt not in ("u8", "e4m3"):
+        return KV_FORMATS["bf16"]
+    shape = tuple(getattr(cache, "shape", ()))
+    return KV_FORMATS["fp8_e4m3" if shape and int(shape[-1]) == 576 else "fp8_ds_mla"]
 
 
 # ---- streams and devices --------------------------------------------------------

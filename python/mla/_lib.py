@@ -29,7 +29,7 @@ DTYPE_CODES = {"f32": 0, "f64": 1, "bf16": 2, "f16": 3, "e4m3": 4, "u8": 5, "i32
 DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
 DTYPE_SIZES = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2, "e4m3": 1, "u8": 1, "i32": 4, "i64": 8}
 DEVICE_CPU, DEVICE_CUDA = 1, 2
-KV_FORMATS = {"bf16": 0, "fp8_ds_mla": 1}
+KV_FORMATS = {"bf16": 0, "fp8_ds_mla": 1, "fp8_e4m3": 2}
 
 
 # ---- mirrors of the C ABI's structs (c_api.h), field by field in C order ---------------
@@ -219,6 +219,7 @@ SIGNATURES: dict[str, list] = {
     "mla_set_check_device_values": [_i32],
     "mla_check_device_values": [],
     "mla_validate_kv_cache": [_T, _i32],
+    "mla_set_kv_scale": [_T],
     "mla_append_kv": [_T, _T, _T, _T, _i32, _vp],
     "mla_read_kv": [_T, _i32, _T, _T, _T, _vp],
     "mla_decode_workspace_size": [_T, _T, _i32, _T, _T, _f32, _i32, _T, _T, _i32,

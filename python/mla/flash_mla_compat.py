@@ -17,9 +17,12 @@ Both FlashMLA generations' call sequences work unchanged (docs/python.md):
     schedule, so one object serves the layers of one step with the same lengths
     (vLLM sets tile_scheduler_metadata / num_splits on it).
   * vLLM's fp8 dense entry points ``get_mla_metadata_dense_fp8`` and
-    ``flash_mla_with_kvcache_fp8`` (per-tensor e4m3 cache entries of 576 bytes with
-    descale_q / descale_k): accepted call shapes; the kernel does not exist yet, so
-    the call raises UnsupportedError naming it.
+    ``flash_mla_with_kvcache_fp8``: the cache is mla's fp8_e4m3 format (576 e4m3
+    codes per token, value = code * descale_k, descale_k a [1] f32 tensor, set
+    around the call with mla.kv_scale). q may be fp8 with descale_q: it becomes
+    bf16 as q * descale_q (one rounding to bf16, what a bf16 q of that value
+    is), since mla's decode takes bf16 q; the product folds into q rather than
+    the softmax scale, which is a host float (reading descale_q would sync).
   * lse: ours is -inf for a query that sees no key; FlashMLA reports +inf. This
     layer converts (one in-place op), so callers see FlashMLA's convention.
   * Sparse decode (``indices``, ``topk_length``) and flash_mla_sparse_fwd call
@@ -166,6 +169,18 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     natural log, +inf where a query sees no key). tile_scheduler_metadata: what
     get_mla_metadata returned (either generation), num_splits: its second tensor or
     None."""
+    return _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                         tile_scheduler_metadata, softmax_scale, causal,
+                         1 if is_fp8_kvcache else 0,  # MLA_KV_FP8_DS_MLA / MLA_KV_BF16
+                         indices, attn_sink, extra_k_cache, extra_indices_in_kvcache,
+                         topk_length, extra_topk_length)
+
+
+def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                  softmax_scale, causal, kv_format, indices=None, attn_sink=None,
+                  extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                  extra_topk_length=None):
+    """flash_mla_with_kvcache on a cache of MLA_KV_* format `kv_format`."""
     if head_dim_v != 512:
         raise errors.InvalidValueError(f"head_dim_v = {head_dim_v}: MLA's value width is 512")
     if attn_sink is not None or extra_k_cache is not None or \
@@ -175,7 +190,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                      extra_topk_length=extra_topk_length)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    kv_format = 1 if is_fp8_kvcache else 0  # MLA_KV_FP8_DS_MLA / MLA_KV_BF16
     if indices is not None:
         if causal:
             raise errors.InvalidValueError("causal must be False when indices are given")
@@ -256,14 +270,37 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
 def flash_mla_with_kvcache_fp8(q, k_cache, block_table, cache_seqlens, head_dim_v,
                                tile_scheduler_metadata, num_splits, softmax_scale=None,
                                causal=False, descale_q=None, descale_k=None):
-    """vLLM's fp8 dense decode (fp8 q and a per-tensor-scaled e4m3 cache of 576-byte
-    entries, descale_q / descale_k [1] f32). Not available yet: raises
-    UnsupportedError (use is_fp8_kvcache=True with the fp8_ds_mla cache instead)."""
-    raise errors.UnsupportedError(
-        "flash_mla_with_kvcache_fp8: mla has no dense decode over per-tensor-scaled e4m3 "
-        "576-byte cache entries (descale_q/descale_k) yet; its fp8 cache is fp8_ds_mla "
-        "(656-byte entries with per-128 scales): flash_mla_with_kvcache(..., "
-        "is_fp8_kvcache=True)")
+    """vLLM's fp8 dense decode: k_cache [num_blocks, page, 1, 576] e4m3 (or u8) codes of
+    mla's fp8_e4m3 format with descale_k [1] f32 (required); q [B, s_q, h_q, 576] bf16,
+    or fp8 with descale_q [1] f32 (q * descale_q rounded to bf16 first: mla's decode
+    takes bf16 q). Returns (out [B, s_q, h_q, 512] bf16, lse [B, h_q, s_q] f32)."""
+    if descale_k is None:
+        raise errors.InvalidValueError(
+            "descale_k: required (the fp8_e4m3 cache's per-tensor scale, [1] f32)")
+    if _call.torch_compiling():
+        raise errors.UnsupportedError(
+            "flash_mla_with_kvcache_fp8 under torch.compile: the fp8_e4m3 cache's scale is "
+            "per-thread state (mla.kv_scale), which a traced graph does not carry; call it "
+            "eagerly (CUDA graphs are fine)")
+    if descale_q is not None:
+        q = _scaled_to_bf16(q, descale_q)
+    from .kv_scale import kv_scale
+
+    with kv_scale(descale_k):
+        return _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                             tile_scheduler_metadata, softmax_scale, causal,
+                             2)  # MLA_KV_FP8_E4M3
+
+
+def _scaled_to_bf16(q, descale_q):
+    """q * descale_q in f32, rounded once to bf16 (torch: on q's device, no sync).
+    NumPy (the CPU reference, which takes f32 q): the f32 product."""
+    if framework_of(q) == "torch":
+        torch = _call.torch_module()
+        return (q.to(torch.float32) * descale_q.to(torch.float32)).to(torch.bfloat16)
+    import numpy
+
+    return numpy.asarray(q, numpy.float32) * numpy.asarray(descale_q, numpy.float32).reshape(())
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,

@@ -16,7 +16,7 @@ from . import _call, errors
 from ._call import D_C, D_QK, D_R, D_V, kv_format_code
 from ._lib import KV_FORMATS, choice, flag, lib
 
-KV_ENTRY_BYTES = {"bf16": 1152, "fp8_ds_mla": 656}
+KV_ENTRY_BYTES = {"bf16": 1152, "fp8_ds_mla": 656, "fp8_e4m3": 576}
 
 
 # ---- library ------------------------------------------------------------------
@@ -35,13 +35,14 @@ def built_with_cuda() -> bool:
 
 def empty_kv_cache(num_pages: int, page_size: int, kv_format: str = "bf16", like=None):
     """An uninitialised paged cache [num_pages, page_size, 1, entry] beside `like`
-    (NumPy on the CPU when `like` is None): bf16 [.., 576] or u8 [.., 656]."""
+    (NumPy on the CPU when `like` is None): bf16 [.., 576], u8 [.., 656] (fp8_ds_mla)
+    or u8 [.., 576] (fp8_e4m3: its scale goes with mla.kv_scale)."""
     choice(kv_format, KV_FORMATS, "kv_format")
     like = _call.like_arg(like)
     dims = {"num_pages": num_pages, "page_size": page_size, "#0": 1}
     if kv_format == "bf16":
         return _call.empty_sized(like, dict(dims, **{"#1": D_QK}), "bf16")
-    return _call.empty_sized(like, dict(dims, **{"#1": KV_ENTRY_BYTES["fp8_ds_mla"]}), "u8")
+    return _call.empty_sized(like, dict(dims, **{"#1": KV_ENTRY_BYTES[kv_format]}), "u8")
 
 
 def validate_kv_cache(cache, kv_format=None) -> None:
@@ -54,7 +55,9 @@ def append_kv(c_kv, k_rope, slots, cache, kv_format=None, *, stream=None):
 
     c_kv [T, 512], k_rope [T, 64] (f32 or bf16); slots [T] int64, -1 skips a token.
     A bf16 cache stores the values rounded to bf16; an fp8_ds_mla cache stores
-    FlashMLA's 656-byte quantised entry. Returns `cache` (written in place).
+    FlashMLA's 656-byte quantised entry; an fp8_e4m3 cache stores e4m3(v / scale)
+    (RNE, saturating to +-448) with the scale set by mla.kv_scale. Returns `cache`
+    (written in place).
     """
     if _call.torch_compiling():
         from . import torch_ops

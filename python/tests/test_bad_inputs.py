@@ -449,7 +449,7 @@ WRONG_TYPES = {
                                                  b"x"),
                  r"who\.rank = 2147483648 does not fit"),
     "kv_format float": (lambda: mla.mla_decode(*_decode_args(), kv_format=3.5),
-                        r"kv_format = 3\.5 is not one of \['bf16', 'fp8_ds_mla'\]"),
+                        r"kv_format = 3\.5 is not one of \['bf16', 'fp8_ds_mla', 'fp8_e4m3'\]"),
     "kv_format list": (lambda: mla.mla_decode(*_decode_args(), kv_format=[1]),
                        r"kv_format = \[1\] is not one of"),
     "causal": (lambda: mla.mla_decode(*_decode_args(), causal="no"),

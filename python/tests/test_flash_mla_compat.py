@@ -94,24 +94,6 @@ def test_vllm_flashmla_backend_sequence(rng, invariant):
         assert np.array_equal(lse, w_lse)
 
 
-def test_vllm_fp8_dense_entry_points_say_what_is_missing(rng):
-    """vLLM's fp8 dense path: tile, splits = get_mla_metadata_dense_fp8(seq_lens, n, 1)
-    set on the sched object, then flash_mla_with_kvcache_fp8(q, k_cache e4m3 [.., 1, 576],
-    block_table, seq_lens, 512, tile, splits, scale, True, descale_q=[1], descale_k=[1])."""
-    sl = np.array([10, 20], np.int32)
-    sched, _ = fm.get_mla_metadata(sl, 16, 1, is_fp8_kvcache=True)
-    tile, splits = fm.get_mla_metadata_dense_fp8(sl, 16, 1)
-    assert tile.shape[1] == 8 and splits.shape == (3,)
-    sched.tile_scheduler_metadata, sched.num_splits = tile, splits
-    q = np.zeros((2, 1, 16, 576), np.uint8)
-    k = np.zeros((4, 64, 1, 576), np.uint8)
-    with pytest.raises(mla.UnsupportedError, match="flash_mla_with_kvcache_fp8: .*576-byte"):
-        fm.flash_mla_with_kvcache_fp8(q, k, np.zeros((2, 1), np.int32), sl, 512,
-                                      sched.tile_scheduler_metadata, sched.num_splits, SCALE,
-                                      True, descale_q=np.ones(1, np.float32),
-                                      descale_k=np.ones(1, np.float32))
-
-
 def test_default_scale_and_not_causal(rng):
     q, cache, bt, sl = make_paged_problem(rng, 1, 2, 16, 16, [30])
     sched, _ = fm.get_mla_metadata()

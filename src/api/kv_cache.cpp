@@ -19,16 +19,16 @@ using detail::kAny;
 
 Status validate_kv_cache(const KvCacheView& cache, const char* name) {
   const TensorView& d = cache.data;
-  if (cache.format != KvFormat::bf16 && cache.format != KvFormat::fp8_ds_mla)
+  if (cache.format != KvFormat::bf16 && cache.format != KvFormat::fp8_ds_mla &&
+      cache.format != KvFormat::fp8_e4m3)
     return error(Errc::invalid_value, "{}: unknown cache format {}", name,
                  static_cast<int>(cache.format));
-  const bool fp8 = cache.format == KvFormat::fp8_ds_mla;
-  const int64_t entry = fp8 ? Fp8DsMlaLayout::kEntryBytes : kDqk;  // in elements
+  const bool fp8 = kv_format_is_fp8(cache.format);
+  const int64_t entry = kv_entry_bytes(cache.format) / (fp8 ? 1 : 2);  // in elements
   const std::string what = fmt::format("{}.data ({} cache)", name, kv_format_name(cache.format));
   MLA_TRY(detail::expect_known_device(d, what.c_str()));
-  MLA_TRY(detail::expect_shape(
-      d, what.c_str(), {kAny, kAny, 1, entry},
-      fp8 ? "[num_pages, page_size, 1, 656]" : "[num_pages, page_size, 1, 576]"));
+  const std::string symbolic = fmt::format("[num_pages, page_size, 1, {}]", entry);
+  MLA_TRY(detail::expect_shape(d, what.c_str(), {kAny, kAny, 1, entry}, symbolic.c_str()));
   // fp8 entries are raw bytes: engines hand them over as uint8 or float8_e4m3fn.
   if (fp8)
     MLA_TRY(detail::expect_dtype(d, what.c_str(), {DType::u8, DType::e4m3}));
@@ -42,6 +42,27 @@ Status validate_kv_cache(const KvCacheView& cache, const char* name) {
     return error(Errc::invalid_stride,
                  "{}: page stride {} is smaller than page_size * entry = {} (pages overlap)", what,
                  d.strides[0], d.shape[1] * entry);
+  const std::string sname = fmt::format("{}.scale", name);
+  if (cache.format != KvFormat::fp8_e4m3) {
+    if (cache.scale.defined())
+      return error(Errc::invalid_value, "{}: a {} cache has no per-tensor scale (leave it empty)",
+                   sname, kv_format_name(cache.format));
+    return Status::Ok();
+  }
+  const TensorView& s = cache.scale;
+  if (!s.defined() || s.data == nullptr)
+    return error(Errc::invalid_value,
+                 "{}: the fp8_e4m3 cache needs its per-tensor scale (one f32, k = code * scale)",
+                 sname);
+  MLA_TRY(detail::expect_dtype(s, sname.c_str(), {DType::f32}));
+  if (s.numel() != 1)
+    return error(Errc::invalid_shape, "{}: {} elements, expected exactly one", sname, s.numel());
+  MLA_TRY(detail::expect_same_device(d, name, s, sname.c_str()));
+  if (!detail::on_cuda(d.device)) {  // CUDA: the value is the caller's contract (kv_cache.hpp)
+    const float v = *static_cast<const float*>(s.data);
+    if (!(v > 0.f && v <= 3.4028235e38f))
+      return error(Errc::invalid_value, "{} = {} must be finite and > 0", sname, v);
+  }
   return Status::Ok();
 }
 

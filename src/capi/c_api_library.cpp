@@ -56,8 +56,18 @@ const char* mla_status_name(int32_t status) {
 }
 
 int32_t mla_kv_entry_bytes(int32_t kv_format) {
-  if (kv_format != MLA_KV_BF16 && kv_format != MLA_KV_FP8_DS_MLA) return -1;
+  if (kv_format != MLA_KV_BF16 && kv_format != MLA_KV_FP8_DS_MLA && kv_format != MLA_KV_FP8_E4M3)
+    return -1;
   return mla::kv_entry_bytes(mla::KvFormat(kv_format));
+}
+
+int32_t mla_set_kv_scale(const mla_tensor* scale) {
+  return mla::capi::guarded([&] {
+    mla::TensorView v;
+    MLA_TRY(mla::capi::to_view(scale, "scale", &v));
+    mla::capi::kv_scale() = v;
+    return mla::Status::Ok();
+  });
 }
 
 }  // extern "C"

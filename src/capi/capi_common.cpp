@@ -62,17 +62,26 @@ Status to_views(std::initializer_list<ViewArg> args) {
 }
 
 Status to_kv_format(int32_t code, const char* name, KvFormat* out) {
-  if (code != MLA_KV_BF16 && code != MLA_KV_FP8_DS_MLA)
-    return Status(Errc::invalid_value,
-                  fmt::format("{}: kv format {} is neither bf16 ({}) nor fp8_ds_mla ({})", name,
-                              code, int(MLA_KV_BF16), int(MLA_KV_FP8_DS_MLA)));
+  if (code != MLA_KV_BF16 && code != MLA_KV_FP8_DS_MLA && code != MLA_KV_FP8_E4M3)
+    return Status(
+        Errc::invalid_value,
+        fmt::format("{}: kv format {} is none of bf16 ({}), fp8_ds_mla ({}), "
+                    "fp8_e4m3 ({})",
+                    name, code, int(MLA_KV_BF16), int(MLA_KV_FP8_DS_MLA), int(MLA_KV_FP8_E4M3)));
   *out = KvFormat(code);
   return Status::Ok();
 }
 
+TensorView& kv_scale() {
+  thread_local TensorView scale;
+  return scale;
+}
+
 Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out) {
   MLA_TRY(to_view(t, name, &out->data));
-  return to_kv_format(format, name, &out->format);
+  MLA_TRY(to_kv_format(format, name, &out->format));
+  if (out->format == KvFormat::fp8_e4m3) out->scale = kv_scale();
+  return Status::Ok();
 }
 
 Status expect_pointer(const void* p, const char* name) {

@@ -33,7 +33,9 @@ static_assert(MLA_DTYPE_F32 == int(DType::f32) && MLA_DTYPE_F64 == int(DType::f6
               "MLA_DTYPE_* must equal mla::DType values");
 static_assert(MLA_DEVICE_CPU == int(DeviceType::cpu) && MLA_DEVICE_CUDA == int(DeviceType::cuda),
               "MLA_DEVICE_* must equal mla::DeviceType values");
-static_assert(MLA_KV_BF16 == int(KvFormat::bf16) && MLA_KV_FP8_DS_MLA == int(KvFormat::fp8_ds_mla),
+static_assert(MLA_KV_BF16 == int(KvFormat::bf16) &&
+                  MLA_KV_FP8_DS_MLA == int(KvFormat::fp8_ds_mla) &&
+                  MLA_KV_FP8_E4M3 == int(KvFormat::fp8_e4m3),
               "MLA_KV_* must equal mla::KvFormat values");
 static_assert(MLA_MAX_DIMS == kMaxDims, "mla_tensor and TensorView hold the same rank");
 
@@ -46,7 +48,10 @@ int32_t set_status(const Status& st);
 // or device codes, ranks past MLA_MAX_DIMS, negative sizes) are caught here.
 Status to_view(const mla_tensor* t, const char* name, TensorView* out);
 Status to_kv_format(int32_t code, const char* name, KvFormat* out);
+// The cache view; an fp8_e4m3 cache takes this thread's mla_set_kv_scale view.
 Status to_cache(const mla_tensor* t, int32_t format, const char* name, KvCacheView* out);
+// This thread's mla_set_kv_scale view (undefined when none is set).
+TensorView& kv_scale();
 
 // One tensor argument of a C function and the view it becomes.
 struct ViewArg {

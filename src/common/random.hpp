@@ -165,6 +165,9 @@ struct PagedCacheSpec {
   // fp8 scales are 2^e with e uniform in [min_scale_exp, max_scale_exp].
   int min_scale_exp = -8;
   int max_scale_exp = -2;
+  // fp8_e4m3: the cache's one scale (not a power of two on purpose: the
+  // kernels fold it into the softmax and output scales, rounding once more).
+  float e4m3_scale = 0.0173f;
 };
 
 // A pool of pages plus the block table and lengths of a batch. Every page a
@@ -181,8 +184,11 @@ struct PagedCache {
 
   // Elements (of the cache dtype) per entry, and between consecutive pages.
   int64_t entry_elems() const {
-    return spec.format == KvFormat::bf16 ? kDqk : Fp8DsMlaLayout::kEntryBytes;
+    return spec.format == KvFormat::bf16 ? kDqk : kv_entry_bytes(spec.format);
   }
+  // fp8_e4m3: the scale's storage (view() points at it; a device copy of the
+  // cache copies it too).
+  float scale = 0.f;
   int64_t page_stride() const { return spec.page_size * entry_elems() + spec.page_pad; }
   DType dtype() const { return spec.format == KvFormat::bf16 ? DType::bf16 : DType::u8; }
 
@@ -192,6 +198,8 @@ struct PagedCache {
     v.data = TensorView::make(const_cast<uint64_t*>(storage.data()), dtype(),
                               {num_pages, spec.page_size, 1, entry_elems()}, dev);
     v.data.strides[0] = page_stride();
+    if (spec.format == KvFormat::fp8_e4m3)
+      v.scale = TensorView::make(const_cast<float*>(&scale), DType::f32, {1}, dev);
     return v;
   }
   TensorView block_table_view(Device dev = Device::cpu()) const {
@@ -227,6 +235,15 @@ inline void fill_random_entry(Rng& rng, const PagedCacheSpec& spec, uint8_t* e) 
     }
     return;
   }
+  if (spec.format == KvFormat::fp8_e4m3) {  // any code but NaN (0x7f, 0xff)
+    for (int i = 0; i < kDqk; ++i) {
+      uint8_t c;
+      do c = static_cast<uint8_t>(rng.randint(0, 255));
+      while ((c & 0x7f) == 0x7f);
+      e[i] = c;
+    }
+    return;
+  }
   using L = Fp8DsMlaLayout;
   for (int i = 0; i < L::kNopeBytes; ++i) {
     uint8_t c;
@@ -252,6 +269,7 @@ inline PagedCache make_paged_cache(Rng& rng, const std::vector<int32_t>& lengths
                                    const PagedCacheSpec& spec) {
   PagedCache c;
   c.spec = spec;
+  c.scale = spec.e4m3_scale;
   const int64_t B = static_cast<int64_t>(lengths.size());
   int64_t used = 0, widest = 0;
   for (int32_t L : lengths) {

@@ -19,7 +19,7 @@ const char* dtype_name(DType t) noexcept {
 }
 
 const char* kv_format_name(KvFormat f) noexcept {
-  return f == KvFormat::bf16 ? "bf16" : "fp8_ds_mla";
+  return f == KvFormat::bf16 ? "bf16" : f == KvFormat::fp8_ds_mla ? "fp8_ds_mla" : "fp8_e4m3";
 }
 
 TensorView TensorView::make(void* data, DType dtype, std::initializer_list<int64_t> shape,

@@ -30,7 +30,8 @@ Status check_shape(const AttnSplitShape& s, bool with_batch) {
   if (s.page_size < 1) return error(Errc::out_of_range, "page_size = {} must be >= 1", s.page_size);
   if (s.layers < 1) return error(Errc::out_of_range, "layers = {} must be >= 1", s.layers);
   if (s.hidden < 1) return error(Errc::out_of_range, "hidden = {} must be >= 1", s.hidden);
-  if (s.format != KvFormat::bf16 && s.format != KvFormat::fp8_ds_mla)
+  if (s.format != KvFormat::bf16 && s.format != KvFormat::fp8_ds_mla &&
+      s.format != KvFormat::fp8_e4m3)
     return error(Errc::invalid_value, "format = {} is not a KvFormat", int(s.format));
   return Status::Ok();
 }

@@ -497,7 +497,7 @@ bool to_tensor(PyObject* x, const char* name, bool writable, int64_t stream, mla
 // One op: its C name and the Python-visible argument names, space separated, in C
 // order (out-parameters such as `size_t* bytes` have no name: they are returned).
 // Name marks: "!" an output array (must be writable), "@" a paged cache whose
-// format is the "kv_format" argument (-1 there: from the cache's dtype, u8/e4m3
+// format is the "kv_format" argument (-1 there: from the cache's dtype and width, u8/e4m3
 // -> fp8_ds_mla, else bf16; an fp8 cache given as e4m3 bytes is passed as u8).
 struct OpSpec {
   const char* c_name;
@@ -633,8 +633,10 @@ bool ptr_arg(PyObject* o, const char* name, void** v) {
   return true;
 }
 
-int32_t format_from_dtype(int32_t dtype) {
-  return (dtype == MLA_DTYPE_U8 || dtype == MLA_DTYPE_E4M3) ? MLA_KV_FP8_DS_MLA : MLA_KV_BF16;
+// fp8 bytes of 576-wide entries: fp8_e4m3; other fp8 bytes: fp8_ds_mla.
+int32_t format_from_dtype(const mla_tensor& t) {
+  if (t.dtype != MLA_DTYPE_U8 && t.dtype != MLA_DTYPE_E4M3) return MLA_KV_BF16;
+  return t.ndim > 0 && t.shape[t.ndim - 1] == 576 ? MLA_KV_FP8_E4M3 : MLA_KV_FP8_DS_MLA;
 }
 
 // `stream` is the call's stream for a function that takes none itself (the
@@ -714,7 +716,7 @@ bool convert(const OpState& op, PyObject* const* args, Py_ssize_t nargs, Convert
   if (cache_slot >= 0 && format_slot >= 0) {
     mla_tensor& t = c->tensors[cache_slot];
     int32_t& fmt = c->slots[format_slot].i32;
-    if (fmt == -1) fmt = format_from_dtype(t.dtype);
+    if (fmt == -1) fmt = format_from_dtype(t);
     if (fmt == MLA_KV_FP8_DS_MLA && t.dtype == MLA_DTYPE_E4M3) t.dtype = MLA_DTYPE_U8;
   } else if (format_slot >= 0 && c->slots[format_slot].i32 == -1) {
     c->slots[format_slot].i32 = MLA_KV_BF16;

@@ -27,7 +27,8 @@ float indexer_scale(float amax) {
 }
 
 uint8_t quantize_e4m3(float v, float scale) {
-  // scale is a power of two: v / scale is exact unless it leaves the float range.
+  // scale is a power of two (fp8_ds_mla, indexer): v / scale is exact unless it
+  // leaves the float range; fp8_e4m3's scale is any float: one rounding (RNE).
   const float x = std::clamp(v / scale, -kE4m3Max, kE4m3Max);
   return float_to_e4m3(x);
 }
@@ -62,6 +63,16 @@ void quantize_fp8_ds_mla_entry(const float* c_kv512, const float* k_rope64, uint
     const bf16 r = float_to_bf16(k_rope64[i]);
     std::memcpy(entry + L::kRopeOffset + 2 * i, &r.bits, 2);
   }
+}
+
+void quantize_fp8_e4m3_entry(const float* c_kv512, const float* k_rope64, float scale,
+                             uint8_t* entry) {
+  for (int i = 0; i < kDc; ++i) entry[i] = quantize_e4m3(c_kv512[i], scale);
+  for (int i = 0; i < kDr; ++i) entry[kDc + i] = quantize_e4m3(k_rope64[i], scale);
+}
+
+void dequantize_fp8_e4m3_entry(const uint8_t* entry, float scale, double* out576) {
+  for (int i = 0; i < kDqk; ++i) out576[i] = double(e4m3_to_float(entry[i])) * double(scale);
 }
 
 void dequantize_fp8_ds_mla_entry(const uint8_t* entry, double* out576) {

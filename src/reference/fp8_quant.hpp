@@ -47,6 +47,15 @@ void quantize_fp8_ds_mla_entry(const float* c_kv512, const float* k_rope64, uint
 // Dequantise: c[i] = e4m3(c8[i]) * s[i / 128] (exact in double), rope from bf16.
 void dequantize_fp8_ds_mla_entry(const uint8_t* entry656, double* out576);
 
+// One fp8_e4m3 entry (576 codes, mla/kv_cache.hpp) with the cache's scale s:
+// quantize_e4m3(v, s) for every value, rope included. s is any finite float
+// > 0 (the engine's calibrated k_scale): v / s is one fp32 division, rounded
+// (RNE) as the CUDA append's __fdiv_rn, then RNE + satfinite to e4m3.
+void quantize_fp8_e4m3_entry(const float* c_kv512, const float* k_rope64, float scale,
+                             uint8_t* entry576);
+// Dequantise: value i = e4m3(code[i]) * s (exact in double).
+void dequantize_fp8_e4m3_entry(const uint8_t* entry576, float scale, double* out576);
+
 // One indexer vector of 128 values -> 128 e4m3 codes and its scale.
 void quantize_indexer_vector(const float* v128, uint8_t* codes128, float* scale);
 

@@ -18,10 +18,18 @@ const uint8_t* kv_entry_ptr(const KvCacheView& cache, int64_t slot) {
   return kv_entry_ptr_mut(cache, slot);
 }
 
+float fp8_e4m3_scale(const KvCacheView& cache) {
+  return *static_cast<const float*>(cache.scale.data);
+}
+
 void load_kv_entry(const KvCacheView& cache, int64_t slot, double* out576) {
   const uint8_t* e = kv_entry_ptr(cache, slot);
   if (cache.format == KvFormat::fp8_ds_mla) {
     dequantize_fp8_ds_mla_entry(e, out576);
+    return;
+  }
+  if (cache.format == KvFormat::fp8_e4m3) {
+    dequantize_fp8_e4m3_entry(e, fp8_e4m3_scale(cache), out576);
     return;
   }
   for (int i = 0; i < kDqk; ++i) {
@@ -35,7 +43,9 @@ void load_kv_entry(const KvCacheView& cache, int64_t slot, float* out576) {
   double tmp[kDqk];
   load_kv_entry(cache, slot, tmp);
   // e4m3 (4 significant bits) times a power-of-two scale >= 2^-14 fits a float
-  // exactly; so does bf16. The narrowing loses nothing.
+  // exactly; so does bf16. The narrowing loses nothing. fp8_e4m3's scale is
+  // any float: code * s has 4 + 24 significant bits, so the float is code * s
+  // rounded once (what a kernel that dequantises in f32 gets too).
   for (int i = 0; i < kDqk; ++i) out576[i] = static_cast<float>(tmp[i]);
 }
 
@@ -44,6 +54,10 @@ void store_kv_entry(const KvCacheView& cache, int64_t slot, const float* c_kv512
   uint8_t* e = kv_entry_ptr_mut(cache, slot);
   if (cache.format == KvFormat::fp8_ds_mla) {
     quantize_fp8_ds_mla_entry(c_kv512, k_rope64, e);
+    return;
+  }
+  if (cache.format == KvFormat::fp8_e4m3) {
+    quantize_fp8_e4m3_entry(c_kv512, k_rope64, fp8_e4m3_scale(cache), e);
     return;
   }
   for (int i = 0; i < kDqk; ++i) {

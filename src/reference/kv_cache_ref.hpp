@@ -17,12 +17,16 @@ namespace mla::reference {
 const uint8_t* kv_entry_ptr(const KvCacheView& cache, int64_t slot);
 uint8_t* kv_entry_ptr_mut(const KvCacheView& cache, int64_t slot);
 
+// fp8_e4m3: the cache's per-tensor scale (a CPU cache, validated).
+float fp8_e4m3_scale(const KvCacheView& cache);
+
 // The entry as 576 values [c_kv 512 ; k_rope 64], dequantised exactly (every
-// stored value is representable in double: bf16, or e4m3 times a power of two).
+// stored value is representable in double: bf16, e4m3 times a power of two, or
+// e4m3 times a float: 4 + 24 significant bits).
 void load_kv_entry(const KvCacheView& cache, int64_t slot, double* out576);
 void load_kv_entry(const KvCacheView& cache, int64_t slot, float* out576);  // exact too
 
-// Writes one token: rounds to bf16 (bf16 cache) or quantises (fp8_ds_mla).
+// Writes one token: rounds to bf16 (bf16 cache) or quantises (fp8 caches).
 void store_kv_entry(const KvCacheView& cache, int64_t slot, const float* c_kv512,
                     const float* k_rope64);
 

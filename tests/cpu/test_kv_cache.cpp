@@ -132,6 +132,107 @@ TEST(KvCache, Fp8EntryBytesMatchHandComputed) {
   EXPECT_EQ(r_out[3], 1.0f + std::ldexp(1.f, -6));
 }
 
+// fp8_e4m3 (vLLM's layout): every value, rope included, is code = e4m3(v / s)
+// with the cache's one scale; bytes worked out by hand with s = 0.5.
+TEST(KvCache, Fp8E4m3EntryBytesMatchHandComputed) {
+  std::vector<float> c(512, 0.f), r(64, 0.f);
+  c[0] = 0.5f;                   // /0.5 = 1: exp field 7 -> 0x38
+  c[1] = -0.25f;                 // -0.5: 0xb0
+  c[2] = 1000.f;                 // 2000 saturates to 448 -> 0x7e
+  c[3] = -INFINITY;              // saturates to -448 -> 0xfe
+  c[4] = NAN;                    // 0x7f
+  c[5] = 0.5f * 1.0625f;         // 1.0625: tie between 1.0 and 1.125, even -> 0x38
+  c[6] = -1e-7f;                 // rounds to zero, keeps the sign: 0x80
+  r[0] = 1.5f;                   // 3 = 1.5 * 2^1: exp 8, mantissa 4 -> 0x44
+  r[63] = std::ldexp(1.f, -10);  // 2^-9: the smallest subnormal, 0x01
+  std::vector<uint8_t> want(576, 0x00);
+  want[0] = 0x38;
+  want[1] = 0xb0;
+  want[2] = 0x7e;
+  want[3] = 0xfe;
+  want[4] = 0x7f;
+  want[5] = 0x38;
+  want[6] = 0x80;
+  want[512] = 0x44;
+  want[575] = 0x01;
+
+  Pool cache(KvFormat::fp8_e4m3, 1, 2);
+  cache.c.scale = 0.5f;
+  int64_t slot = 1;
+  cache.append_one(c, r, slot);
+  for (int i = 0; i < 576; ++i) ASSERT_EQ(cache.bytes()[i], kPoison) << "slot 0, byte " << i;
+  for (int i = 0; i < 576; ++i) EXPECT_EQ(cache.bytes()[576 + i], want[i]) << "byte " << i;
+
+  // Read back: code * s.
+  std::vector<float> c_out(512, 7.f), r_out(64, 7.f);
+  ReadKvArgs rd{cache.view, TensorView::make(&slot, DType::i64, {1}),
+                TensorView::make(c_out.data(), DType::f32, {1, 512}),
+                TensorView::make(r_out.data(), DType::f32, {1, 64})};
+  ASSERT_TRUE(read_kv(rd).ok());
+  EXPECT_EQ(c_out[0], 0.5f);
+  EXPECT_EQ(c_out[2], 224.f);
+  EXPECT_EQ(c_out[3], -224.f);
+  EXPECT_TRUE(std::isnan(c_out[4]));
+  EXPECT_EQ(r_out[0], 1.5f);
+  EXPECT_EQ(r_out[63], std::ldexp(1.f, -10));
+  EXPECT_EQ(c_out[100], 0.f);
+}
+
+// Random values with a scale that is not a power of two: every value read
+// back is within half an e4m3 step (relative 2^-4, or 2^-10 s in the
+// subnormal range) of v, and is exactly what the reference quantiser gives.
+TEST(KvCache, Fp8E4m3RoundTripWithinHalfAStep) {
+  const float s = 0.0173f;
+  Pool cache(KvFormat::fp8_e4m3, 2, 3);
+  cache.c.scale = s;
+  std::vector<float> c = random_normal(512, 5), r = random_normal(64, 6, 2.f);
+  for (int64_t slot : {0, 4}) cache.append_one(c, r, slot);
+  for (int64_t slot : {0, 4}) {
+    std::vector<float> c_out(512), r_out(64);
+    ReadKvArgs rd{cache.view, TensorView::make(&slot, DType::i64, {1}),
+                  TensorView::make(c_out.data(), DType::f32, {1, 512}),
+                  TensorView::make(r_out.data(), DType::f32, {1, 64})};
+    ASSERT_TRUE(read_kv(rd).ok());
+    for (int i = 0; i < 576; ++i) {
+      const float v = i < 512 ? c[i] : r[i - 512], got = i < 512 ? c_out[i] : r_out[i - 512];
+      const float want = float(double(e4m3_to_float(reference::quantize_e4m3(v, s))) * s);
+      EXPECT_EQ(got, want) << "value " << i;
+      const float bound = std::max(std::fabs(v) / 16.f, std::ldexp(s, -10)) * 1.0001f;
+      EXPECT_LE(std::fabs(got - v), bound) << "value " << i << " v " << v;
+    }
+  }
+  // Slots 1-3 and 5 untouched.
+  for (int64_t slot : {1, 2, 3, 5})
+    for (int i = 0; i < 576; ++i) ASSERT_EQ(cache.bytes()[slot * 576 + i], kPoison);
+}
+
+TEST(KvCacheValidation, Fp8E4m3Scale) {
+  Pool cache(KvFormat::fp8_e4m3, 1, 4);
+  EXPECT_TRUE(validate_kv_cache(cache.view, "kv").ok());
+  KvCacheView v = cache.view;
+  v.scale = TensorView{};
+  expect_error(validate_kv_cache(v, "kv"), Errc::invalid_value, "kv.scale");
+  float two[2] = {1.f, 1.f};
+  v.scale = TensorView::make(two, DType::f32, {2});
+  expect_error(validate_kv_cache(v, "kv"), Errc::invalid_shape, "kv.scale");
+  float bad = -1.f;
+  v.scale = TensorView::make(&bad, DType::f32, {1});
+  expect_error(validate_kv_cache(v, "kv"), Errc::invalid_value, "kv.scale = -1");
+  bad = NAN;
+  expect_error(validate_kv_cache(v, "kv"), Errc::invalid_value, "kv.scale");
+  int32_t i32 = 1;
+  v.scale = TensorView::make(&i32, DType::i32, {1});
+  expect_error(validate_kv_cache(v, "kv"), Errc::invalid_dtype, "kv.scale");
+  // A scale on another format's cache is a mistake, named.
+  Pool ds(KvFormat::fp8_ds_mla, 1, 4);
+  KvCacheView w = ds.view;
+  w.scale = cache.view.scale;
+  expect_error(validate_kv_cache(w, "kv"), Errc::invalid_value, "kv.scale");
+  // Entry width: 656-byte entries are not fp8_e4m3.
+  w.format = KvFormat::fp8_e4m3;
+  expect_error(validate_kv_cache(w, "kv"), Errc::invalid_shape, "576");
+}
+
 TEST(KvCache, Bf16EntryBytes) {
   std::vector<float> c(512, 0.f), r(64, 0.f);
   c[0] = 1.0f;                             // 0x3f80

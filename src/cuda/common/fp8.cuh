@@ -20,6 +20,12 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Two e4m3 codes (low byte first) -> f16x2, exactly (one cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 // Two e4m3 codes (low byte first) -> f16x2 times s2 (both halves the same
 // factor). The conversion is exact (one cvt.rn.f16x2.e4m3x2); the product is
 // exact whenever s2 is a power of two and the result stays in f16's range

@@ -175,9 +175,11 @@ Status prepare(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws, Geo
                  "q is on cuda:{} but the current device is cuda:{}; call cudaSetDevice first",
                  a.q.device.id, current);
 
-  const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = kv_format_is_fp8(a.kv.format);
   const int64_t esz = fp8 ? 1 : 2;
   DecodeParams p{};
+  p.k_scale =
+      a.kv.format == KvFormat::fp8_e4m3 ? static_cast<const float*>(a.kv.scale.data) : nullptr;
   p.q = a.q.data;
   p.q_stride_b = a.q.strides[0];
   p.q_stride_s = a.q.strides[1];
@@ -237,7 +239,7 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   DecodeParams p;
   MLA_TRY(prepare(a, opts, ws, &g, &p));
   if (g.B == 0) return Status::Ok();
-  const bool fp8 = a.kv.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = kv_format_is_fp8(a.kv.format);
 
   // The choice depends on the TMA map, which needs the pointers. A forced
   // kernel that cannot run this cache format and page size is refused before
@@ -262,13 +264,19 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   cudaError_t launched = cudaErrorInvalidValue;
   switch (kernel) {
     case Kernel::wgmma_tma:
-      launched = launch_decode_kernel<PagedKeys, false, true>(p, g.row_blocks, stream, kv_map);
+      launched =
+          launch_decode_kernel<PagedKeys, KvFormat::bf16, true>(p, g.row_blocks, stream, kv_map);
       break;
     case Kernel::wgmma_cp_async:
-      launched = launch_decode_kernel<PagedKeys, false, false>(p, g.row_blocks, stream, kv_map);
+      launched =
+          launch_decode_kernel<PagedKeys, KvFormat::bf16, false>(p, g.row_blocks, stream, kv_map);
       break;
-    case Kernel::wgmma_fp8:
-      launched = launch_decode_kernel<PagedKeys, true, false>(p, g.row_blocks, stream, kv_map);
+    case Kernel::wgmma_fp8:  // one kernel, the producer of the cache's format
+      launched = a.kv.format == KvFormat::fp8_e4m3
+                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false>(p, g.row_blocks,
+                                                                                  stream, kv_map)
+                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false>(p, g.row_blocks,
+                                                                                    stream, kv_map);
       break;
     case Kernel::automatic: break;  // resolved above
   }

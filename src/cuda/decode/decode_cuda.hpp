@@ -13,7 +13,7 @@ enum class Kernel {
   automatic,       // choose_kernel()
   wgmma_tma,       // bf16 cache, page_size % 64 == 0: full tiles by TMA
   wgmma_cp_async,  // bf16 cache, any page size: cp.async
-  wgmma_fp8,       // fp8_ds_mla cache: dequantised in registers, next tile in flight
+  wgmma_fp8,       // fp8 caches (fp8_ds_mla, fp8_e4m3): converted in registers, next tile in flight
 };
 inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::wgmma_tma, Kernel::wgmma_cp_async,
                                       Kernel::wgmma_fp8};

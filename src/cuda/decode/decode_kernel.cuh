@@ -18,7 +18,10 @@
 //       bf16, kTma: whole tiles by TMA from one thread (tiles whose 64 keys
 //         are all valid; partial tiles as below);
 //       bf16: cp.async, 2 threads per key;
-//       fp8: register loads converted to f16 (e4m3 -> f16 x scale, exact),
+//       fp8 (fp8_ds_mla, fp8_e4m3: Fp8Entry below): register loads
+//         converted to f16 (e4m3 -> f16 x block scale, or no scale at all for
+//         fp8_e4m3, whose per-tensor scale is folded into the softmax and
+//         output scales; exact),
 //         the next tile's loads kept in flight and the one after it
 //         prefetched into L2; the MMAs of the fp8 caches run in f16 (see
 //         "fp8 caches in f16" below).
@@ -50,13 +53,17 @@
 //   P in [0, 1] rounds to f16: 3 more mantissa bits than bf16 (values below
 //     2^-24 flush, against a row sum >= 1).
 // So S is exact products summed in fp32 as in the bf16 path, and P is more
-// precise. Keys past the largest shift: decode_config.hpp (kKeyShiftMax).
+// precise. fp8_e4m3 (one per-tensor scale d_k): K/V are the bare codes in f16
+// (|code| <= 448: no shift ever), S = (Q.codes) d_k and O = (P.codes) d_k, so
+// d_k multiplies the row's softmax scale (sQScale) and the output's 1/l. Keys past the largest
+// shift: decode_config.hpp (kKeyShiftMax).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/mbarrier.cuh"
@@ -299,6 +306,58 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   return e_key;
 }
 
+// fp8_e4m3 producer: one thread's half entry is 288 codes (18 x 16 B, 72
+// registers: fewer than fp8_ds_mla's codes + scales + rope), converted
+// without a scale (e4m3 -> f16 is exact and |code| <= 448 fits f16), so no
+// key is ever shifted. Half h takes the 32-byte pieces 2k + h (k = 0..8) of
+// the entry: 16 codes -> 2 stage chunks, so piece 2k + h lands in stage
+// chunks 8k + 4h .. +3, whose swizzled offsets are k * block + ((4h ^ r) ^ m)
+// for m < 4, the same four for every k (the key's two lanes read 64 contiguous
+// bytes per k).
+struct RawHalfE4m3 {
+  uint4 codes[18];  // [2k + j]: bytes 64k + 32h + 16j of the entry
+};
+__device__ __forceinline__ int e4m3_code_off(int half, int i) {
+  return 64 * (i / 2) + 32 * half + 16 * (i % 2);
+}
+__device__ __forceinline__ void load_raw_half(RawHalfE4m3& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, e4m3_code_off(half, i));
+}
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalfE4m3& raw,
+                                                  const uint8_t* next, bool* over) {
+  *over = false;
+  const uint32_t rx = row_x(r) ^ (uint32_t(half) << 6);  // chunk bits 4 * half
+#pragma unroll
+  for (int i = 0; i < 18; ++i) {
+    const uint4 cv = raw.codes[i];
+    raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
+    const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
+    uint32_t w[8];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      w[2 * h] = e4m3x2_to_f16x2(uint16_t(c32[h] & 0xffff));
+      w[2 * h + 1] = e4m3x2_to_f16x2(uint16_t(c32[h] >> 16));
+    }
+    const int q = 8 * (i / 2) + 2 * (i % 2);  // chunk q + 4 * half, by rx
+    *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+  return 0;
+}
+
+// The fp8 cache formats' producer pieces: registers of a half entry, whether
+// keys can be stored shifted (decode_kernel.cuh header), the entry's bytes.
+template <KvFormat kFormat>
+struct Fp8Entry {
+  static_assert(kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
+                "the converting producer serves the fp8 formats");
+  using Raw = std::conditional_t<kFormat == KvFormat::fp8_ds_mla, RawHalf, RawHalfE4m3>;
+  static constexpr bool kKeyShift = kFormat == KvFormat::fp8_ds_mla;
+  static constexpr int kEntryBytes = kv_entry_bytes(kFormat);
+  static_assert(kEntryBytes % 16 == 0, "entries are read in 16-byte chunks");
+};
+
 // The producer warpgroup's loop over its worker's tiles (all pieces, in the
 // math warpgroups' order). Per thread, at the top of the iteration that
 // converts tile j: tile j's entry in `raw` (loads in flight), tile j+1's
@@ -309,7 +368,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 // pieces.
 // Per stage it also publishes each key's factor 2^e_key (sKeyFac) and the
 // warps' flag words (sKeyFlag, decode_config.hpp).
-template <class KeySrc>
+template <class KeySrc, KvFormat kFormat>
 // All of shared memory from one base pointer (the budget has no registers
 // for six 64-bit ones).
 __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* smem,
@@ -353,7 +412,8 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     return k >= 0 ? KeySrc::lookup(p, b, k) : 0;
   };
   // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
-  RawHalf raw;
+  using E = Fp8Entry<kFormat>;
+  typename E::Raw raw;
   bool cur_bit, nxt_bit;
   advance();
   bool have = has;
@@ -373,24 +433,25 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     const bool vote =
         KeySrc::kIndexed ? __shfl_sync(0xffffffffu, cur_bit, (ptid & 31) >> 1) : cur_bit;
     const int flag = KeySrc::stage_flag(vote);
-    const int key_flag =
-        (__any_sync(0xffffffffu, e_key != 0) ? 1 : 0) | (__any_sync(0xffffffffu, over) ? 2 : 0);
-    if (half == 0) sKeyFac[st * kTileKeys + r] = exp2i(e_key);
-    if ((ptid & 31) == 0) {
-      sFlag[st * 4 + ptid / 32] = flag;
-      sKeyFlag[st * 4 + ptid / 32] = key_flag;
+    if constexpr (E::kKeyShift) {
+      const int key_flag =
+          (__any_sync(0xffffffffu, e_key != 0) ? 1 : 0) | (__any_sync(0xffffffffu, over) ? 2 : 0);
+      if (half == 0) sKeyFac[st * kTileKeys + r] = exp2i(e_key);
+      if ((ptid & 31) == 0) sKeyFlag[st * 4 + ptid / 32] = key_flag;
     }
+    if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
     // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
     bool far_bit;
     const uint8_t* far = resolve(ahead, &far_bit);
-    // The 656 bytes span at most 7 lines: half 0 the first three, half 1 the
-    // next three and the last byte's.
+    // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
+    // three, half 1 the next ones inside the entry and the last byte's.
     if (far != nullptr) {
 #pragma unroll
-      for (int k = 0; k < 3; ++k) ptx::prefetch_l2(far + 128 * (3 * half + k));
-      if (half) ptx::prefetch_l2(far + Fp8DsMlaLayout::kEntryBytes - 1);
+      for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
+        ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
+      if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
     }
     have = have_nxt;
     have_nxt = has;
@@ -459,10 +520,11 @@ __device__ __forceinline__ void produce_bf16(const DecodeParams& p, const CUtens
 // Q rows of row block `row_block` of request b into sQ (rows past `rows` are
 // zero), by all 256 math threads; returns after their named barrier. kF16:
 // then converted in place to f16, row r times 2^t_r (its max |q| into
-// [2^14, 2^15)), and sQScale[r] = 2^-t_r for the row's softmax scale.
+// [2^14, 2^15)), and sQScale[r] = 2^-t_r qk_scale for the row's softmax
+// scale (qk_scale: the fp8_e4m3 cache's d_k, else 1).
 template <class KeySrc, bool kF16>
 __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, float* sQScale,
-                                            int b, int row_block, int tid) {
+                                            int b, int row_block, int tid, float qk_scale) {
   auto issue = [&](int idx) {
     const int r = idx / kChunksPerRow, q = idx % kChunksPerRow;
     const int rr = row_block * kM + r;
@@ -509,7 +571,7 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
       *at = make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
                        bf16x2_to_f16x2(v.w, f));
     }
-    if (part == 0) sQScale[r] = exp2i(-t);
+    if (part == 0) sQScale[r] = exp2i(-t) * qk_scale;
   }
   wgmma::fence_proxy_async();
   ptx::named_barrier_sync(kBarQ, kMathThreads);
@@ -534,12 +596,14 @@ __device__ __forceinline__ void row_key_limits(const DecodeParams& p, const Piec
 // The end of a piece: l over the quad and both warpgroups (each holds the
 // sum over the keys it exponentiated); O / l and lse into out/lse or the
 // piece's fp32 partial. Warpgroup wg holds value columns wg*256..+256 of
-// rows r0 and r0 + 8; both hold the same m_run and `bad`.
+// rows r0 and r0 + 8; both hold the same m_run and `bad`. v_scale: the
+// values' factor (the fp8_e4m3 cache's d_k, else 1).
 template <class KeySrc>
 __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece& pc, int b,
                                              int row_block, int wg, int r0, int c,
                                              const float (&o)[32][4], const float (&m_run)[2],
-                                             float (&l_part)[2], bool bad, float* sL) {
+                                             float (&l_part)[2], bool bad, float* sL,
+                                             float v_scale) {
   const float kNegInf = -INFINITY;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -554,7 +618,7 @@ __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece&
     const int rr = row_block * kM + lr;
     if (rr >= p.rows) continue;
     const float l = sL[lr] + sL[kM + lr];
-    float inv = l > 0.f ? 1.f / l : 0.f;
+    float inv = l > 0.f ? v_scale / l : 0.f;
     float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
     if (bad) inv = lse = NAN;
     const int hh = rr % p.h_q;
@@ -592,14 +656,29 @@ __device__ __forceinline__ float2 key_factors(const float* sKeyFac, int st, int 
   return *reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + wg * 32 + 8 * i + 2 * c);
 }
 
+// The fp8_e4m3 cache's per-tensor scale d_k (decode_params.hpp), else 1.
+// Read where used (Q's load, the epilogue), not held across the tile loop.
+template <KvFormat kFormat>
+__device__ __forceinline__ float key_scale(const DecodeParams& p) {
+  if constexpr (kFormat == KvFormat::fp8_e4m3)
+    return __ldg(p.k_scale);
+  else
+    return 1.f;
+}
+
 // KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
-// decode_keys.cuh. kFp8: fp8_ds_mla cache (the prefetching converting
-// producer, f16 MMAs), else bf16. kTma (bf16 paged caches): full tiles by TMA through
+// decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
+// converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full tiles by TMA through
 // kv_map (unread otherwise).
-template <class KeySrc, bool kFp8, bool kTma>
+template <class KeySrc, KvFormat kFormat, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
+  constexpr bool kFp8 = kv_format_is_fp8(kFormat);
+  constexpr bool kKeyShift = kFormat == KvFormat::fp8_ds_mla;  // Fp8Entry::kKeyShift
   static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
+  static_assert(
+      kFormat == KvFormat::bf16 || kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
+      "a cache format of mla/kv_cache.hpp");
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sQ = smem + kQOff;
   uint8_t* sKv = smem + kKvOff;
@@ -640,7 +719,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8) {
-      produce_fp8_prefetch<KeySrc>(p, smem, piece_begin, piece_end, ptid);
+      produce_fp8_prefetch<KeySrc, kFormat>(p, smem, piece_begin, piece_end, ptid);
     } else {
       produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
     }
@@ -661,7 +740,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Piece pc = p.pieces[pi];
     const PieceInfo in = piece_info(p, pc);
     // The previous piece's wgmmas all completed (waited before its epilogue barrier).
-    load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid);
+    load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid, key_scale<kFormat>(p));
     int lim[2];
     row_key_limits(p, in, row_block, r0, lim);
 
@@ -690,7 +769,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // factors 2^e_key are read where used (no registers held across the
       // MMAs, whose budget is full).
       bool key_shifted = false;
-      if constexpr (kFp8) {
+      if constexpr (kKeyShift) {
         const int kf = sKeyFlag[st * 4 + 2 * wg] | sKeyFlag[st * 4 + 2 * wg + 1];
         bad |= (kf & 2) != 0;
         key_shifted = (kf & 1) != 0;
@@ -708,7 +787,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_regs(sacc);
-      if constexpr (kFp8) {  // S's columns times 2^e_key (exact: powers of two)
+      if constexpr (kKeyShift) {  // S's columns times 2^e_key (exact: powers of two)
         if (key_shifted) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
@@ -775,7 +854,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // (after the row sum, which takes the true P). Without a branch: one
         // here made ptxas serialise the P.V wgmmas (an injected
         // warpgroup.arrive); the factors are 1 for unshifted keys.
-        if constexpr (kFp8) {
+        if constexpr (kKeyShift) {
           const float2 f = key_factors(sKeyFac, st, wg, i, c);
           pv[0] *= f.x;
           pv[1] *= f.y;
@@ -817,15 +896,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_arrive(&empty[st]);
     }
 
-    finish_piece<KeySrc>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL);
+    finish_piece<KeySrc>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL,
+                         key_scale<kFormat>(p));
   }
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, bool kFp8, bool kTma>
+template <class KeySrc, KvFormat kFormat, bool kTma>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
-  auto* kernel = decode_kernel<KeySrc, kFp8, kTma>;
+  auto* kernel = decode_kernel<KeySrc, kFormat, kTma>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

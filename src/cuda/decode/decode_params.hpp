@@ -39,6 +39,9 @@ struct DecodeParams {
   const uint8_t* kv;
   int64_t page_stride_bytes, token_stride_bytes;
   int32_t num_pages, page_size;
+  // fp8_e4m3 cache: its per-tensor scale d_k (one f32 on the device, k =
+  // code * d_k), read by the kernel; null for the other formats.
+  const float* k_scale;
   // block_table [B, max_pages] i32
   const int32_t* block_table;
   int64_t bt_stride_b, bt_stride_p;

@@ -1,9 +1,11 @@
 // The cache-append kernel: one warp per token. Lane l owns c_kv values
 // 16l..16l+15 (so the 8 lanes of a 128-value fp8 group reduce the group's amax
-// with three shuffles) and k_rope values 2l, 2l+1.
+// with three shuffles) and k_rope values 2l, 2l+1. fp8_e4m3: the same values
+// divided by the cache's one scale (docs in mla/kv_cache.hpp), rope included.
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fp8.cuh"
 #include "cuda/common/ptx.cuh"
@@ -23,7 +25,7 @@ __device__ __forceinline__ float load_value(const void* base, int64_t idx) {
     return static_cast<const float*>(base)[idx];
 }
 
-template <bool kBf16In, bool kFp8Cache>
+template <bool kBf16In, KvFormat kFormat>
 __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const AppendParams p) {
   const int64_t t = int64_t(blockIdx.x) * kTokensPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -42,9 +44,25 @@ __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const Appe
       load_value<kBf16In>(p.k_rope, t * p.rope_stride_t + (2 * lane) * p.rope_stride_d);
   const float r1 =
       load_value<kBf16In>(p.k_rope, t * p.rope_stride_t + (2 * lane + 1) * p.rope_stride_d);
-  const uint32_t rope_bits = ptx::pack_bf16x2(r0, r1);
 
-  if constexpr (kFp8Cache) {
+  if constexpr (kFormat == KvFormat::fp8_e4m3) {
+    // v / s rounded once (RNE, as the reference's fp32 division), then RNE
+    // with saturation: the reference's quantize_e4m3 bit for bit.
+    const float s = __ldg(p.scale);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = float2_to_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
+      const uint16_t hi = float2_to_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
+      w[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+    *reinterpret_cast<uint4*>(entry + lane * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint16_t*>(entry + kDc + lane * 2) =
+        float2_to_e4m3x2(__fdiv_rn(r0, s), __fdiv_rn(r1, s));
+    return;
+  }
+  const uint32_t rope_bits = ptx::pack_bf16x2(r0, r1);
+  if constexpr (kFormat == KvFormat::fp8_ds_mla) {
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 16; ++i)  // finite values only (reference/fp8_quant.hpp)
@@ -82,17 +100,19 @@ cudaError_t launch_append(const AppendParams& p, cudaStream_t stream) {
   if (p.T == 0) return cudaSuccess;
   const dim3 grid(unsigned((p.T + kTokensPerBlock - 1) / kTokensPerBlock));
   const dim3 block(kTokensPerBlock * 32);
-  if (p.bf16_in) {
-    if (p.fp8_cache)
-      append_kernel<true, true><<<grid, block, 0, stream>>>(p);
+  auto launch = [&](auto bf16_in) {
+    constexpr bool kB = decltype(bf16_in)::value;
+    if (p.format == int32_t(KvFormat::fp8_ds_mla))
+      append_kernel<kB, KvFormat::fp8_ds_mla><<<grid, block, 0, stream>>>(p);
+    else if (p.format == int32_t(KvFormat::fp8_e4m3))
+      append_kernel<kB, KvFormat::fp8_e4m3><<<grid, block, 0, stream>>>(p);
     else
-      append_kernel<true, false><<<grid, block, 0, stream>>>(p);
-  } else {
-    if (p.fp8_cache)
-      append_kernel<false, true><<<grid, block, 0, stream>>>(p);
-    else
-      append_kernel<false, false><<<grid, block, 0, stream>>>(p);
-  }
+      append_kernel<kB, KvFormat::bf16><<<grid, block, 0, stream>>>(p);
+  };
+  if (p.bf16_in)
+    launch(std::true_type{});
+  else
+    launch(std::false_type{});
   return cudaGetLastError();
 }
 

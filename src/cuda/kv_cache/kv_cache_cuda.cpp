@@ -37,7 +37,7 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
                  "cache is on cuda:{} but the current device is cuda:{}; call cudaSetDevice first",
                  d.device.id, current);
 
-  const bool fp8 = a.cache.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = kv_format_is_fp8(a.cache.format);
   const int64_t esz = fp8 ? 1 : 2;
   kv_cache::AppendParams p{};
   p.c_kv = a.c_kv.data;
@@ -55,7 +55,9 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   p.token_stride_bytes = d.strides[1] * esz;
   p.num_pages = d.shape[0];
   p.page_size = d.shape[1];
-  p.fp8_cache = fp8;
+  p.format = int32_t(a.cache.format);
+  p.scale = a.cache.format == KvFormat::fp8_e4m3 ? static_cast<const float*>(a.cache.scale.data)
+                                                 : nullptr;
   return cuda_status(kv_cache::launch_append(p, static_cast<cudaStream_t>(ctx.stream)),
                      "append_kernel launch");
 }

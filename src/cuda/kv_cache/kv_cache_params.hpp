@@ -18,7 +18,8 @@ struct AppendParams {
   uint8_t* cache;
   int64_t page_stride_bytes, token_stride_bytes;
   int64_t num_pages, page_size;
-  bool fp8_cache;
+  int32_t format;      // mla::KvFormat
+  const float* scale;  // fp8_e4m3: the per-tensor scale (device), else null
 };
 
 cudaError_t launch_append(const AppendParams& p, cudaStream_t stream);

@@ -115,6 +115,7 @@ Status decode_params(const SparseDecodeArgs& a, SparseAttnParams* p) {
       a.topk_length.defined() ? static_cast<const int32_t*>(a.topk_length.data) : nullptr;
   p->kv = static_cast<const uint8_t*>(kv.data);
   p->fp8 = a.kv.format == KvFormat::fp8_ds_mla;
+  if (a.kv.format == KvFormat::fp8_e4m3) p->k_scale = static_cast<const float*>(a.kv.scale.data);
   p->page_stride = page_stride, p->token_stride = token_stride;
   p->page_size = a.kv.page_size();
   p->num_slots = std::min<int64_t>(a.kv.num_pages() * a.kv.page_size(), int64_t(INT32_MAX) + 1);
@@ -204,6 +205,7 @@ int64_t index_token_stride(const SparseAttnParams& p) {
 k::Problem problem_of(const SparseAttnParams& p, bool prefill) {
   return {.prefill = prefill,
           .fp8 = p.fp8,
+          .fp8_e4m3 = p.k_scale != nullptr,
           .h_q = p.h_q,
           .tokens = int64_t(p.batch) * p.s_q,
           .page_size = p.page_size,
@@ -260,6 +262,7 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
   p.q = sp.q;
   p.q_stride_b = sp.q_sb, p.q_stride_s = sp.q_ss, p.q_stride_h = sp.q_sh;
   p.kv = sp.kv;
+  p.k_scale = sp.k_scale;
   p.page_stride_bytes = sp.page_stride, p.token_stride_bytes = sp.token_stride;
   p.page_size = int32_t(sp.page_size);
   // The scheduler's length check is len <= max_pages * page_size: capacity >= topk.
@@ -315,11 +318,14 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   }
   if (plan == nullptr)
     MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
+  using decode::IndexedKeys;
   const cudaError_t launched =
-      sp.fp8 ? decode::launch_decode_kernel<decode::IndexedKeys, true, false>(p, g.row_blocks,
-                                                                              stream, none)
-             : decode::launch_decode_kernel<decode::IndexedKeys, false, false>(p, g.row_blocks,
-                                                                               stream, none);
+      sp.k_scale != nullptr ? decode::launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false>(
+                                  p, g.row_blocks, stream, none)
+      : sp.fp8 ? decode::launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false>(
+                     p, g.row_blocks, stream, none)
+               : decode::launch_decode_kernel<IndexedKeys, KvFormat::bf16, false>(p, g.row_blocks,
+                                                                                  stream, none);
   MLA_CUDA_TRY(launched, "decode_kernel<IndexedKeys> launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();
@@ -430,7 +436,7 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::automatic: return true;
     case Kernel::decode_wgmma:
       return common && problem.page_size <= INT32_MAX && problem.flat_index;
-    case Kernel::mma_sync: return common;
+    case Kernel::mma_sync: return common && !problem.fp8_e4m3;  // reads 576 bf16 or 656 B
     case Kernel::prefill: return common && problem.prefill;
   }
   return false;

@@ -39,8 +39,9 @@ struct Options {
 
 // What the choice depends on.
 struct Problem {
-  bool prefill = false;  // sparse_prefill (flat kv), else sparse_decode (paged cache)
-  bool fp8 = false;      // fp8_ds_mla entries
+  bool prefill = false;   // sparse_prefill (flat kv), else sparse_decode (paged cache)
+  bool fp8 = false;       // fp8_ds_mla entries
+  bool fp8_e4m3 = false;  // fp8_e4m3 entries (decode_wgmma only)
   int64_t h_q = 0;
   int64_t tokens = 0;       // query tokens of one launch
   int64_t page_size = 0;    // tokens per page (prefill: 1)

@@ -31,6 +31,7 @@ struct SparseAttnParams {
   // token_stride
   const uint8_t* kv = nullptr;
   bool fp8 = false;                           // fp8_ds_mla 656-byte entries, else 576 bf16
+  const float* k_scale = nullptr;             // not null: fp8_e4m3 576-byte entries with this scale
   int64_t page_stride = 0, token_stride = 0;  // bytes
   int64_t page_size = 64;
   int64_t num_slots = 0;

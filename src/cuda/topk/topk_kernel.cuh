@@ -176,6 +176,14 @@ struct Cut {
   uint32_t thr, need, kept, bound;
 };
 
+// Counts one key in a shared histogram. An increment by one compiles to
+// ATOMS.POPC.INC, which adds the number of the instruction's lanes that hit
+// the same word: lanes on one bin (ties, a narrow range) cost one update, so
+// no match.any grouping (a long-latency instruction on every key) is needed.
+__device__ __forceinline__ void count_digit(uint32_t* hist, uint32_t bin) {
+  atomicAdd(&hist[bin], 1u);
+}
+
 // Barrier over the CTA, or over the cluster when the data crosses CTAs.
 __device__ __forceinline__ void sync_scope(bool cluster_wide) {
   if (cluster_wide)
@@ -276,17 +284,10 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     if (cluster_wide) cg::this_cluster().sync();
     for (int i = tid; i < bins; i += T::kThreads) s.hist[i] = 0u;
     __syncthreads();
-    const uint32_t n32 = (n + 31u) & ~31u;  // whole warps per iteration: ballots see every lane
 #pragma unroll 4
-    for (uint32_t i = tid; i < n32; i += T::kThreads) {
-      const uint32_t key = i < n ? s.key[i] : 0u;
-      const bool match = i < n && (key & prefix_mask) == prefix;
-      const uint32_t bin = (key >> shift) & uint32_t(bins - 1);
-      // One atomic per bin and warp (match.any groups the lanes by bin): the
-      // keys of a buffer cluster in few bins (ties, the top of a range), and
-      // same-address atomics of one instruction would serialise.
-      const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
-      if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
+    for (uint32_t i = tid; i < n; i += T::kThreads) {
+      const uint32_t key = s.key[i];
+      if ((key & prefix_mask) == prefix) count_digit(s.hist, (key >> shift) & uint32_t(bins - 1));
     }
     sync_scope(cluster_wide);
     find_bin<T>(s, bins, above, k, cs);
@@ -359,10 +360,26 @@ __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row
   return bt[page] * p.page_size + int32_t(pos % uint32_t(p.page_size));
 }
 
+// The lanes of the warp whose value v (below 2^Bits) equals this lane's, as
+// __match_any_sync(0xffffffff, v) gives them, from one ballot per bit: short
+// votes that issue back to back instead of match.any's long latency.
+// Every lane of the warp must call it.
+template <int Bits>
+__device__ __forceinline__ uint32_t match_bits(uint32_t v) {
+  uint32_t peers = 0xffffffffu;
+#pragma unroll
+  for (int b = 0; b < Bits; ++b) {
+    const bool set = (v >> b) & 1u;
+    const uint32_t m = __ballot_sync(0xffffffffu, set);
+    peers &= set ? m : ~m;
+  }
+  return peers;
+}
+
 // Stable LSD radix sort of n <= kCap2 (key, position) pairs, in position order,
 // by descending key: 8-bit digits (inverted, so larger keys come first),
 // skipping the digits every key shares. A pass ranks each entry among the
-// entries of its warp's range with the same digit (match.any, a running count
+// entries of its warp's range with the same digit (match_bits, a running count
 // per warp and digit), scans the counts digit-major, and scatters; stable, so
 // ties keep ascending position. Ping-pongs between (k0, p0) and (k1, p1);
 // `table` holds kWarps * 256 counts. Returns 0 or 1: the buffer holding the
@@ -405,7 +422,7 @@ __device__ int radix_sort_desc(uint32_t* k0, uint32_t* p0, uint32_t* k1, uint32_
       const uint32_t i = b0 + uint32_t(r) * 32u + lane;
       const bool in = i < n;
       const uint32_t d = in ? 255u - ((sk[i] >> shift) & 0xffu) : 256u;
-      const uint32_t peers = __match_any_sync(0xffffffffu, d);
+      const uint32_t peers = match_bits<9>(d);
       const int leader = __ffs(peers) - 1;
       uint32_t base = 0;
       if (in && lane == leader) {

@@ -83,9 +83,13 @@ struct TopkPlan {
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
 };
 
-// k up to 2048 and rows that, split over the fewest CTAs (1, 2, 4 or 8) whose
-// segments fit shared memory and give at least one CTA per SM: the resident
-// kernel (one read, one pass over the keys in shared memory per row).
+// k up to 2048, rows that fill the GPU and a row that fits one CTA's shared
+// memory: the resident kernel, one CTA per row (one read, one pass over the
+// keys in shared memory per row, no compactions). A row split over a cluster
+// runs the streaming kernel instead: the resident kernel's cluster merge (a
+// select over the ranks' histograms through distributed shared memory, then
+// the leader's sort while the other ranks wait) measured slower than a
+// streaming CTA reading the whole row alone (docs/perf-log.md, top-k).
 // Otherwise, many rows: the smallest streaming tile that takes k, several CTAs
 // per SM, so one row's selection work overlaps other rows' reads. Fewer rows
 // than CTA slots: the 1024-thread tile, and a row split over a cluster while
@@ -93,11 +97,8 @@ struct TopkPlan {
 // merge of the CTAs' selections stays small against the read).
 constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   TopkPlan plan;
-  if (k <= max_k(Kernel::resident_512)) {
-    for (int cs = 1; cs <= 8; cs *= 2)
-      if (fits(Kernel::resident_512, width, cs) && rows * cs >= sm_count)
-        return TopkPlan{Kernel::resident_512, cs};
-  }
+  if (k <= max_k(Kernel::resident_512) && rows >= sm_count && fits(Kernel::resident_512, width, 1))
+    return TopkPlan{Kernel::resident_512, 1};
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
     plan.kernel = Kernel::select_256;
   else if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count)

@@ -76,10 +76,10 @@ __device__ uint32_t load_and_count(Smem<T>& s, uint4* rk, const Segment& g) {
           make_uint4(topk_key(x[u].x), topk_key(x[u].y), topk_key(x[u].z), topk_key(x[u].w));
       rk[i] = key;
       // Key 0 (-inf, NaN, outside the row) is no candidate and is not counted.
-      if (key.x) atomicAdd(&s.hist[key.x >> 21], 1u), ++candidates;
-      if (key.y) atomicAdd(&s.hist[key.y >> 21], 1u), ++candidates;
-      if (key.z) atomicAdd(&s.hist[key.z >> 21], 1u), ++candidates;
-      if (key.w) atomicAdd(&s.hist[key.w >> 21], 1u), ++candidates;
+      if (key.x) count_digit(s.hist, key.x >> 21), ++candidates;
+      if (key.y) count_digit(s.hist, key.y >> 21), ++candidates;
+      if (key.z) count_digit(s.hist, key.z >> 21), ++candidates;
+      if (key.w) count_digit(s.hist, key.w >> 21), ++candidates;
     }
   }
   return candidates;
@@ -94,7 +94,6 @@ template <class T>
 __device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t total, uint32_t k,
                             uint32_t limit) {
   if (total <= limit) return Cut{0u, 0u, total, 0u};
-  const int lane = threadIdx.x & 31;
   uint32_t prefix = 0, prefix_mask = 0, above = 0;
   int width = 32;
   bool counted = true;  // the first digit was counted by the load
@@ -104,20 +103,15 @@ __device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t t
     if (!counted) {
       for (int i = threadIdx.x; i < bins; i += T::kThreads) s.hist[i] = 0u;
       __syncthreads();
-      const uint32_t n32 = (nv + 31u) & ~31u;  // whole warps: match.any sees every lane
-#pragma unroll 1
-      for (uint32_t i = threadIdx.x; i < n32; i += T::kThreads) {
-        const uint4 q = i < nv ? rk[i] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 2
+      for (uint32_t i = threadIdx.x; i < nv; i += T::kThreads) {
+        const uint4 q = rk[i];
         const uint32_t key[4] = {q.x, q.y, q.z, q.w};
+        // The prefix holds the first digit's bin (never 0): key 0 never matches.
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bool match = key[e] != 0u && (key[e] & prefix_mask) == prefix;
-          const uint32_t bin = (key[e] >> shift) & uint32_t(bins - 1);
-          // One atomic per bin and warp: under a prefix the keys sit in few
-          // bins (ties), and same-address atomics would serialise.
-          const uint32_t peers = __match_any_sync(0xffffffffu, match ? bin : 0xffffffffu);
-          if (match && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], uint32_t(__popc(peers)));
-        }
+        for (int e = 0; e < 4; ++e)
+          if ((key[e] & prefix_mask) == prefix)
+            count_digit(s.hist, (key[e] >> shift) & uint32_t(bins - 1));
       }
       __syncthreads();
     }
@@ -138,11 +132,14 @@ __device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t t
 // with key == thr, in position order) to key/pos[0..kept), in ascending
 // position; positions are pos0 + 4 * i + e for key e of vector i. Warp w takes
 // a contiguous range of vectors, one per lane at a time, so lane order then
-// element order is position order. Ends with a barrier.
+// element order is position order. A lane's slot comes from four ballots (one
+// per element) and their popcounts below the lane: no shuffle chain per
+// vector, so a warp's iterations overlap. Ends with a barrier.
 template <class T>
 __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t pos0,
                                      uint32_t thr, uint32_t need) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t lt = lanemask_lt();
   const uint32_t per = ((nv + T::kWarps - 1) / T::kWarps + 31u) & ~31u;
   const uint32_t b0 = min(nv, warp * per), b1 = min(nv, b0 + per);
   uint32_t gt = 0, eq = 0;
@@ -162,32 +159,40 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
                         min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
   uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);  // ties in earlier warps
   uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
-#pragma unroll 1
+#pragma unroll 2
   for (uint32_t base = b0; base < b1; base += 32) {  // uniform over the warp
     const uint32_t i = base + lane;
-    const uint4 q = i < b1 ? rk[i] : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 q = i < b1 ? rk[i] : make_uint4(0u, 0u, 0u, 0u);  // key 0 is never kept
     const uint32_t key[4] = {q.x, q.y, q.z, q.w};
-    uint32_t my_eq = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) my_eq += key[j] == thr && i < b1;
-    const uint32_t eq_incl = warp_inclusive_sum(my_eq);
-    uint32_t tie = eq_before + eq_incl - my_eq;  // ties before this lane's first key
     bool keep[4];
-    uint32_t my_keep = 0;
+    uint32_t kb[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) keep[j] = key[j] > thr;
+    if (need > 0u) {  // uniform over the CTA: the cut ended on a tie key
+      uint32_t eb[4], below = 0, all = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        eb[j] = __ballot_sync(0xffffffffu, key[j] == thr);
+        below += __popc(eb[j] & lt), all += __popc(eb[j]);
+      }
+      uint32_t tie = eq_before + below;  // ties before this lane's first key
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool is_tie = key[j] == thr;
+        keep[j] = keep[j] || (is_tie && tie < need);
+        tie += is_tie;
+      }
+      eq_before += all;
+    }
+    uint32_t o = out;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const bool is_tie = key[j] == thr && i < b1;
-      keep[j] = i < b1 && (key[j] > thr || (is_tie && tie < need));
-      tie += is_tie;
-      my_keep += keep[j];
+      kb[j] = __ballot_sync(0xffffffffu, keep[j]);
+      o += __popc(kb[j] & lt), out += __popc(kb[j]);
     }
-    const uint32_t keep_incl = warp_inclusive_sum(my_keep);
-    uint32_t o = out + keep_incl - my_keep;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (keep[j]) s.key[o] = key[j], s.pos[o] = pos0 + 4u * i + uint32_t(j), ++o;
-    out += __shfl_sync(0xffffffffu, keep_incl, 31);
-    eq_before += __shfl_sync(0xffffffffu, eq_incl, 31);
   }
   __syncthreads();
   return kept;

@@ -24,6 +24,12 @@
 //    summed in fp32), P rounds to f16 (relative 2^-12 against bf16's 2^-9),
 //    so the fp8 path is at least as precise as the bf16 dequantisation it
 //    replaced. Fp8ValuesAtTheF16RangeEdges puts values where the shifts act.
+//  * fp8_e4m3 (vLLM's layout, one scale d_k = 0.0173, not a power of two):
+//    the same bounds. K/V are the bare codes in f16 (exact, |code| <= 448),
+//    S = (Q.codes) summed in fp32 then times d_k * scale (two more f32
+//    roundings, relative 2^-23, against the reference's exact code * d_k in
+//    double), O = (P.codes) d_k / l (one more, relative 2^-24): far below the
+//    P and output roundings above.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,7 +81,7 @@ struct Case {
 
 // Whether c.kernel can run c (the test caches' layouts all encode as TMA maps).
 bool kernel_takes(const Case& c) {
-  const bool fp8 = c.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = kv_format_is_fp8(c.format);
   return cuda::decode::kernel_takes(
       c.kernel, {.fp8 = fp8, .page_size = c.page_size, .tma_map = !fp8 && c.page_size % 64 == 0});
 }
@@ -83,7 +89,7 @@ bool kernel_takes(const Case& c) {
 // c on kernel k, its cache format and page size changed to ones k runs.
 Case on_kernel(Case c, Kernel k) {
   c.kernel = k;
-  if (k == Kernel::wgmma_fp8) c.format = KvFormat::fp8_ds_mla;
+  if (k == Kernel::wgmma_fp8 && !kv_format_is_fp8(c.format)) c.format = KvFormat::fp8_ds_mla;
   if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
   if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
   return c;
@@ -101,7 +107,7 @@ struct Problem {
   PagedCache cache;
   HostTensor q;
   std::vector<double> ref_out, ref_lse;
-  DeviceBuffer d_q, d_kv, d_bt, d_len, d_out, d_lse, d_ws;
+  DeviceBuffer d_q, d_kv, d_bt, d_len, d_out, d_lse, d_ws, d_scale;
   DecodeArgs dev_args;
   float scale = float(deepseek_v32_softmax_scale());
   int64_t B() const { return int64_t(c.lengths.size()); }
@@ -158,6 +164,10 @@ void setup(Problem& P, const Case& c, bool with_reference = true) {
   a.q = on_device(P.q.view(), P.d_q);
   a.kv = P.cache.view(Device::cuda(0));
   a.kv.data.data = P.d_kv.get();
+  if (c.format == KvFormat::fp8_e4m3) {  // the per-tensor scale lives on the device
+    P.d_scale = DeviceBuffer(&P.cache.scale, 4);
+    a.kv.scale.data = P.d_scale.get();
+  }
   a.block_table = on_device(P.cache.block_table_view(), P.d_bt);
   a.cache_seqlens = on_device(P.cache.seqlens_view(), P.d_len);
   a.softmax_scale = P.scale;
@@ -282,7 +292,7 @@ const std::vector<int32_t> kEdgeLengths = {0, 1, 5, 63, 64, 65, 200, 777};
 TEST_P(DecodeGpu, GridOfEdges) {
   const std::pair<int, int> heads_sq[] = {{16, 1}, {32, 2}, {64, 3}, {128, 4}, {16, 4}, {128, 1}};
   uint64_t seed = 100;
-  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3})
     for (int64_t page : {1, 16, 32, 64, 128})
       for (int k = 0; k < 6; ++k) {
         // Every (heads, s_q) with page 64 (the fast path); two per other page.
@@ -399,6 +409,22 @@ TEST_P(DecodeGpu, BatchInvariantBitsDoNotDependOnTheBatch) {
 TEST_P(DecodeGpu, RepeatedCallsAreBitwiseIdentical) {
   const Case c =
       on_kernel({.lengths = {3000, 70, 9000, 0, 1, 4100}, .h_q = 128, .seed = 31}, GetParam());
+  Problem P;
+  setup(P, c, /*with_reference=*/false);
+  ASSERT_TRUE(run(P).ok());
+  const Result first = fetch(P);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(run(P, nullptr, /*poison=*/false).ok());
+  const Result last = fetch(P);
+  ASSERT_EQ(std::memcmp(first.out.data(), last.out.data(), first.out.size() * 4), 0);
+  ASSERT_EQ(std::memcmp(first.lse.data(), last.lse.data(), first.lse.size() * 4), 0);
+}
+
+// The same on the fp8_e4m3 cache (the kernels that run it).
+TEST_P(DecodeGpu, Fp8E4m3RepeatedCallsAreBitwiseIdentical) {
+  Case c{.lengths = {3000, 70, 9000, 0, 1, 4100}, .h_q = 128, .seed = 32};
+  c.kernel = GetParam();
+  c.format = KvFormat::fp8_e4m3;
+  if (!kernel_takes(c)) GTEST_SKIP() << "the kernel does not run fp8 caches";
   Problem P;
   setup(P, c, /*with_reference=*/false);
   ASSERT_TRUE(run(P).ok());
@@ -647,6 +673,8 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   } impossible[] = {{Kernel::wgmma_tma, KvFormat::bf16, 16},
                     {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_tma, KvFormat::fp8_e4m3, 64},
+                    {Kernel::wgmma_cp_async, KvFormat::fp8_e4m3, 16},
                     {Kernel::wgmma_fp8, KvFormat::bf16, 64}};
   for (const auto& x : impossible) {
     Case c;
@@ -671,7 +699,7 @@ namespace {
 TEST_P(DecodeGpu, SanitizerSmall) {
   const std::pair<int, int> heads_sq[] = {{16, 1}, {16, 2}, {64, 2}};
   uint64_t seed = 900;
-  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3})
     for (auto [h, s] : heads_sq) {
       Case c;
       c.kernel = GetParam();

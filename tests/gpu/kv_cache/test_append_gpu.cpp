@@ -74,6 +74,11 @@ void run_case(KvFormat f, DType in, int64_t page, int64_t pad, uint64_t seed) {
   ga.slots = on_device(slots_gpu.view(), d_slots);
   ga.cache = cache.view(Device::cuda(0));
   ga.cache.data.data = d_cache.get();
+  DeviceBuffer d_scale;
+  if (f == KvFormat::fp8_e4m3) {  // the per-tensor scale (0.0173: the division rounds)
+    d_scale = DeviceBuffer(&cache.scale, 4);
+    ga.cache.scale.data = d_scale.get();
+  }
   st = cuda::append_kv(ga, {});
   ASSERT_TRUE(st.ok()) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -102,7 +107,7 @@ void run_case(KvFormat f, DType in, int64_t page, int64_t pad, uint64_t seed) {
 
 TEST(AppendGpu, BytesIdenticalToTheReference) {
   uint64_t seed = 1;
-  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla})
+  for (KvFormat f : {KvFormat::bf16, KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3})
     for (DType in : {DType::f32, DType::bf16})
       for (int64_t page : {1, 16, 64, 128}) {
         run_case(f, in, page, (seed % 2) ? (f == KvFormat::bf16 ? 8 : 16) : 0, seed);

@@ -91,6 +91,8 @@ void sparse_oracle(const testing::PagedCache& cache, const std::vector<int32_t>&
   KvCacheView kv;
   kv.format = cache.spec.format;
   kv.data = TensorView::make(store.data(), cache.dtype(), {n, 1, 1, cache.entry_elems()});
+  if (kv.format == KvFormat::fp8_e4m3)
+    kv.scale = TensorView::make(const_cast<float*>(&cache.scale), DType::f32, {1});
   HostTensor qq(DType::f32, {1, 1, h, kDqk});
   for (int64_t i = 0; i < h * kDqk; ++i) qq.set(i, q.get(qoff + i));
   HostTensor bt(DType::i32, {1, n}), len(DType::i32, {1});
@@ -112,6 +114,7 @@ struct SparseOnDevice {
   DeviceBuffer dkv, dq, didx;
   HostTensor out, lse;
   DeviceBuffer dout, dlse;
+  DeviceBuffer dscale;  // fp8_e4m3: the cache's scale
   SparseDecodeArgs a;
   SparseOnDevice(const testing::PagedCache& cache, const HostTensor& q, const HostTensor& idx,
                  float scale)
@@ -126,6 +129,10 @@ struct SparseOnDevice {
     a.q = dq.view(q);
     a.kv = cache.view(Device::cuda(0));
     a.kv.data.data = dkv.get();
+    if (cache.spec.format == KvFormat::fp8_e4m3) {
+      dscale = DeviceBuffer(&cache.scale, 4);
+      a.kv.scale.data = dscale.get();
+    }
     a.indices = didx.view(idx);
     a.softmax_scale = scale, a.out = dout.view(out), a.lse = dlse.view(lse);
   }
@@ -185,7 +192,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
   if (c.use_topk_length) a.topk_length = dtl.view(tl);
   const HostTensor &out = dev.out, &lse = dev.lse;
 
-  const cuda::sparse::Problem problem{.h_q = c.h,
+  const cuda::sparse::Problem problem{.fp8_e4m3 = c.format == KvFormat::fp8_e4m3,
+                                      .h_q = c.h,
                                       .tokens = int64_t(c.B) * c.s_q,
                                       .page_size = c.page,
                                       .flat_index = !(c.unflat_index && c.B > 1 && c.s_q > 1)};
@@ -259,6 +267,14 @@ TEST_P(SparseGpu, DecodeMatchesReference) {
                   GetParam());
   run_sparse_case(rng, {KvFormat::fp8_ds_mla, 3, 1, 16, 200, 16, false, false, -13, -13, 8},
                   GetParam());
+  // fp8_e4m3 (one per-tensor scale, every code but NaN): the same producer
+  // without block scales; the same bounds (test_decode_gpu.cpp says why).
+  for (int h : {16, 32, 64, 128}) {
+    run_sparse_case(rng, {KvFormat::fp8_e4m3, 3, 2, h, 128, 64, true}, GetParam());
+    run_sparse_case(rng, {KvFormat::fp8_e4m3, 2, 1, h, 200, 16, false}, GetParam());
+  }
+  run_sparse_case(rng, {KvFormat::fp8_e4m3, 2, 4, 64, 100, 1, false}, GetParam());
+  run_sparse_case(rng, {KvFormat::fp8_e4m3, 3, 2, 64, 128, 64, true, true}, GetParam());
 }
 
 // The automatic choice: for decode the decode kernel unless the index lists do

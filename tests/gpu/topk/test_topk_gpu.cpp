@@ -305,15 +305,18 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
 }
 
-// The plan: rows whose segments fit shared memory and fill the GPU run the
-// resident kernel; otherwise rows that fill the GPU run one CTA each, and few
-// long rows are split.
+// The plan: rows that fill the GPU and fit one CTA's shared memory run the
+// resident kernel, one CTA per row; otherwise (never a resident cluster) rows
+// that fill the GPU run one streaming CTA each, and few long rows are split.
 TEST(TopkGpu, ChooseSplitsFewLongRows) {
   EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::resident_512);
-  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::resident_512);
-  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 2);
-  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).kernel, tk::Kernel::resident_512);
-  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 4);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(128, 32768, 2048, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(132, 36861, 2048, 132).kernel, tk::Kernel::resident_512);
+  EXPECT_EQ(tk::choose(132, 36862, 2048, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(8, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
   EXPECT_TRUE(tk::fits(tk::Kernel::resident_512, 36861, 1));
   EXPECT_FALSE(tk::fits(tk::Kernel::resident_512, 36862, 1));

@@ -1,0 +1,10 @@
+// Instantiation of the main decode kernel for the fp8_e4m3 (vLLM) paged cache.
+#include "cuda/decode/decode_kernel.cuh"
+
+namespace mla::cuda::decode {
+
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false>(const DecodeParams&,
+                                                                                int, cudaStream_t,
+                                                                                const CUtensorMap&);
+
+}  // namespace mla::cuda::decode
