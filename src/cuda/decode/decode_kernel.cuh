@@ -82,6 +82,16 @@ __device__ __forceinline__ uint32_t tile_off(int r, int q) {
   return (q >> 3) * kBlockBytes + r * 128 + (((q & 7) ^ (r & 7)) << 4);
 }
 
+// tile_off(r, q) as rx ^ (chunk bits) for rx = row_x(r): r * 128 has no bits
+// 4-6, so the swizzle's XOR applies to the row's offset directly. One LOP3
+// per address instead of a register per chunk position.
+__device__ __forceinline__ uint32_t row_x(int r) {
+  return r * 128 + ((r & 7) << 4);
+}
+__device__ __forceinline__ uint32_t tile_off_x(uint32_t rx, int q) {
+  return (q >> 3) * kBlockBytes + (rx ^ ((q & 7) << 4));
+}
+
 // Descriptors of the operands (addresses are shared-window byte addresses).
 //   Q (A of S) / K (B of S): K-major, block kb, k16 step k4 inside it, first row row0.
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kb, int k4) {
@@ -164,32 +174,31 @@ __device__ __forceinline__ void produce_tile_tma(const DecodeParams& p, const CU
 // ---- fp8 producer: the next tile's loads in flight ----
 // Loads of fp8 entries into registers are latency-bound, and nothing would be
 // in flight while the producer converts or waits for a free stage. So each
-// thread keeps the raw bytes of its half entry of the NEXT tile in
-// registers: converting chunk i of tile j is followed at once by the load of
-// chunk i of tile j+1 into the same registers, so about one whole tile's
-// codes (128 threads x 264 B = 33 KB per SM) stay in flight, also while the
-// producer waits on the empty barrier. The rope part is bf16: it goes by
-// cp.async straight into the stage once the stage is free and is converted
-// there to f16 after the e4m3 part (holding it in registers as well spills
-// at the 120-register producer budget).
+// thread keeps the raw bytes of its half entry (codes, scales, rope) of the
+// NEXT tile in registers: converting chunk i of tile j is followed at once by
+// the load of chunk i of tile j+1 into the same registers, so about one whole
+// tile's entries (128 threads x 328 B = 41 KB per SM) stay in flight, also
+// while the producer waits on the empty barrier.
+// No load waits on another: the page ids / indices are looked up three tiles
+// ahead (KeySrc::lookup) and resolved to addresses one iteration later, so
+// the addresses of a tile's loads are in registers before they are issued.
+// Thread -> (key row, half): lanes 0-15 of producer warp w take rows
+// 16w..16w+15, half 0, lanes 16-31 the same rows, half 1. A quarter warp's
+// 16-byte stores then go to 8 consecutive rows of one half: 8 distinct SW128
+// chunk positions, one shared-memory wavefront (pairing the halves in
+// adjacent lanes put two rows' stores on one bank group).
 // Same stage layout, flags and barriers as the bf16 producers.
-struct RawHalf {    // one producer thread's half entry (half h = ptid & 1)
+struct RawHalf {    // one producer thread's half entry (half h)
   uint4 codes[16];  // e4m3 codes [256h, 256h + 256): scale groups 2h, 2h + 1
   float scale[2];   // scales of groups 2h, 2h + 1
   uint4 rope[4];    // bf16 rope values [32h, 32h + 32)
 };
 
-// Entry of the key this thread handles in `tile`, or nullptr (past key_end,
-// a bad page id or an invalid index: zero-filled); *flag_bit as
-// produce_tile's result.
-template <class KeySrc>
-__device__ __forceinline__ const uint8_t* producer_src(const DecodeParams& p, int b, int tile,
-                                                       int key_end, int ptid, bool* flag_bit) {
-  const int key = tile * kTileKeys + (ptid >> 1);
-  bool bad = false;
-  const uint8_t* src = key < key_end ? KeySrc::entry(p, b, key, &bad) : nullptr;
-  *flag_bit = KeySrc::kIndexed ? src != nullptr : bad;
-  return src;
+__device__ __forceinline__ int fp8_row(int ptid) {
+  return 16 * (ptid >> 5) + (ptid & 15);
+}
+__device__ __forceinline__ int fp8_half(int ptid) {
+  return (ptid >> 4) & 1;
 }
 
 __device__ __forceinline__ uint4 ldg16_or_zero(const uint8_t* src, int off) {
@@ -245,7 +254,7 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 // `raw` (the current entry's half) converted to f16 into key row r of
 // `stage`, each register refilled from `next` (the same thread's entry in the
 // next tile; nullptr: zeros) as soon as it has been converted. The two threads
-// of a key (half 0, 1: adjacent lanes) agree on its shift first: returns
+// of a key (half 0, 1: lanes l and l ^ 16) agree on its shift first: returns
 // e_key (clamped to kKeyShiftMax), *over: the key needed more.
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
                                                   const uint8_t* next, bool* over) {
@@ -255,15 +264,17 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   for (int i = 0; i < 4; ++i)
     rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[i].x), bf16x2_absmax(raw.rope[i].y)),
                              fmaxf(bf16x2_absmax(raw.rope[i].z), bf16x2_absmax(raw.rope[i].w))));
-  smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
-  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+  smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
   int e_key = max(nope_shift(smax), rope_shift(rmax));
   *over = e_key > kKeyShiftMax;
   e_key = min(e_key, kKeyShiftMax);
   const float f = exp2i(-e_key);
+  const uint32_t rx = row_x(r);
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
     const int sg = 2 * half + g;
+    uint8_t* stage_g = stage + 2 * sg * kBlockBytes;
     const __half2 s2 = __float2half2_rn(raw.scale[g] * f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 f16 chunks
@@ -276,9 +287,10 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
         w[2 * h] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] & 0xffff), s2);
         w[2 * h + 1] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] >> 16), s2);
       }
-      const int q = sg * 16 + 2 * i;
-      *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
-      *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+      const int q = 2 * i;  // chunks of scale group sg start at block 2 sg
+      *reinterpret_cast<uint4*>(stage_g + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(stage_g + tile_off_x(rx, q + 1)) =
+          make_uint4(w[4], w[5], w[6], w[7]);
     }
     raw.scale[g] =
         next ? __ldg(reinterpret_cast<const float*>(next + kFp8ScaleOffset + sg * 4)) : 0.f;
@@ -287,7 +299,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   for (int i = 0; i < 4; ++i) {
     const uint4 v = raw.rope[i];
     raw.rope[i] = ldg16_or_zero(next, kFp8RopeOffset + (4 * half + i) * 16);
-    *reinterpret_cast<uint4*>(stage + tile_off(r, 64 + 4 * half + i)) =
+    *reinterpret_cast<uint4*>(stage + 8 * kBlockBytes + tile_off_x(rx, 4 * half + i)) =
         make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
                    bf16x2_to_f16x2(v.w, f));
   }
@@ -300,7 +312,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 // key is ever shifted. Half h takes the 32-byte pieces 2k + h (k = 0..8) of
 // the entry: 16 codes -> 2 stage chunks, so piece 2k + h lands in stage
 // chunks 8k + 4h .. +3, whose swizzled offsets are k * block + ((4h ^ r) ^ m)
-// for m < 4, the same four for every k (adjacent lanes read 64 contiguous
+// for m < 4, the same four for every k (the key's two lanes read 64 contiguous
 // bytes per k).
 struct RawHalfE4m3 {
   uint4 codes[18];  // [2k + j]: bytes 64k + 32h + 16j of the entry
@@ -315,6 +327,7 @@ __device__ __forceinline__ void load_raw_half(RawHalfE4m3& raw, const uint8_t* s
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalfE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
+  const uint32_t rx = row_x(r) ^ (uint32_t(half) << 6);  // chunk bits 4 * half
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     const uint4 cv = raw.codes[i];
@@ -326,9 +339,9 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
       w[2 * h] = e4m3x2_to_f16x2(uint16_t(c32[h] & 0xffff));
       w[2 * h + 1] = e4m3x2_to_f16x2(uint16_t(c32[h] >> 16));
     }
-    const int q = 8 * (i / 2) + 4 * half + 2 * (i % 2);
-    *reinterpret_cast<uint4*>(stage + tile_off(r, q)) = make_uint4(w[0], w[1], w[2], w[3]);
-    *reinterpret_cast<uint4*>(stage + tile_off(r, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+    const int q = 8 * (i / 2) + 2 * (i % 2);  // chunk q + 4 * half, by rx
+    *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
   }
   return 0;
 }
@@ -346,7 +359,13 @@ struct Fp8Entry {
 };
 
 // The producer warpgroup's loop over its worker's tiles (all pieces, in the
-// math warpgroups' order), one tile ahead in registers.
+// math warpgroups' order). Per thread, at the top of the iteration that
+// converts tile j: tile j's entry in `raw` (loads in flight), tile j+1's
+// address and flag bit (nxt, nxt_bit), tile j+2's page id / index (ahead,
+// loaded one iteration ago). After handing tile j over it resolves tile j+2
+// (prefetched into L2: with the registers' tile, two tiles of bytes in
+// flight) and looks up tile j+3; the cursor runs three tiles ahead, across
+// pieces.
 // Per stage it also publishes each key's factor 2^e_key (sKeyFac) and the
 // warps' flag words (sKeyFlag, decode_config.hpp).
 template <class KeySrc, KvFormat kFormat>
@@ -359,40 +378,61 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
   uint64_t* empty = full + kStages;
-  // Cursor over (piece, tile): advance() moves to the next tile, false at the end.
-  int pi = piece_begin, it = -1, tile_begin = 0;
-  PieceInfo in{};
-  in.n_tiles = 0;
-  auto advance = [&]() -> bool {
-    ++it;
-    while (it >= in.n_tiles) {
-      if (pi >= piece_end) return false;
+  const int r = fp8_row(ptid), half = fp8_half(ptid);
+  // Cursor over (piece, absolute tile): advance() moves it to the next tile
+  // (has: there is one), key() is this thread's key there, or -1 (none).
+  int pi = piece_begin, b = 0, tile = 0, tile_end = 0, key_end = 0;
+  bool has = true;
+  auto advance = [&]() {
+    ++tile;
+    while (tile >= tile_end) {
+      if (pi >= piece_end) {
+        has = false;
+        return;
+      }
       const Piece pc = p.pieces[pi++];
-      in = piece_info(p, pc);
-      tile_begin = pc.tile_begin;
-      it = 0;
+      const PieceInfo in = piece_info(p, pc);
+      b = in.b;
+      tile = pc.tile_begin;
+      tile_end = pc.tile_end;
+      key_end = in.key_end;
     }
-    return true;
   };
-  const int r = ptid >> 1, half = ptid & 1;
+  auto key = [&]() {
+    const int k = tile * kTileKeys + r;
+    return has && k < key_end ? k : -1;
+  };
+  auto resolve = [&](int id, bool* flag_bit) -> const uint8_t* {
+    *flag_bit = false;
+    const int k = key();
+    return k >= 0 ? KeySrc::resolve(p, k, id, flag_bit) : nullptr;
+  };
+  auto look_up = [&]() {
+    const int k = key();
+    return k >= 0 ? KeySrc::lookup(p, b, k) : 0;
+  };
+  // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
   using E = Fp8Entry<kFormat>;
   typename E::Raw raw;
-  bool have = advance(), bad = false;  // bad: the flag bit of src's key
-  const uint8_t* src =
-      have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
-  load_raw_half(raw, src, half);
+  bool cur_bit, nxt_bit;
+  advance();
+  bool have = has;
+  load_raw_half(raw, resolve(look_up(), &cur_bit), half);
+  advance();
+  bool have_nxt = has;
+  const uint8_t* nxt = resolve(look_up(), &nxt_bit);
+  advance();
+  int ahead = look_up();
   for (uint32_t cnt = 0; have; ++cnt) {
-    const bool cur_bad = bad;
-    have = advance();
-    const uint8_t* next =
-        have ? producer_src<KeySrc>(p, in.b, tile_begin + it, in.key_end, ptid, &bad) : nullptr;
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
-    const int e_key =
-        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, next, &over);
-    src = next;
-    const int flag = KeySrc::stage_flag(cur_bad);
+    const int e_key = convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, nxt, &over);
+    // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
+    // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
+    const bool vote =
+        KeySrc::kIndexed ? __shfl_sync(0xffffffffu, cur_bit, (ptid & 31) >> 1) : cur_bit;
+    const int flag = KeySrc::stage_flag(vote);
     if constexpr (E::kKeyShift) {
       const int key_flag =
           (__any_sync(0xffffffffu, e_key != 0) ? 1 : 0) | (__any_sync(0xffffffffu, over) ? 2 : 0);
@@ -402,22 +442,24 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
-    // The entry of this thread's key two tiles ahead (same piece) into L2:
-    // the registers hold one tile's codes, so this doubles the bytes in
-    // flight at no register cost; the next iteration's loads of it hit L2.
+    // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
+    bool far_bit;
+    const uint8_t* far = resolve(ahead, &far_bit);
     // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
     // three, half 1 the next ones inside the entry and the last byte's.
-    if (have && it + 1 < in.n_tiles) {
-      bool unused;
-      const uint8_t* far =
-          producer_src<KeySrc>(p, in.b, tile_begin + it + 1, in.key_end, ptid, &unused);
-      if (far != nullptr) {
+    if (far != nullptr) {
 #pragma unroll
-        for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
-          ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
-        if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
-      }
+      for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
+        ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
+      if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
     }
+    have = have_nxt;
+    have_nxt = has;
+    cur_bit = nxt_bit;
+    nxt_bit = far_bit;
+    nxt = far;
+    advance();  // tile j+3
+    ahead = look_up();
   }
 }
 

@@ -8,6 +8,11 @@
 //               is not an error: the row is zero-filled, never read, and its
 //               score forced to -inf.
 // entry() returns the 16-byte aligned entry address or nullptr (not read).
+// lookup() + resolve() are entry() in two steps for a producer that loads the
+// page ids / indices tiles ahead: lookup() the global load (Paged: the page
+// id, Indexed: the slot), resolve() the address from it and the key, with
+// stage_flag's bit in *flag_bit (Paged: a bad page id; Indexed: the key is
+// valid). Both only for keys that exist (below the piece's end).
 // stage_flag() is what a producer warp publishes per stage in the kernel's
 // flag words: Paged, whether any of its keys had a bad page; Indexed, the
 // warp's ballot of valid keys (lane l = key 16 * warp + l / 2, half l % 2),
@@ -50,6 +55,16 @@ struct PagedKeys {
     if (*bad) return nullptr;
     return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
   }
+  __device__ static __forceinline__ int lookup(const DecodeParams& p, int b, int key) {
+    return p.block_table[b * p.bt_stride_b + int64_t(key / p.page_size) * p.bt_stride_p];
+  }
+  __device__ static __forceinline__ const uint8_t* resolve(const DecodeParams& p, int key, int page,
+                                                           bool* flag_bit) {
+    *flag_bit = page < 0 || page >= p.num_pages;
+    if (*flag_bit) return nullptr;
+    const int off = key % p.page_size;
+    return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
+  }
   // bit: this thread's key had a bad page id
   __device__ static __forceinline__ int stage_flag(bool bad_bit) {
     return __any_sync(0xffffffffu, bad_bit) ? 1 : 0;
@@ -67,6 +82,17 @@ struct IndexedKeys {
     *bad = false;
     const int32_t slot = __ldg(p.indices + b * p.idx_stride_token + key);
     if (slot < 0 || slot >= p.num_slots) return nullptr;
+    const uint32_t page = uint32_t(slot) / uint32_t(p.page_size);
+    const uint32_t off = uint32_t(slot) - page * uint32_t(p.page_size);
+    return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
+  }
+  __device__ static __forceinline__ int lookup(const DecodeParams& p, int b, int key) {
+    return __ldg(p.indices + b * p.idx_stride_token + key);
+  }
+  __device__ static __forceinline__ const uint8_t* resolve(const DecodeParams& p, int, int slot,
+                                                           bool* flag_bit) {
+    *flag_bit = slot >= 0 && slot < p.num_slots;
+    if (!*flag_bit) return nullptr;
     const uint32_t page = uint32_t(slot) / uint32_t(p.page_size);
     const uint32_t off = uint32_t(slot) - page * uint32_t(p.page_size);
     return p.kv + int64_t(page) * p.page_stride_bytes + int64_t(off) * p.token_stride_bytes;
