@@ -24,13 +24,12 @@
 //   computes S0 = Q K0^T of tile 2i; warpgroup 1 owns columns 256..511 (O_R)
 //   and computes S1 = Q K1^T of tile 2i + 1 (wgmma m64n64, all 576 columns).
 //   Per pair, with m the running row max (log2 domain):
-//     wg0: m0 = max(m, rowmax S0); l0 rescaled to m0; P0 = exp2(S0 - m0);
-//          hands m0 over; O_L rescaled to m0; O_L += P0 V0_L (P0 from registers);
-//     wg1: m1 = max(m0, rowmax S1); l1 rescaled to m1; P1 = exp2(S1 - m1);
-//          hands m1 over; O_R rescaled to m1;
+//     wg0: m0 = max(m, rowmax S0); O_L, l0 rescaled to m0; P0 = exp2(S0 - m0);
+//          hands m0 over; O_L += P0 V0_L (P0 from registers);
+//     wg1: m1 = max(m0, rowmax S1); O_R, l1 rescaled to m1; P1 = exp2(S1 - m1);
+//          hands m1 over; O_R += P1 V1_R;
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
-//     wg1: O_R += (P0 scaled) V0_R, then O_R += P1 V1_R; once the first
-//          completed, P1 into sP (under the second);
+//     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
 //     wg0: O_L += P1 V1_L.
 //   sP is the one shared block the math warpgroups write with generic stores;
 //   every other block is written only by cp.async and read only by wgmma (no
@@ -52,18 +51,12 @@
 //   q_empty (8 arrivals: every math warp once its last S of item k completed,
 //     at once for an item without keys): the producer waits parity
 //     (k & 1) ^ 1 before loading Q of item k.
-//   named barriers (256 threads, bar.sync by both warpgroups: every hand-over
-//     is a generation both sides wait on, the ordering racecheck follows; a
-//     bar.arrive hand-over it reported as racing): kBarM0 (m0 written), kBarM1
-//     (m1 written), kBarP0 (P0 written into sP; warpgroup 0's P1 V1_L of the
-//     previous pair, the last reader of sP, completed in all its warps before
-//     kBarM0), kBarP1 (P1 written into sP), kBarSum (row sums of an item);
-//     kBarW1 (warpgroup 1's 128 threads: P0 V0_R completed in every warp
-//     before any overwrites sP). Each side reaches its sync where the other
-//     is normally already waiting (after its own product is issued), so the
-//     wait costs about a barrier's latency. s_max alternates by pair parity
-//     and the row sums by item parity: a write of hand-over i + 1 never hits
-//     the slot a reader of hand-over i may still read.
+//   named barriers (256 threads; one warpgroup arrives, the other syncs):
+//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written into sP;
+//     warpgroup 0's P1 V1_L of the previous pair, the last reader of sP,
+//     completed before its warps arrived at kBarM0), kBarP1 (P1 written into
+//     sP), kBarSum (row sums of an item, both sync); kBarW1 (warpgroup 1's
+//     128 threads: P0 V0_R completed in every warp before any overwrites sP).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -413,26 +406,6 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
   }
 }
 
-// One step of quad_transpose: lanes c and c ^ X swap the two words whose slot
-// differs from the lane in bit X (slots k0, k1 have the bit clear).
-template <int X>
-__device__ __forceinline__ void quad_exchange(uint32_t (&w)[4], int c) {
-  constexpr int k0 = 0, k1 = X == 2 ? 1 : 2;
-  const bool hi = (c & X) != 0;
-  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi ? w[k0] : w[k0 + X], X);
-  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi ? w[k1] : w[k1 + X], X);
-  if (hi)
-    w[k0] = r0, w[k1] = r1;
-  else
-    w[k0 + X] = r0, w[k1 + X] = r1;
-}
-// A 4 x 4 transpose of 32-bit words across the 4 lanes of a quad: lane c holds
-// w[k] = M[c][k] and returns with w[k] = M[k][c]. Every lane of the warp takes part.
-__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int c) {
-  quad_exchange<2>(w, c);
-  quad_exchange<1>(w, c);
-}
-
 enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
 
 template <bool kFp8>
@@ -445,8 +418,8 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   unsigned char* const sQ = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* const sK = sQ + C::kSmemQ;  // [buffer][block]
   unsigned char* const sP = sK + C::kBuffers * C::kSmemK;
-  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [pair & 1][row]
-  float* const red_sum = s_max + 2 * C::kRows;                    // [item & 1][wg][row]
+  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [row]
+  float* const red_sum = s_max + C::kRows;                        // [item & 1][wg][row]
   uint64_t* const ready = reinterpret_cast<uint64_t*>(red_sum + 2 * C::kMathWgs * C::kRows);
   uint64_t* const free_bar = ready + C::kBuffers * C::kHalves;  // [buffer * 2 + half]
   uint64_t* const q_full = free_bar + C::kBuffers * C::kHalves;
@@ -485,19 +458,19 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         const uint32_t par = (gp & 1) ^ 1;
         unsigned char* const k0 = sK;
         unsigned char* const k1 = sK + C::kSmemK;
-        // In the order the halves free up: L0 (wg0's P0 V0_L), R0 (wg1's P0
-        // V0_R), R1 (wg1's P1 V1_R), L1 (wg0's P1 V1_L).
+        // In the order the halves free up: L0 (wg0's P0 V0_L), R1 (wg1's P1
+        // V1_R), R0 (wg1's P0 V0_R), L1 (wg0's P1 V1_L).
         if constexpr (kFp8) {
           constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
           gather_half_fp8<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
-          gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
           gather_half_fp8<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half_fp8<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
           gather_half_fp8<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         } else {
           constexpr int kL = C::kLBlocks, kAll = C::kQkBlocks;
           gather_half<0, kL>(p, row0, k0, &ready[0 + L], &free_bar[0 + L], par, ptid);
-          gather_half<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
           gather_half<kL, kAll>(p, row1, k1, &ready[2 + R], &free_bar[2 + R], par, ptid);
+          gather_half<kL, kAll>(p, row0, k0, &ready[0 + R], &free_bar[0 + R], par, ptid);
           gather_half<0, kL>(p, row1, k1, &ready[2 + L], &free_bar[2 + L], par, ptid);
         }
       }
@@ -515,10 +488,6 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   const int c = lane % 4;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;  // the two accumulator rows of this thread
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  // Output rows 16-byte aligned (base and both strides): the epilogue stores
-  // 16-byte pieces; otherwise bf16 pairs (the host check demands 4 bytes).
-  const bool out16 =
-      (reinterpret_cast<uintptr_t>(p.out) & 15) == 0 && p.out_ss % 8 == 0 && p.out_sh % 8 == 0;
   // Operand descriptors: Q, K0, K1 as S operands (K-major, 16-byte leading
   // offset), K0, K1 as V operands (MN-major: a block of 64 columns apart), P.
   const uint32_t k0_addr = smem_addr(sK), k1_addr = k0_addr + C::kSmemK;
@@ -570,26 +539,22 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);  // m0 of the pair, per row
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
+        scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
-        float* const xm = s_max + (gp & 1) * C::kRows;
         __syncwarp();
-        if (c == 0) xm[r0] = n0, xm[r1] = n1;
-        named_barrier_sync(kBarM0, C::kMathThreads);
-        // O_L rescaled after m0 went out, off warpgroup 1's path to m1 (the
-        // register fence keeps the multiplies below the barrier).
-        wgmma::fence_regs(o);
-        scale_o(o, a0, a1);
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM0, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
         named_barrier_sync(kBarM1, C::kMathThreads);
-        const float x0 = xm[r0], x1 = xm[r1];  // m1 of the pair
+        const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
         store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP0, C::kMathThreads);
+        named_barrier_arrive(kBarP0, C::kMathThreads);
         wgmma::wait<0>();
         wgmma::fence_regs(o);
         hold_a(pa);
@@ -642,39 +607,34 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         float mx0, mx1;
         mask_max(s, valid, scale_log2, c, mx0, mx1);
         named_barrier_sync(kBarM0, C::kMathThreads);
-        float* const xm = s_max + (gp & 1) * C::kRows;
-        const float n0 = fmaxf(xm[r0], mx0), n1 = fmaxf(xm[r1], mx1);  // m1 of the pair
+        const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
+        scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
-        __syncwarp();  // the quad's reads of xm before its lane 0 overwrites them
-        if (c == 0) xm[r0] = n0, xm[r1] = n1;
-        named_barrier_sync(kBarM1, C::kMathThreads);
-        // O_R rescaled after m1 went out, while P0 is being written (the
-        // register fence keeps the multiplies below the barrier).
-        wgmma::fence_regs(o);
-        scale_o(o, a0, a1);
+        __syncwarp();
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM1, C::kMathThreads);
         pack_a(s, pa);
-        named_barrier_sync(kBarP0, C::kMathThreads);
-        // P0 V0_R first: once it completes, sP takes P1 while P1 V1_R still
-        // runs, so warpgroup 0's P1 V1_L is queued before the tensor cores idle.
         wgmma::fence();
-        issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
-        wgmma::commit();
         issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
         wgmma::commit();
-        wgmma::wait<1>();  // P0 V0_R done (o stays untouched: P1 V1_R accumulates into it)
-        release(&free_bar[0 + R]);
-        named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
-        store_p(s, 1.f, 1.f, sP, r0, c);
-        wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP1, C::kMathThreads);
-        wgmma::wait<0>();
+        named_barrier_sync(kBarP0, C::kMathThreads);
+        issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
+        wgmma::commit();
+        wgmma::wait<1>();
         wgmma::fence_regs(o);
         hold_a(pa);
         release(&free_bar[2 + R]);
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
+        store_p(s, 1.f, 1.f, sP, r0, c);
+        wgmma::fence_proxy_async();
+        named_barrier_arrive(kBarP1, C::kMathThreads);
+        release(&free_bar[0 + R]);
       }
     }
 
@@ -691,37 +651,15 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.out) + int64_t(it.token) * p.out_ss +
                                int64_t(it.h0) * p.out_sh;
-    __nv_bfloat16* const out0 = out + int64_t(r0) * p.out_sh + w * C::kVColsPerWg;
-    __nv_bfloat16* const out1 = out + int64_t(r1) * p.out_sh + w * C::kVColsPerWg;
-    if (out16) {
-      // 16-byte stores: a quad's four 4-byte pieces of 8 columns, transposed
-      // so that lane c stores the 8 columns of accumulator block 4 j + c (one
-      // full 32-byte sector per two lanes instead of half a sector per lane).
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        uint32_t a[4], b[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          a[k] = pack_bf16x2(o[4 * j + k][0] * inv0, o[4 * j + k][1] * inv0);
-          b[k] = pack_bf16x2(o[4 * j + k][2] * inv1, o[4 * j + k][3] * inv1);
-        }
-        quad_transpose(a, c);
-        quad_transpose(b, c);
-        const int col = (4 * j + c) * 8;
-        if (r0 < it.rows)
-          *reinterpret_cast<uint4*>(out0 + col) = make_uint4(a[0], a[1], a[2], a[3]);
-        if (r1 < it.rows)
-          *reinterpret_cast<uint4*>(out1 + col) = make_uint4(b[0], b[1], b[2], b[3]);
-      }
-    } else {  // out rows only 4-byte aligned: bf16 pairs
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int col = i * 8 + 2 * c;
-        if (r0 < it.rows)
-          *reinterpret_cast<uint32_t*>(out0 + col) = pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
-        if (r1 < it.rows)
-          *reinterpret_cast<uint32_t*>(out1 + col) = pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
-      }
+    for (int i = 0; i < 32; ++i) {
+      const int col = w * C::kVColsPerWg + i * 8 + 2 * c;
+      if (r0 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r0) * p.out_sh + col) =
+            pack_bf16x2(o[i][0] * inv0, o[i][1] * inv0);
+      if (r1 < it.rows)
+        *reinterpret_cast<uint32_t*>(out + int64_t(r1) * p.out_sh + col) =
+            pack_bf16x2(o[i][2] * inv1, o[i][3] * inv1);
     }
     if (w == 0 && c == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
