@@ -233,6 +233,27 @@ __device__ void find_bin(Smem<T>& s, int bins, uint32_t above, uint32_t k, int c
   __syncthreads();
 }
 
+// One digit round's end, after find_bin on the digit at `shift`: true with
+// *cut set when the found bin and everything above it fit `limit` (the cut
+// ends there), else the candidates narrow to the found bin (prefix, mask,
+// the count above it, and the bits still to resolve).
+template <class T>
+__device__ __forceinline__ bool take_bin(const Smem<T>& s, int shift, int bins, uint32_t limit,
+                                         uint32_t& prefix, uint32_t& prefix_mask, uint32_t& above,
+                                         int& width, Cut* cut) {
+  const uint32_t low = prefix | (s.found_bin << shift);
+  const uint32_t f_above = s.found_above, f_count = s.found_count;
+  if (f_above + f_count <= limit) {
+    *cut = Cut{low - 1u, 0u, f_above + f_count, low};
+    return true;
+  }
+  above = f_above;
+  prefix = low;
+  prefix_mask |= uint32_t(bins - 1) << shift;
+  width = shift;
+  return false;
+}
+
 // Radix select over the buffers' first n entries: this CTA's alone, or the
 // cluster's (histograms summed over the ranks) when cluster_wide. Returns the
 // cut that keeps at least k entries (or all, when there are at most `limit`)
@@ -291,13 +312,8 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     }
     sync_scope(cluster_wide);
     find_bin<T>(s, bins, above, k, cs);
-    const uint32_t low = prefix | (s.found_bin << shift);
-    const uint32_t f_above = s.found_above, f_count = s.found_count;
-    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
-    above = f_above;
-    prefix = low;
-    prefix_mask |= uint32_t(bins - 1) << shift;
-    width = shift;
+    Cut cut;
+    if (take_bin(s, shift, bins, limit, prefix, prefix_mask, above, width, &cut)) return cut;
   }
   return Cut{prefix, k - above, k, prefix};
 }

@@ -117,13 +117,8 @@ __device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t t
     }
     counted = false;
     find_bin<T>(s, bins, above, k, 1);
-    const uint32_t low = prefix | (s.found_bin << shift);
-    const uint32_t f_above = s.found_above, f_count = s.found_count;
-    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
-    above = f_above;
-    prefix = low;
-    prefix_mask |= uint32_t(bins - 1) << shift;
-    width = shift;
+    Cut cut;
+    if (take_bin(s, shift, bins, limit, prefix, prefix_mask, above, width, &cut)) return cut;
   }
   return Cut{prefix, k - above, k, prefix};
 }
