@@ -539,6 +539,18 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     float s[8][4];
     uint32_t pa[4][4];
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows r0, r1; log2 domain
+    // P (scaled by f0, f1) to sP for the other warpgroup; past `bar` this
+    // warpgroup's pending P.V products have completed, so its A registers and
+    // the V slot whose `freed` barrier is given are free again.
+    auto share_p = [&](float f0, float f1, int bar, uint64_t* freed) {
+      store_p(s, f0, f1, sP, r0, c);
+      wgmma::fence_proxy_async();
+      named_barrier_sync(bar, C::kMathThreads);
+      wgmma::wait<0>();
+      wgmma::fence_regs(o);
+      hold_a(pa);
+      release(freed);
+    };
     mbar_wait(q_full, k & 1);
 
     if (w == 0) {
@@ -587,13 +599,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_sync(kBarM1, C::kMathThreads);
         const float x0 = xm[r0], x1 = xm[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
-        store_p(s, b0, b1, sP, r0, c);
-        wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP0, C::kMathThreads);
-        wgmma::wait<0>();
-        wgmma::fence_regs(o);
-        hold_a(pa);
-        release(&free_bar[0 + L]);
+        share_p(b0, b1, kBarP0, &free_bar[0 + L]);
         scale_o(o, b0, b1);
         l0 *= b0, l1 *= b1;
         m0 = x0, m1 = x1;
@@ -668,13 +674,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         wgmma::wait<1>();  // P0 V0_R done (o stays untouched: P1 V1_R accumulates into it)
         release(&free_bar[0 + R]);
         named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
-        store_p(s, 1.f, 1.f, sP, r0, c);
-        wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP1, C::kMathThreads);
-        wgmma::wait<0>();
-        wgmma::fence_regs(o);
-        hold_a(pa);
-        release(&free_bar[2 + R]);
+        share_p(1.f, 1.f, kBarP1, &free_bar[2 + R]);
       }
     }
 
