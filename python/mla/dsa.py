@@ -50,6 +50,16 @@ def sparse_prefill_workspace_size(q, kv, indices, softmax_scale, *, topk_length=
                      kv_format_code(kv_format), indices, topk_length, softmax_scale, out, lse)
 
 
+def _run_sparse(call, q, kv, indices, topk_length, softmax_scale, kv_format, out, lse,
+                workspace, stream):
+    """mla_sparse_decode or mla_sparse_prefill (`call`) into out and lse, with the
+    workspace given or one it allocates -> (out, lse)."""
+    st = _call.stream_handle(q, stream)
+    _call.run_with_workspace(call, q, st, workspace, q, kv, kv_format_code(kv_format), indices,
+                             topk_length, softmax_scale, out, lse, current_stream=stream is None)
+    return out, lse
+
+
 def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None, out=None,
                   lse=None, out_dtype=None, workspace=None, stream=None, plan=None):
     """Sparse absorbed decode: q [B, s_q, h_q, 576] attends to the cache slots of
@@ -87,11 +97,8 @@ def sparse_decode(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=
             if res is not NotImplemented:  # (an argument of another framework)
                 return res
     out, lse = _call.decode_outputs(q, out, lse, out_dtype)
-    st = _call.stream_handle(q, stream)
-    _call.run_with_workspace("mla_sparse_decode", q, st, workspace, q, kv,
-                             kv_format_code(kv_format), indices, topk_length, softmax_scale, out,
-                             lse, current_stream=stream is None)
-    return out, lse
+    return _run_sparse("mla_sparse_decode", q, kv, indices, topk_length, softmax_scale, kv_format,
+                       out, lse, workspace, stream)
 
 
 def sparse_prefill(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None,
@@ -109,11 +116,8 @@ def sparse_prefill(q, kv, indices, softmax_scale, *, topk_length=None, kv_format
 
         return torch_ops.sparse_prefill(q, kv, indices, softmax_scale)
     out, lse = _call.prefill_outputs(q, out, lse, out_dtype)
-    st = _call.stream_handle(q, stream)
-    _call.run_with_workspace("mla_sparse_prefill", q, st, workspace, q, kv,
-                             kv_format_code(kv_format), indices, topk_length, softmax_scale, out,
-                             lse, current_stream=stream is None)
-    return out, lse
+    return _run_sparse("mla_sparse_prefill", q, kv, indices, topk_length, softmax_scale, kv_format,
+                       out, lse, workspace, stream)
 
 
 def decompress_kv(c_kv, w_uk, w_uv, *, k_nope=None, v=None, out_dtype=None, stream=None):

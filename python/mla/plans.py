@@ -58,6 +58,21 @@ def _workspace(c: Call, workspace):
     return ctypes.c_void_p(ws_t._obj.data), _call.nbytes(workspace)
 
 
+def _make_plan(c: Call, q, call: str, args, workspace) -> DecodePlan:
+    """Runs `{call}_plan` (call: "mla_decode" or "mla_sparse_decode") on `args`, into
+    `workspace` or, when None, one of the size `{call}_workspace_size` asks for,
+    allocated with q's framework."""
+    if workspace is None:
+        n = ctypes.c_size_t(0)
+        c.run(f"{call}_workspace_size", *args, ctypes.byref(n))
+        if n.value:
+            workspace = _call.empty(q, (n.value,), "u8")
+    ptr, nbytes = _workspace(c, workspace)
+    info = MlaDecodePlanInfo()
+    c.run(f"{call}_plan", *args, ptr, nbytes, c.stream_arg, ctypes.byref(info))
+    return DecodePlan(workspace, info)
+
+
 def decode_plan(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *,
                 kv_format=None, batch_invariant=False, workspace=None,
                 stream=None) -> DecodePlan:
@@ -71,15 +86,7 @@ def decode_plan(q, kv, block_table, cache_seqlens, softmax_scale, causal=True, *
     args = (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(block_table, "block_table"),
             c.t(cache_seqlens, "cache_seqlens"), softmax_scale, int(bool(causal)),
             c.t(out, "out", True), c.t(lse, "lse", True), int(bool(batch_invariant)))
-    if workspace is None:
-        n = ctypes.c_size_t(0)
-        c.run("mla_decode_workspace_size", *args, ctypes.byref(n))
-        if n.value:
-            workspace = _call.empty(q, (n.value,), "u8")
-    ptr, nbytes = _workspace(c, workspace)
-    info = MlaDecodePlanInfo()
-    c.run("mla_decode_plan", *args, ptr, nbytes, c.stream_arg, ctypes.byref(info))
-    return DecodePlan(workspace, info)
+    return _make_plan(c, q, "mla_decode", args, workspace)
 
 
 def sparse_decode_plan(q, kv, indices, softmax_scale, *, topk_length=None, kv_format=None,
@@ -93,15 +100,7 @@ def sparse_decode_plan(q, kv, indices, softmax_scale, *, topk_length=None, kv_fo
     args = (c.t(q, "q"), c.cache(kv, "kv", fmt), fmt, c.t(indices, "indices"),
             c.t(topk_length, "topk_length"), softmax_scale, c.t(out, "out", True),
             c.t(lse, "lse", True))
-    if workspace is None:
-        n = ctypes.c_size_t(0)
-        c.run("mla_sparse_decode_workspace_size", *args, ctypes.byref(n))
-        if n.value:
-            workspace = _call.empty(q, (n.value,), "u8")
-    ptr, nbytes = _workspace(c, workspace)
-    info = MlaDecodePlanInfo()
-    c.run("mla_sparse_decode_plan", *args, ptr, nbytes, c.stream_arg, ctypes.byref(info))
-    return DecodePlan(workspace, info)
+    return _make_plan(c, q, "mla_sparse_decode", args, workspace)
 
 
 def decode_planned(q, kv, block_table, cache_seqlens, softmax_scale, causal, kv_format,

@@ -110,12 +110,7 @@ Status validate_common(const DsaDecodeArgs& a, const DsaPolicy& p) {
     MLA_TRY(detail::expect_inner_contiguous(a.index_block_table, "index_block_table", 1));
     MLA_TRY(expect_same_device(a.q, "q", a.index_block_table, "index_block_table"));
   } else {
-    MLA_TRY(validate_kv_cache(a.kv, "kv"));
-    if (a.kv.format == KvFormat::fp8_e4m3)
-      return detail::error(
-          Errc::unsupported,
-          "kv: the DSA step takes bf16 or fp8_ds_mla caches (fp8_e4m3 serves decode, "
-          "sparse decode and append_kv)");
+    MLA_TRY(detail::expect_cache_for(a.kv, "kv", "the DSA step"));
     if (a.kv.page_size() != IndexerCacheLayout::kPageTokens)
       return error(Errc::invalid_value,
                    "index_block_table: not given, so block_table also addresses the indexer cache "

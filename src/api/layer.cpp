@@ -208,11 +208,7 @@ Status validate_forward(const LayerForwardArgs& a, const ExecContext& ctx) {
   for (int i = 0; i < kLayerWeightCount; ++i)
     MLA_TRY(check_weight(a.weights, shapes[i], i, need_indexer, dev));
 
-  MLA_TRY(validate_kv_cache(a.kv, "kv"));
-  if (a.kv.format == KvFormat::fp8_e4m3)
-    return detail::error(Errc::unsupported,
-                         "kv: the layer takes bf16 or fp8_ds_mla caches (fp8_e4m3 serves decode, "
-                         "sparse decode and append_kv)");
+  MLA_TRY(detail::expect_cache_for(a.kv, "kv", "the layer"));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.kv.data, "kv"));
   MLA_TRY(detail::expect_block_table(a.block_table, a.cache_seqlens, B));
   MLA_TRY(detail::expect_same_device(a.hidden, "hidden", a.block_table, "block_table"));

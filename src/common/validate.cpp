@@ -252,4 +252,14 @@ Status expect_softmax_scale(float softmax_scale) {
   return Status::Ok();
 }
 
+Status expect_cache_for(const KvCacheView& cache, const char* name, const char* who) {
+  MLA_TRY(validate_kv_cache(cache, name));
+  if (cache.format == KvFormat::fp8_e4m3)
+    return error(Errc::unsupported,
+                 "{}: {} takes bf16 or fp8_ds_mla caches (fp8_e4m3 serves decode, sparse decode "
+                 "and append_kv)",
+                 name, who);
+  return Status::Ok();
+}
+
 }  // namespace mla::detail

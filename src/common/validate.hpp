@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mla/kv_cache.hpp"
 #include "mla/status.hpp"
 #include "mla/tensor.hpp"
 
@@ -97,5 +98,9 @@ Status expect_same_device(const TensorView& a, const char* an, const TensorView&
 Status expect_aligned(const TensorView& t, const char* name, size_t bytes);
 // The attention ops' softmax_scale: finite and > 0.
 Status expect_softmax_scale(float softmax_scale);
+
+// A validated cache that `who` (a step that dequantizes fp8_ds_mla tiles
+// itself) can read: bf16 or fp8_ds_mla, never fp8_e4m3.
+Status expect_cache_for(const KvCacheView& cache, const char* name, const char* who);
 
 }  // namespace mla::detail

@@ -132,25 +132,12 @@ std::string render_text(const Plan& p) {
   return o;
 }
 
-namespace {
+// A stage as JSON: every field under its own name (to_json, found by nlohmann::json).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StageCost, name, calib_kernel, calib_format, compute_ceiling,
+                                   flops, bytes, compute_s, memory_s, floor_s, binds, predicted_s,
+                                   fraction_used, calls, overhead_s, predicted_from)
 
-nlohmann::json stage_json(const StageCost& s) {
-  return {{"name", s.name},
-          {"calib_kernel", s.calib_kernel},
-          {"calib_format", s.calib_format},
-          {"compute_ceiling", s.compute_ceiling},
-          {"flops", s.flops},
-          {"bytes", s.bytes},
-          {"compute_s", s.compute_s},
-          {"memory_s", s.memory_s},
-          {"floor_s", s.floor_s},
-          {"binds", s.binds},
-          {"predicted_s", s.predicted_s},
-          {"fraction_used", s.fraction_used},
-          {"calls", s.calls},
-          {"overhead_s", s.overhead_s},
-          {"predicted_from", s.predicted_from}};
-}
+namespace {
 
 // A step's totals (JSON objects keep their keys sorted: callers add theirs in any order).
 nlohmann::json totals_json(const StepCost& c) {
@@ -205,8 +192,7 @@ std::string render_json(const Plan& p) {
   j["formats"] = json::array();
   for (const FormatPlan& f : p.formats) {
     json step = totals_json(f.step);
-    step["stages"] = json::array();
-    for (const StageCost& s : f.step.stages) step["stages"].push_back(stage_json(s));
+    step["stages"] = f.step.stages;
     json layer_step = totals_json(f.layer);
     layer_step["per_layer_floor_s"] = f.layer.floor_s / m.layers;
     layer_step["per_layer_predicted_s"] = f.layer.predicted_s / m.layers;
@@ -231,7 +217,7 @@ std::string render_json(const Plan& p) {
            {"flops_per_token_per_layer", f.projections.flops_per_token},
            {"activation_bytes_per_token_per_layer", f.projections.activation_bytes_per_token},
            {"precision", f.projections.fp8 ? "fp8" : "bf16"},
-           {"stage", stage_json(f.layer.stages.back())}}},
+           {"stage", f.layer.stages.back()}}},
          {"layer_step", layer_step}});
   }
   j["recommendations"] = json::array();

@@ -26,6 +26,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -293,18 +294,43 @@ int plan_args(PyObject* ws_obj, PyObject* record, mla_decode_plan_info* plan, at
   return 1;
 }
 
-// With 11 arguments, the last two are a plan's (plan_args).
+// A call's optional plan (the last two arguments of a planned call).
+struct OptionalPlan {
+  mla_decode_plan_info info{};
+  at::Tensor ws;
+  bool given = false;
+  const mla_decode_plan_info* record() const { return given ? &info : nullptr; }
+  const at::Tensor* workspace() const { return given ? &ws : nullptr; }
+};
+
+// The arguments decode and sparse_decode share: args[i] for i in `tensors` must be
+// torch tensors, and a call of plan_at + 2 arguments ends with a plan's two
+// (plan_args). Returns as plan_args: 1 read, 0 NotImplemented, -1 a Python error.
+int tensors_and_plan(PyObject* const* args, Py_ssize_t nargs, std::initializer_list<int> tensors,
+                     Py_ssize_t plan_at, OptionalPlan* plan) {
+  for (int i : tensors)
+    if (!THPVariable_Check(args[i])) return 0;
+  if (nargs != plan_at + 2) return 1;
+  plan->given = true;
+  return plan_args(args[plan_at], args[plan_at + 1], &plan->info, &plan->ws);
+}
+
+// (out, lse) as a Python tuple (null with a Python error set).
+PyObject* wrap_outputs(std::tuple<at::Tensor, at::Tensor> outputs) {
+  auto& [out, lse] = outputs;
+  Ref o, l;
+  o.p = THPVariable_Wrap(std::move(out));
+  l.p = THPVariable_Wrap(std::move(lse));
+  if (!o.p || !l.p) return nullptr;
+  return PyTuple_Pack(2, o.p, l.p);
+}
+
+// With 11 arguments, the last two are a plan's (tensors_and_plan).
 PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
-  for (int i : {0, 1, 3, 4})
-    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
-  mla_decode_plan_info plan{};
-  at::Tensor plan_ws;
-  const bool planned = nargs == 11;
-  if (planned) {
-    const int r = plan_args(args[9], args[10], &plan, &plan_ws);
-    if (r < 0) return nullptr;
-    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
-  }
+  OptionalPlan plan;
+  const int r = tensors_and_plan(args, nargs, {0, 1, 3, 4}, 9, &plan);
+  if (r < 0) return nullptr;
+  if (r == 0) Py_RETURN_NOTIMPLEMENTED;
   int64_t fmt = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
@@ -313,15 +339,10 @@ PyObject* decode_impl(PyObject* const* args, Py_ssize_t nargs) {
   const int invariant = PyObject_IsTrue(args[7]);
   const int pos_inf = PyObject_IsTrue(args[8]);
   if (causal < 0 || invariant < 0 || pos_inf < 0) return nullptr;
-  auto [out, lse] = decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
-                                THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
-                                causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true,
-                                planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
-  Ref o, l;
-  o.p = THPVariable_Wrap(std::move(out));
-  l.p = THPVariable_Wrap(std::move(lse));
-  if (!o.p || !l.p) return nullptr;
-  return PyTuple_Pack(2, o.p, l.p);
+  return wrap_outputs(decode_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
+                                  THPVariable_Unpack(args[3]), THPVariable_Unpack(args[4]), scale,
+                                  causal != 0, fmt, invariant != 0, pos_inf != 0, /*keep=*/true,
+                                  plan.record(), plan.workspace()));
 }
 
 // The sparse decode of one call (mla.sparse_decode): indices [B, s_q, topk] int32
@@ -379,16 +400,10 @@ std::tuple<at::Tensor, at::Tensor> sparse_core(const at::Tensor& tq, const at::T
 //               invalid_from[, plan_workspace, plan_record]) -> (out, lse), or
 // NotImplemented (as decode).
 PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
-  for (int i : {0, 1, 3})
-    if (!THPVariable_Check(args[i])) Py_RETURN_NOTIMPLEMENTED;
-  mla_decode_plan_info plan{};
-  at::Tensor plan_ws;
-  const bool planned = nargs == 10;
-  if (planned) {
-    const int r = plan_args(args[8], args[9], &plan, &plan_ws);
-    if (r < 0) return nullptr;
-    if (r == 0) Py_RETURN_NOTIMPLEMENTED;
-  }
+  OptionalPlan plan;
+  const int r = tensors_and_plan(args, nargs, {0, 1, 3}, 8, &plan);
+  if (r < 0) return nullptr;
+  if (r == 0) Py_RETURN_NOTIMPLEMENTED;
   if (args[4] != Py_None && !THPVariable_Check(args[4])) Py_RETURN_NOTIMPLEMENTED;
   int64_t fmt = 0, invalid_from = 0;
   if (!int_arg(args[2], "kv_format", INT32_MIN, INT32_MAX, &fmt)) return nullptr;
@@ -398,15 +413,10 @@ PyObject* sparse_impl(PyObject* const* args, Py_ssize_t nargs) {
   const int pos_inf = PyObject_IsTrue(args[6]);
   if (pos_inf < 0) return nullptr;
   const at::Tensor* tl = args[4] == Py_None ? nullptr : &THPVariable_Unpack(args[4]);
-  auto [out, lse] =
-      sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
-                  THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0, invalid_from,
-                  /*keep=*/true, planned ? &plan : nullptr, planned ? &plan_ws : nullptr);
-  Ref o, l;
-  o.p = THPVariable_Wrap(std::move(out));
-  l.p = THPVariable_Wrap(std::move(lse));
-  if (!o.p || !l.p) return nullptr;
-  return PyTuple_Pack(2, o.p, l.p);
+  return wrap_outputs(sparse_core(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
+                                  THPVariable_Unpack(args[3]), tl, scale, fmt, pos_inf != 0,
+                                  invalid_from,
+                                  /*keep=*/true, plan.record(), plan.workspace()));
 }
 
 // A METH_FASTCALL entry: `impl` on `want` arguments (or `want` + 2 with a plan), its C++ failures

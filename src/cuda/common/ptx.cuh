@@ -53,29 +53,28 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(smem)));
 }
 
+// The operands of the two mma.sync below: c accumulated in place, a's four and b's two registers.
+#define MLA_MMA_16X8_F32(instr)                                                 \
+  asm volatile(instr " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n" \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 // D = A * B + D, bf16 inputs, fp32 accumulators.
 //   A 16x16 row-major: a[0] (g, 2t..), a[1] (g+8, 2t..), a[2] (g, 2t+8..), a[3] (g+8, 2t+8..)
 //   B 16x8 (k x n):    b[0] (k 2t.., n g), b[1] (k 2t+8.., n g)
 //   C 16x8:            c[0..1] (g, 2t..2t+1), c[2..3] (g+8, 2t..2t+1)
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  MLA_MMA_16X8_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
 }
 
 // D = A * B + D, e4m3 inputs, fp32 accumulators (k32: each b16 register of the
 // bf16 layout above holds four e4m3 codes instead of two bf16, same lanes).
 __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  MLA_MMA_16X8_F32("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
 }
+#undef MLA_MMA_16X8_F32
 
 // Two floats -> packed bf16x2 (round to nearest even), low half = lo.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -139,6 +138,23 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// A ring of S shared-memory stages filled by cp.async, one commit group per
+// tile (issue(t) commits even when it copies nothing, so the wait counts stay
+// uniform). Before the loop: tiles 0..S-2 in flight.
+template <int S, class Issue>
+__device__ __forceinline__ void pipeline_prime(Issue&& issue) {
+#pragma unroll
+  for (int t = 0; t < S - 1; ++t) issue(t);
+}
+// Step `it` of the loop: tile it has landed and is visible to the CTA, and
+// every thread is done with tile it - 1, whose stage tile it + S - 1 refills.
+template <int S, class Issue>
+__device__ __forceinline__ void pipeline_step(int it, Issue&& issue) {
+  cp_async_wait<S - 2>();
+  __syncthreads();
+  issue(it + S - 1);
 }
 }  // namespace noclobber
 

@@ -23,19 +23,17 @@ template <class KeySrc, KvFormat kFormat, bool kTma>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map);
 
-extern template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-extern template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
+// One line per instantiation (each defined in the .cu file listed above).
+#define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma)                                     \
+  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma>( \
+      const DecodeParams&, int, cudaStream_t, const CUtensorMap&)
+MLA_DECODE_EXTERN(PagedKeys, bf16, false);
+MLA_DECODE_EXTERN(PagedKeys, bf16, true);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false);
+MLA_DECODE_EXTERN(IndexedKeys, bf16, false);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false);
+#undef MLA_DECODE_EXTERN
 
 }  // namespace mla::cuda::decode

@@ -112,13 +112,9 @@ __global__ void __launch_bounds__(kQ * 128)
     cp_async_commit();  // an empty group keeps the wait counts uniform
   };
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) load_tile(s);
-
+  ptx::noclobber::pipeline_prime<kStages>(load_tile);
   for (int it = 0; it < num_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    load_tile(it + kStages - 1);
+    ptx::noclobber::pipeline_step<kStages>(it, load_tile);
     if (!q_active) continue;
     const int64_t base = c0 + int64_t(it) * kTile;
     const int64_t pos_a = base + mt * 16 + g + (t & 1) * 8;  // the key this lane writes (t < 2)

@@ -25,6 +25,19 @@ __device__ __forceinline__ float load_value(const void* base, int64_t idx) {
     return static_cast<const float*>(base)[idx];
 }
 
+// v[0..16) / s as 16 e4m3 codes at dst (16-byte aligned): each quotient
+// rounded once (RNE, __fdiv_rn), then RNE with saturation to +-448.
+__device__ __forceinline__ void store_e4m3x16(uint8_t* dst, const float (&v)[16], float s) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t lo = float2_to_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
+    const uint16_t hi = float2_to_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
+    w[i] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 template <bool kBf16In, KvFormat kFormat>
 __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const AppendParams p) {
   const int64_t t = int64_t(blockIdx.x) * kTokensPerBlock + threadIdx.x / 32;
@@ -49,14 +62,7 @@ __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const Appe
     // v / s rounded once (RNE, as the reference's fp32 division), then RNE
     // with saturation: the reference's quantize_e4m3 bit for bit.
     const float s = __ldg(p.scale);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t lo = float2_to_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
-      const uint16_t hi = float2_to_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
-      w[i] = uint32_t(lo) | (uint32_t(hi) << 16);
-    }
-    *reinterpret_cast<uint4*>(entry + lane * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    store_e4m3x16(entry + lane * 16, v, s);
     *reinterpret_cast<uint16_t*>(entry + kDc + lane * 2) =
         float2_to_e4m3x2(__fdiv_rn(r0, s), __fdiv_rn(r1, s));
     return;
@@ -70,16 +76,9 @@ __global__ void __launch_bounds__(kTokensPerBlock * 32) append_kernel(const Appe
 #pragma unroll
     for (int m = 1; m < 8; m *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
     const float s = fp8_ds_mla_scale(amax);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // v / s is exact (s is a power of two); satfinite clamps to +-448 as the
-      // reference's clamp does.
-      const uint16_t lo = float2_to_e4m3x2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
-      const uint16_t hi = float2_to_e4m3x2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
-      w[i] = uint32_t(lo) | (uint32_t(hi) << 16);
-    }
-    *reinterpret_cast<uint4*>(entry + lane * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    // v / s is exact (s is a power of two); satfinite clamps to +-448 as the
+    // reference's clamp does.
+    store_e4m3x16(entry + lane * 16, v, s);
     if (lane % 8 == 0)
       *reinterpret_cast<float*>(entry + Fp8DsMlaLayout::kScaleOffset + (lane / 8) * 4) = s;
     *reinterpret_cast<uint32_t*>(entry + Fp8DsMlaLayout::kRopeOffset + lane * 4) = rope_bits;

@@ -3,6 +3,7 @@
 
 #include "common/validate.hpp"
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/view_params.hpp"
 #include "cuda/kv_cache/kv_cache_params.hpp"
 
 namespace mla::cuda {
@@ -40,12 +41,8 @@ Status append_kv(const AppendKvArgs& a, const ExecContext& ctx) {
   const bool fp8 = kv_format_is_fp8(a.cache.format);
   const int64_t esz = fp8 ? 1 : 2;
   kv_cache::AppendParams p{};
-  p.c_kv = a.c_kv.data;
-  p.c_kv_stride_t = a.c_kv.strides[0];
-  p.c_kv_stride_d = a.c_kv.strides[1];
-  p.k_rope = a.k_rope.data;
-  p.rope_stride_t = a.k_rope.strides[0];
-  p.rope_stride_d = a.k_rope.strides[1];
+  take_view(a.c_kv, p.c_kv, p.c_kv_stride_t, p.c_kv_stride_d);
+  take_view(a.k_rope, p.k_rope, p.rope_stride_t, p.rope_stride_d);
   p.bf16_in = a.c_kv.dtype == DType::bf16;
   p.slots = static_cast<const int64_t*>(a.slots.data);
   p.slots_stride = a.slots.strides[0];

@@ -89,17 +89,25 @@ TensorView dev_view(char* base, size_t off, DType t, std::initializer_list<int64
   return TensorView::make(base == nullptr ? nullptr : base + off, t, shape, dev);
 }
 
-DecodeArgs decode_args(const LayerForwardArgs& a, const Dims& d, const Layout& L, char* base) {
+// What the dense and the DSA attention steps take alike: q, out and lse in the
+// layer's workspace, the paged cache, the softmax scale.
+template <class Args>
+Args attention_args(const LayerForwardArgs& a, const Dims& d, const Layout& L, char* base) {
   const Device dev = a.hidden.device;
-  DecodeArgs r;
+  Args r;
   r.q = dev_view(base, L.q_abs, DType::bf16, {d.B, d.s_q, d.H, kDqk}, dev);
   r.kv = a.kv;
   r.block_table = a.block_table;
   r.cache_seqlens = a.cache_seqlens;
   r.softmax_scale = float(layer_softmax_scale(a.config));
-  r.causal = true;
   r.out = dev_view(base, L.o_lat, DType::bf16, {d.B, d.s_q, d.H, kDv}, dev);
   r.lse = dev_view(base, L.lse, DType::f32, {d.B, d.H, d.s_q}, dev);
+  return r;
+}
+
+DecodeArgs decode_args(const LayerForwardArgs& a, const Dims& d, const Layout& L, char* base) {
+  DecodeArgs r = attention_args<DecodeArgs>(a, d, L, base);
+  r.causal = true;
   return r;
 }
 
@@ -107,18 +115,11 @@ DecodeArgs decode_args(const LayerForwardArgs& a, const Dims& d, const Layout& L
 // attention, forced sparse (the layer's caller chose DSA), top-k of the config.
 DsaDecodeArgs dsa_args(const LayerForwardArgs& a, const Dims& d, const Layout& L, char* base) {
   const Device dev = a.hidden.device;
-  DsaDecodeArgs r;
-  r.q = dev_view(base, L.q_abs, DType::bf16, {d.B, d.s_q, d.H, kDqk}, dev);
-  r.kv = a.kv;
-  r.block_table = a.block_table;
-  r.cache_seqlens = a.cache_seqlens;
+  DsaDecodeArgs r = attention_args<DsaDecodeArgs>(a, d, L, base);
   r.max_seqlen = d.Lmax;
   r.index_q8 = dev_view(base, L.q8, DType::e4m3, {d.B, d.s_q, kIndexerHeads, kIndexerDim}, dev);
   r.index_w_folded = dev_view(base, L.w_folded, DType::f32, {d.B, d.s_q, kIndexerHeads}, dev);
   r.index_cache = a.index_cache;
-  r.softmax_scale = float(layer_softmax_scale(a.config));
-  r.out = dev_view(base, L.o_lat, DType::bf16, {d.B, d.s_q, d.H, kDv}, dev);
-  r.lse = dev_view(base, L.lse, DType::f32, {d.B, d.H, d.s_q}, dev);
   return r;
 }
 

@@ -49,12 +49,7 @@ Scratch layout(int64_t chunk, int64_t heads, int64_t tokens, void* base) {
 }
 
 Status validate(const ChunkedPrefillArgs& a) {
-  MLA_TRY(validate_kv_cache(a.cache, "cache"));
-  if (a.cache.format == KvFormat::fp8_e4m3)
-    return detail::error(
-        Errc::unsupported,
-        "cache: chunked prefill takes bf16 or fp8_ds_mla caches (fp8_e4m3 serves decode, "
-        "sparse decode and append_kv)");
+  MLA_TRY(detail::expect_cache_for(a.cache, "cache", "chunked prefill"));
   MLA_TRY(detail::expect_shape(a.q, "q", {detail::kAny, detail::kAny, kDqkHead}, "[T, h, 192]"));
   MLA_TRY(detail::expect_dtype(a.q, "q", {DType::bf16}));
   MLA_TRY(detail::expect_inner_contiguous(a.q, "q", 1));

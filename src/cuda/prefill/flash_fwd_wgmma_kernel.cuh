@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(FlashWgmmaTraits::kThreads, 1)
 
   constexpr int kNT = T::kBlockN / 8, kOT = T::kDv / 8;
   float o[kOT][4];
-#pragma unroll
-  for (int i = 0; i < kOT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  zero_acc(o);
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;

@@ -13,6 +13,13 @@
 
 namespace mla::cuda::prefill {
 
+// Output accumulators to zero.
+template <int OT>
+__device__ __forceinline__ void zero_acc(float (&o)[OT][4]) {
+#pragma unroll
+  for (int i = 0; i < OT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+}
+
 // Scores of keys past a row's last visible key `lim[r]` become -inf.
 template <int NT>
 __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int n0, int cq,

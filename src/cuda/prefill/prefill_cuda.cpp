@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/validate.hpp"
+#include "cuda/common/view_params.hpp"
 #include "cuda/prefill/decompress_gemm.hpp"
 #include "cuda/prefill/flash_fwd.hpp"
 
@@ -97,25 +98,14 @@ Status mha_prefill(const MhaPrefillArgs& a, const ExecContext& ctx) {
   for (int64_t b = 0; b < B; ++b) max_q = std::max(max_q, cu_q[b + 1] - cu_q[b]);
 
   prefill::FlashFwdParams p;
-  p.q = a.q.data;
-  p.q_row_stride = a.q.strides[0];
-  p.q_head_stride = a.q.strides[1];
-  p.k_nope = a.k.data;
-  p.k_nope_row_stride = a.k.strides[0];
-  p.k_nope_head_stride = a.k.strides[1];
-  p.k_rope = static_cast<const unsigned char*>(a.k.data) + 128 * 2;  // k = [k_nope ; k_rope]
-  p.k_rope_row_stride = a.k.strides[0];
-  p.k_rope_head_stride = a.k.strides[1];
-  p.v = a.v.data;
-  p.v_row_stride = a.v.strides[0];
-  p.v_head_stride = a.v.strides[1];
-  p.out = a.out.data;
-  p.out_row_stride = a.out.strides[0];
-  p.out_head_stride = a.out.strides[1];
+  take_view(a.q, p.q, p.q_row_stride, p.q_head_stride);
+  take_view(a.k, p.k_nope, p.k_nope_row_stride, p.k_nope_head_stride);
+  take_view(a.k, p.k_rope, p.k_rope_row_stride, p.k_rope_head_stride);
+  p.k_rope = static_cast<const unsigned char*>(p.k_rope) + 128 * 2;  // k = [k_nope ; k_rope]
+  take_view(a.v, p.v, p.v_row_stride, p.v_head_stride);
+  take_view(a.out, p.out, p.out_row_stride, p.out_head_stride);
   p.out_f32 = a.out.dtype == DType::f32;
-  p.lse = a.lse.ptr<float>();
-  p.lse_head_stride = a.lse.strides[0];
-  p.lse_row_stride = a.lse.strides[1];
+  take_view(a.lse, p.lse, p.lse_head_stride, p.lse_row_stride);
   p.cu_seqlens_q = a.cu_seqlens_q.ptr<const int32_t>();
   p.cu_seqlens_k = a.cu_seqlens_k.ptr<const int32_t>();
   p.batch = int32_t(B);

@@ -55,27 +55,28 @@ Status expect_heads(int64_t h_q) {
   return Status::Ok();
 }
 
-// q rows are loaded in 16-byte pieces (8 bf16): base and every stride aligned.
-Status expect_q_rows(const TensorView& q) {
-  MLA_TRY(detail::expect_aligned(q, "q", 16));
-  for (int d = 0; d + 1 < q.ndim; ++d)
-    if (q.shape[d] > 1 && q.strides[d] % 8 != 0)
+// A bf16 view whose rows the kernel moves in pieces of `bytes`: base and every
+// outer stride aligned to them.
+Status expect_bf16_rows(const TensorView& t, const char* name, int bytes) {
+  MLA_TRY(detail::expect_aligned(t, name, bytes));
+  const int elems = bytes / 2;
+  for (int d = 0; d + 1 < t.ndim; ++d)
+    if (t.shape[d] > 1 && t.strides[d] % elems != 0)
       return error(Errc::misaligned,
-                   "q: stride of dim {} is {} elements; the CUDA kernel needs multiples of 8 "
-                   "(16-byte rows)",
-                   d, q.strides[d]);
+                   "{}: stride of dim {} is {} elements; the CUDA kernel needs multiples of {} "
+                   "({}-byte pieces)",
+                   name, d, t.strides[d], elems, bytes);
   return Status::Ok();
+}
+
+// q rows are loaded in 16-byte pieces (8 bf16).
+Status expect_q_rows(const TensorView& q) {
+  return expect_bf16_rows(q, "q", 16);
 }
 
 // out rows are written in pairs of bf16 (4 bytes).
 Status expect_out_rows(const TensorView& out) {
-  MLA_TRY(detail::expect_aligned(out, "out", 4));
-  for (int d = 0; d + 1 < out.ndim; ++d)
-    if (out.shape[d] > 1 && out.strides[d] % 2 != 0)
-      return error(Errc::misaligned,
-                   "out: stride of dim {} is {} elements; the CUDA kernel needs even strides", d,
-                   out.strides[d]);
-  return Status::Ok();
+  return expect_bf16_rows(out, "out", 4);
 }
 
 int64_t stride_or_zero(const TensorView& t, int d) {

@@ -165,13 +165,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sl2 = p.softmax_scale * kLog2e;
   const int hrow = mt * 16;  // first head row of this warp in the block
 
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue_tile(s);
-
+  ptx::noclobber::pipeline_prime<S>(issue_tile);
   for (int it = 0; it < num_tiles; ++it) {
-    cp_async_wait<S - 2>();
-    __syncthreads();
-    issue_tile(it + S - 1);
+    ptx::noclobber::pipeline_step<S>(it, issue_tile);
     const uint8_t* sK = finish_tile(it);
     const int* ok = sOk + (it % S) * NK;
 

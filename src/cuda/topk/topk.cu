@@ -13,21 +13,29 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 // `grid` CTAs in clusters of `cluster`, with `smem` bytes of dynamic shared memory.
-template <class Kern, class... Args>
-Status launch_clusters(Kern kernel, unsigned threads, int smem, int64_t grid, int cluster,
-                       cudaStream_t stream, const char* what, const Args&... args) {
+// The 1-D launch of `grid` CTAs in clusters of `cluster`; `la` (the cluster
+// attribute) must outlive the config.
+cudaLaunchConfig_t cluster_config(int64_t grid, unsigned threads, int smem, int cluster,
+                                  cudaStream_t stream, cudaLaunchAttribute& la) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(grid), 1u, 1u);
   cfg.blockDim = dim3(threads, 1u, 1u);
   cfg.dynamicSmemBytes = size_t(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute la[1];
-  la[0].id = cudaLaunchAttributeClusterDimension;
-  la[0].val.clusterDim.x = unsigned(cluster);
-  la[0].val.clusterDim.y = 1;
-  la[0].val.clusterDim.z = 1;
-  cfg.attrs = la;
+  la.id = cudaLaunchAttributeClusterDimension;
+  la.val.clusterDim.x = unsigned(cluster);
+  la.val.clusterDim.y = 1;
+  la.val.clusterDim.z = 1;
+  cfg.attrs = &la;
   cfg.numAttrs = 1;
+  return cfg;
+}
+
+template <class Kern, class... Args>
+Status launch_clusters(Kern kernel, unsigned threads, int smem, int64_t grid, int cluster,
+                       cudaStream_t stream, const char* what, const Args&... args) {
+  cudaLaunchAttribute la;
+  const cudaLaunchConfig_t cfg = cluster_config(grid, threads, smem, cluster, stream, la);
   MLA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, args...), what);
   return check_launch(what);
 }
@@ -55,17 +63,8 @@ Status active_clusters(Kern kernel, unsigned threads, int smem, int cluster, int
     *active = per_sm * f.sm_count;
     return Status::Ok();
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(cluster), 1u, 1u);
-  cfg.blockDim = dim3(threads, 1u, 1u);
-  cfg.dynamicSmemBytes = size_t(smem);
-  cudaLaunchAttribute la[1];
-  la[0].id = cudaLaunchAttributeClusterDimension;
-  la[0].val.clusterDim.x = unsigned(cluster);
-  la[0].val.clusterDim.y = 1;
-  la[0].val.clusterDim.z = 1;
-  cfg.attrs = la;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute la;
+  const cudaLaunchConfig_t cfg = cluster_config(cluster, threads, smem, cluster, nullptr, la);
   MLA_CUDA_TRY(cudaOccupancyMaxActiveClusters(active, kernel, &cfg),
                "cudaOccupancyMaxActiveClusters(resident_kernel)");
   return Status::Ok();

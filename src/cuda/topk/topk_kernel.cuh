@@ -233,6 +233,27 @@ __device__ void find_bin(Smem<T>& s, int bins, uint32_t above, uint32_t k, int c
   __syncthreads();
 }
 
+// One digit round's end, after find_bin on the digit at `shift`: true with
+// *cut set when the found bin and everything above it fit `limit` (the cut
+// ends there), else the candidates narrow to the found bin (prefix, mask,
+// the count above it, and the bits still to resolve).
+template <class T>
+__device__ __forceinline__ bool take_bin(const Smem<T>& s, int shift, int bins, uint32_t limit,
+                                         uint32_t& prefix, uint32_t& prefix_mask, uint32_t& above,
+                                         int& width, Cut* cut) {
+  const uint32_t low = prefix | (s.found_bin << shift);
+  const uint32_t f_above = s.found_above, f_count = s.found_count;
+  if (f_above + f_count <= limit) {
+    *cut = Cut{low - 1u, 0u, f_above + f_count, low};
+    return true;
+  }
+  above = f_above;
+  prefix = low;
+  prefix_mask |= uint32_t(bins - 1) << shift;
+  width = shift;
+  return false;
+}
+
 // Radix select over the buffers' first n entries: this CTA's alone, or the
 // cluster's (histograms summed over the ranks) when cluster_wide. Returns the
 // cut that keeps at least k entries (or all, when there are at most `limit`)
@@ -291,15 +312,31 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     }
     sync_scope(cluster_wide);
     find_bin<T>(s, bins, above, k, cs);
-    const uint32_t low = prefix | (s.found_bin << shift);
-    const uint32_t f_above = s.found_above, f_count = s.found_count;
-    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
-    above = f_above;
-    prefix = low;
-    prefix_mask |= uint32_t(bins - 1) << shift;
-    width = shift;
+    Cut cut;
+    if (take_bin(s, shift, bins, limit, prefix, prefix_mask, above, width, &cut)) return cut;
   }
   return Cut{prefix, k - above, k, prefix};
+}
+
+// The CTA's scan of per-warp counts (gt above the threshold, eq tied with
+// it; equal in every lane of a warp): returns how many entries the cut keeps
+// (every gt, the first `need` ties), and for this warp the ties in earlier
+// warps and the slot of its first kept entry. One barrier between the writes of
+// warp_a/b and their reads (the caller orders their next writes).
+template <class T>
+__device__ __forceinline__ uint32_t warp_offsets(Smem<T>& s, uint32_t gt, uint32_t eq,
+                                                 uint32_t need, uint32_t& eq_before,
+                                                 uint32_t& out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) s.warp_a[warp] = gt, s.warp_b[warp] = eq;
+  __syncthreads();
+  const uint32_t g = lane < T::kWarps ? s.warp_a[lane] : 0u;
+  const uint32_t e = lane < T::kWarps ? s.warp_b[lane] : 0u;
+  const uint32_t gi = warp_inclusive_sum(g), ei = warp_inclusive_sum(e);
+  eq_before = __shfl_sync(0xffffffffu, ei - e, warp);
+  out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
+  return __shfl_sync(0xffffffffu, gi, T::kWarps - 1) +
+         min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
 }
 
 // Keeps, in order, the entries of key[0..n) that cut (thr, need) keeps; returns
@@ -318,15 +355,8 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
     gt += __popc(__ballot_sync(0xffffffffu, i < b1 && key > thr));
     eq += __popc(__ballot_sync(0xffffffffu, i < b1 && key == thr));
   }
-  if (lane == 0) s.warp_a[warp] = gt, s.warp_b[warp] = eq;
-  __syncthreads();
-  const uint32_t g = lane < T::kWarps ? s.warp_a[lane] : 0u;
-  const uint32_t e = lane < T::kWarps ? s.warp_b[lane] : 0u;
-  const uint32_t gi = warp_inclusive_sum(g), ei = warp_inclusive_sum(e);
-  const uint32_t kept = __shfl_sync(0xffffffffu, gi, T::kWarps - 1) +
-                        min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
-  uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);
-  uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
+  uint32_t eq_before, out;
+  const uint32_t kept = warp_offsets(s, gt, eq, need, eq_before, out);
   const uint32_t lt = lanemask_lt();
 #pragma unroll 4
   for (uint32_t base = b0; base < b1; base += 32) {

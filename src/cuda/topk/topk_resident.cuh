@@ -117,13 +117,8 @@ __device__ Cut resident_cut(Smem<T>& s, const uint4* rk, uint32_t nv, uint32_t t
     }
     counted = false;
     find_bin<T>(s, bins, above, k, 1);
-    const uint32_t low = prefix | (s.found_bin << shift);
-    const uint32_t f_above = s.found_above, f_count = s.found_count;
-    if (f_above + f_count <= limit) return Cut{low - 1u, 0u, f_above + f_count, low};
-    above = f_above;
-    prefix = low;
-    prefix_mask |= uint32_t(bins - 1) << shift;
-    width = shift;
+    Cut cut;
+    if (take_bin(s, shift, bins, limit, prefix, prefix_mask, above, width, &cut)) return cut;
   }
   return Cut{prefix, k - above, k, prefix};
 }
@@ -150,15 +145,8 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
     eq += (q.x == thr) + (q.y == thr) + (q.z == thr) + (q.w == thr);
   }
   gt = __reduce_add_sync(0xffffffffu, gt), eq = __reduce_add_sync(0xffffffffu, eq);
-  if (lane == 0) s.warp_a[warp] = gt, s.warp_b[warp] = eq;
-  __syncthreads();
-  const uint32_t g = lane < T::kWarps ? s.warp_a[lane] : 0u;
-  const uint32_t e = lane < T::kWarps ? s.warp_b[lane] : 0u;
-  const uint32_t gi = warp_inclusive_sum(g), ei = warp_inclusive_sum(e);
-  const uint32_t kept = __shfl_sync(0xffffffffu, gi, T::kWarps - 1) +
-                        min(__shfl_sync(0xffffffffu, ei, T::kWarps - 1), need);
-  uint32_t eq_before = __shfl_sync(0xffffffffu, ei - e, warp);  // ties in earlier warps
-  uint32_t out = __shfl_sync(0xffffffffu, gi - g, warp) + min(eq_before, need);
+  uint32_t eq_before, out;
+  const uint32_t kept = warp_offsets(s, gt, eq, need, eq_before, out);
 #pragma unroll 2
   for (uint32_t base = b0; base < b1; base += 32) {  // uniform over the warp
     const uint32_t i = base + lane;
