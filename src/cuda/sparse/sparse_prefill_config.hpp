@@ -38,9 +38,9 @@ struct SparsePrefillConfig {
   static constexpr int kMathThreads = kMathWgs * 128;
   static constexpr int kThreads = kMathThreads + 128;
   static constexpr int kVColsPerWg = kDv / kMathWgs;
-  // Running max handed between the warpgroups (two sets by pair parity); row
-  // sums per item (two sets by item parity).
-  static constexpr int kSmemRed = 2 * kRows * 4 + 2 * kMathWgs * kRows * 4;
+  // Running max handed between the warpgroups; row sums per item (two sets by
+  // item parity).
+  static constexpr int kSmemRed = kRows * 4 + 2 * kMathWgs * kRows * 4;
   static constexpr int kBarriers = 2 * kBuffers * kHalves + 2;  // ready, free; q_full, q_empty
   static constexpr int kSmemBytes =
       1024 /* alignment slack */ + kSmemQ + kBuffers * kSmemK + kSmemP + kSmemRed + 8 * kBarriers;

@@ -51,18 +51,12 @@
 //   q_empty (8 arrivals: every math warp once its last S of item k completed,
 //     at once for an item without keys): the producer waits parity
 //     (k & 1) ^ 1 before loading Q of item k.
-//   named barriers (256 threads, bar.sync by both warpgroups: every hand-over
-//     is a generation both sides wait on, the ordering racecheck follows; a
-//     bar.arrive hand-over it reported as racing): kBarM0 (m0 written), kBarM1
-//     (m1 written), kBarP0 (P0 written into sP; warpgroup 0's P1 V1_L of the
-//     previous pair, the last reader of sP, completed in all its warps before
-//     kBarM0), kBarP1 (P1 written into sP), kBarSum (row sums of an item);
-//     kBarW1 (warpgroup 1's 128 threads: P0 V0_R completed in every warp
-//     before any overwrites sP). Each side reaches its sync where the other
-//     is normally already waiting (after its own product is issued), so the
-//     wait costs about a barrier's latency. s_max alternates by pair parity
-//     and the row sums by item parity: a write of hand-over i + 1 never hits
-//     the slot a reader of hand-over i may still read.
+//   named barriers (256 threads; one warpgroup arrives, the other syncs):
+//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written into sP;
+//     warpgroup 0's P1 V1_L of the previous pair, the last reader of sP,
+//     completed before its warps arrived at kBarM0), kBarP1 (P1 written into
+//     sP), kBarSum (row sums of an item, both sync); kBarW1 (warpgroup 1's
+//     128 threads: P0 V0_R completed in every warp before any overwrites sP).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -424,8 +418,8 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   unsigned char* const sQ = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* const sK = sQ + C::kSmemQ;  // [buffer][block]
   unsigned char* const sP = sK + C::kBuffers * C::kSmemK;
-  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [pair & 1][row]
-  float* const red_sum = s_max + 2 * C::kRows;                    // [item & 1][wg][row]
+  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [row]
+  float* const red_sum = s_max + C::kRows;                        // [item & 1][wg][row]
   uint64_t* const ready = reinterpret_cast<uint64_t*>(red_sum + 2 * C::kMathWgs * C::kRows);
   uint64_t* const free_bar = ready + C::kBuffers * C::kHalves;  // [buffer * 2 + half]
   uint64_t* const q_full = free_bar + C::kBuffers * C::kHalves;
@@ -548,20 +542,19 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
-        float* const xm = s_max + (gp & 1) * C::kRows;
         __syncwarp();
-        if (c == 0) xm[r0] = n0, xm[r1] = n1;
-        named_barrier_sync(kBarM0, C::kMathThreads);
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM0, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
         named_barrier_sync(kBarM1, C::kMathThreads);
-        const float x0 = xm[r0], x1 = xm[r1];  // m1 of the pair
+        const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
         store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP0, C::kMathThreads);
+        named_barrier_arrive(kBarP0, C::kMathThreads);
         wgmma::wait<0>();
         wgmma::fence_regs(o);
         hold_a(pa);
@@ -614,17 +607,16 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         float mx0, mx1;
         mask_max(s, valid, scale_log2, c, mx0, mx1);
         named_barrier_sync(kBarM0, C::kMathThreads);
-        float* const xm = s_max + (gp & 1) * C::kRows;
-        const float n0 = fmaxf(xm[r0], mx0), n1 = fmaxf(xm[r1], mx1);  // m1 of the pair
+        const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
-        __syncwarp();  // the quad's reads of xm before its lane 0 overwrites them
-        if (c == 0) xm[r0] = n0, xm[r1] = n1;
-        named_barrier_sync(kBarM1, C::kMathThreads);
+        __syncwarp();
+        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
+        named_barrier_arrive(kBarM1, C::kMathThreads);
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
@@ -641,7 +633,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
         store_p(s, 1.f, 1.f, sP, r0, c);
         wgmma::fence_proxy_async();
-        named_barrier_sync(kBarP1, C::kMathThreads);
+        named_barrier_arrive(kBarP1, C::kMathThreads);
         release(&free_bar[0 + R]);
       }
     }
