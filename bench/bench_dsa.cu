@@ -251,32 +251,52 @@ double bench_indexer_decode(Timer& tm, int B, int s_q, int64_t L, bool print = t
   return us;
 }
 
-void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
-  auto* q = static_cast<uint8_t*>(dalloc(int64_t(T) * 8192));
-  fill(q, int64_t(T) * 8192, kBytesE4m3, 4);
-  auto* w = static_cast<float*>(dalloc(int64_t(T) * 256));
-  fill(w, int64_t(T) * 64, kF32, 5);
-  auto* k = static_cast<uint8_t*>(dalloc(N * 128));
-  fill(k, N * 128, kBytesE4m3, 6);
-  auto* ks = static_cast<float*>(dalloc(N * 4));
-  fill(ks, N, kF32, 7);
-  auto* kst = static_cast<int32_t*>(dalloc(T * 4));
-  auto* ken = static_cast<int32_t*>(dalloc(T * 4));
-  const_kernel<<<64, 256>>>(kst, T, 0);
-  std::vector<int32_t> h(T);
-  double visible = 0;
-  for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1), visible += h[t];
-  BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
-  auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
+// Prefill indexer inputs: T query tokens (64 heads x 128 e4m3 + weights), the
+// last T tokens of an N-token prompt, over N flat e4m3 keys with their scales;
+// query t sees keys [0, N - T + t]. Owns its device buffers.
+struct IndexerPrefillInputs {
+  uint8_t* q;
+  float* w;
+  uint8_t* k;
+  float* ks;
+  int32_t *kst, *ken;
+  float* logits;
+  double visible = 0;  // query-key pairs under the causal mask
   idx::IndexerLogitsParams p;
-  p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
-  p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
-  const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(p, nullptr)); }, 5);
+
+  IndexerPrefillInputs(int T, int64_t N)
+      : q(static_cast<uint8_t*>(dalloc(int64_t(T) * 8192))),
+        w(static_cast<float*>(dalloc(int64_t(T) * 256))),
+        k(static_cast<uint8_t*>(dalloc(N * 128))),
+        ks(static_cast<float*>(dalloc(N * 4))),
+        kst(static_cast<int32_t*>(dalloc(T * 4))),
+        ken(static_cast<int32_t*>(dalloc(T * 4))),
+        logits(static_cast<float*>(dalloc(int64_t(T) * N * 4))) {
+    fill(q, int64_t(T) * 8192, kBytesE4m3, 4);
+    fill(w, int64_t(T) * 64, kF32, 5);
+    fill(k, N * 128, kBytesE4m3, 6);
+    fill(ks, N, kF32, 7);
+    const_kernel<<<64, 256>>>(kst, T, 0);
+    std::vector<int32_t> h(T);
+    for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1), visible += h[t];
+    BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
+    p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
+    p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
+  }
+  ~IndexerPrefillInputs() {
+    cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken),
+        cudaFree(logits);
+  }
+  IndexerPrefillInputs(const IndexerPrefillInputs&) = delete;
+  IndexerPrefillInputs& operator=(const IndexerPrefillInputs&) = delete;
+};
+
+void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
+  const IndexerPrefillInputs in(T, N);
+  const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(in.p, nullptr)); }, 5);
   report("indexer-prefill",
          std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
-         2.0 * 64 * 128 * visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
-  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken),
-      cudaFree(logits);
+         2.0 * 64 * 128 * in.visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
 }
 
 // The unfused prefill selection a fused indexer + top-k must beat by 1.3x
@@ -285,44 +305,26 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
 // position, as the DSA step asks), each stage alone and the pair back to back.
 void bench_prefill_select(Timer& tm, int T, int64_t N) {
   namespace tk = mla::cuda::topk;
-  auto* q = static_cast<uint8_t*>(dalloc(int64_t(T) * 8192));
-  fill(q, int64_t(T) * 8192, kBytesE4m3, 4);
-  auto* w = static_cast<float*>(dalloc(int64_t(T) * 256));
-  fill(w, int64_t(T) * 64, kF32, 5);
-  auto* k = static_cast<uint8_t*>(dalloc(N * 128));
-  fill(k, N * 128, kBytesE4m3, 6);
-  auto* ks = static_cast<float*>(dalloc(N * 4));
-  fill(ks, N, kF32, 7);
-  auto* kst = static_cast<int32_t*>(dalloc(T * 4));
-  auto* ken = static_cast<int32_t*>(dalloc(T * 4));
-  const_kernel<<<64, 256>>>(kst, T, 0);
-  std::vector<int32_t> h(T);
-  for (int t = 0; t < T; ++t) h[t] = int32_t(N - T + t + 1);
-  BENCH_CUDA(cudaMemcpy(ken, h.data(), T * 4, cudaMemcpyHostToDevice));
-  auto* logits = static_cast<float*>(dalloc(int64_t(T) * N * 4));
+  const IndexerPrefillInputs in(T, N);
   auto* out = static_cast<int32_t*>(dalloc(int64_t(T) * 2048 * 4));
-  idx::IndexerLogitsParams p;
-  p.q = q, p.w = w, p.logits = logits, p.logits_stride = N, p.width = N, p.num_tokens = T;
-  p.flat_keys = k, p.flat_scales = ks, p.num_keys = N, p.ks = kst, p.ke = ken;
   tk::TopkParams t;
-  t.logits = logits, t.logits_stride = N, t.num_rows = T, t.width = N, t.k = 2048, t.out = out,
+  t.logits = in.logits, t.logits_stride = N, t.num_rows = T, t.width = N, t.k = 2048, t.out = out,
   t.out_stride = 2048, t.best_first = false;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan plan = tk::choose(T, N, 2048, sms);
-  const auto indexer = [&] { BENCH_OK(idx::launch_indexer_logits(p, nullptr)); };
+  const auto indexer = [&] { BENCH_OK(idx::launch_indexer_logits(in.p, nullptr)); };
   const auto topk = [&] { BENCH_OK(tk::launch_topk(t, plan.kernel, plan.cluster, nullptr)); };
   const std::string shape = std::to_string(T) + " q x " + std::to_string(N / 1024) + "K causal";
-  const double bytes = double(T) * N * 4;
-  report("prefill-select", shape + " indexer (logits written)", tm.time(indexer, 5), 0, bytes,
-         false, 0);
+  const double bytes = double(T) * N * 4, flops = 2.0 * 64 * 128 * in.visible;
+  report("prefill-select", shape + " indexer (logits written)", tm.time(indexer, 5), flops, bytes,
+         true, kFp8TF);
   report("prefill-select",
          shape + " top-k " + tk::kernel_name(plan.kernel) + " c" + std::to_string(plan.cluster),
          tm.time(topk, 5), 0, bytes, false, 0);
   report("prefill-select", shape + " unfused: indexer + top-k",
-         tm.time([&] { indexer(), topk(); }, 5), 0, 2 * bytes, false, 0);
-  cudaFree(q), cudaFree(w), cudaFree(k), cudaFree(ks), cudaFree(kst), cudaFree(ken),
-      cudaFree(logits), cudaFree(out);
+         tm.time([&] { indexer(), topk(); }, 5), flops, 2 * bytes, true, kFp8TF);
+  cudaFree(out);
 }
 
 // Top-k of R rows of N uniform fp32 logits (floor: the logits read once). plan:
