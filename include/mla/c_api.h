@@ -607,8 +607,9 @@ typedef struct mla_launch_info {
   char master_addr[MLA_MASTER_ADDR_MAX];
 } mla_launch_info;
 /* lookup(name, user) -> value or NULL (unset). A NULL lookup reads the process environment. */
-typedef const char* (*mla_getenv_fn)(const char* name, void* user);
-MLA_C_EXPORT int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn lookup,
+typedef const char* (*mla_env_lookup_fn)(const char* name, void* user);
+typedef mla_env_lookup_fn mla_getenv_fn; /* the name of ABI version 2 and before */
+MLA_C_EXPORT int32_t mla_launch_info_from_env(mla_launch_info* out, mla_env_lookup_fn lookup,
                                               void* user);
 /* Rank 0 serves bytes[0 .. size) to the other ranks (over TCP at master_addr:master_port,
  * or through the file at path), which receive them into bytes. */

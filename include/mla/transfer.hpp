@@ -137,9 +137,9 @@ struct LaunchInfo {
   std::string master_addr;
   int master_port = 0;
 };
-// getenv is injectable for tests; nullptr reads the process environment.
+// lookup is injectable for tests; nullptr reads the process environment.
 Status launch_info_from_env(LaunchInfo* out,
-                            const std::function<const char*(const char*)>& getenv = nullptr);
+                            const std::function<const char*(const char*)>& lookup = nullptr);
 
 // Bootstrap: rank 0 serves `bytes` (NCCL's unique id) over TCP at
 // master_addr:master_port to the other world_size - 1 ranks, which receive

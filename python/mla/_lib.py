@@ -109,7 +109,7 @@ def filled(struct_cls, fn: str):
     return c
 
 
-# mla_getenv_fn: the value's address (c_void_p: a c_char_p result would point into a
+# mla_env_lookup_fn: the value's address (c_void_p: a c_char_p result would point into a
 # Python bytes object freed on return), or None for an unset variable.
 GETENV_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 

@@ -181,7 +181,7 @@ int32_t mla_execute_copy_plan(const mla_copy_run* runs, size_t num_runs,
   });
 }
 
-int32_t mla_launch_info_from_env(mla_launch_info* out, mla_getenv_fn lookup, void* user) {
+int32_t mla_launch_info_from_env(mla_launch_info* out, mla_env_lookup_fn lookup, void* user) {
   return guarded([&] {
     MLA_TRY(expect_pointer(out, "out"));
     LaunchInfo li;

@@ -38,9 +38,9 @@ Status env_int(const std::function<const char*(const char*)>& get, const char* n
 }  // namespace
 
 Status launch_info_from_env(LaunchInfo* out,
-                            const std::function<const char*(const char*)>& getenv) {
+                            const std::function<const char*(const char*)>& lookup) {
   if (out == nullptr) return error(Errc::invalid_value, "out: output pointer is null");
-  std::function<const char*(const char*)> get = getenv;
+  std::function<const char*(const char*)> get = lookup;
   if (!get) get = [](const char* n) { return static_cast<const char*>(std::getenv(n)); };
   LaunchInfo li;
   MLA_TRY(env_int(get, "WORLD_SIZE", true, 1, 1 << 20, &li.world_size));
