@@ -24,8 +24,11 @@ def test_quick_suites_cover_the_benchmark_suites():
                          "indexer-decode", "prefill", "sparse-prefill"]
     full = suites.all_cases(quick=False)
     assert set(got) <= set(full) and "decode-long" in full
-    # docs/benchmarks.md: sparse-decode b 128/64, h 128/64/32/16, s_q 1/2, bf16 and fp8 at top-2048.
-    assert len(full["sparse-decode"]) == 2 * 4 * 2 * 2
+    # docs/benchmarks.md: sparse-decode b 128/64, h 128/64/32/16, s_q 1/2, bf16 and fp8 at
+    # top-2048, and b128 h128 s_q1 at top-16384 over 64K keys in both formats.
+    assert len(full["sparse-decode"]) == 2 * 4 * 2 * 2 + 2
+    assert {(c.topk, c.s_k, c.fmt) for c in full["sparse-decode"] if c.topk != 2048} == {
+        (16384, 65536, "bf16"), (16384, 65536, "fp8_ds_mla")}
     assert {(c.rows, c.n) for c in full["topk"]} == {(128, 128 * 1024), (4096, 32 * 1024),
                                                    (1, 1024 * 1024)}
     assert [c.x for c in full["prefill"] if c.prefix] == [20 * 1024, 68 * 1024]

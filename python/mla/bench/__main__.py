@@ -1,5 +1,6 @@
 """python -m mla.bench compare [--quick] [--suite NAME ...] [--out DIR] [--peers ...]
-python -m mla.bench host-overhead [--device cuda|cpu] [--out FILE.json]"""
+python -m mla.bench host-overhead [--device cuda|cpu] [--out FILE.json]
+python -m mla.bench fp8-accuracy [--out FILE.json]"""
 
 import argparse
 import importlib.util
@@ -43,6 +44,10 @@ def main(argv=None) -> int:
     h.add_argument("--e2e-calls", type=int, default=200)
     h.add_argument("--no-flashmla", action="store_true")
     h.add_argument("--out", default=None, help="JSON results file")
+    a = sub.add_parser("fp8-accuracy",
+                       help="relative L2 of decode from fp8 caches against the bf16 cache of the "
+                            "same keys and an fp64 decode, ours beside FlashMLA's sparse fp8")
+    a.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args(argv)
     if importlib.util.find_spec("torch") is None:
         print(f"python -m mla.bench {args.cmd} needs PyTorch, which is not installed for "
@@ -52,6 +57,10 @@ def main(argv=None) -> int:
         from .host_overhead import run_host_overhead
 
         return run_host_overhead(args)
+    if args.cmd == "fp8-accuracy":
+        from .fp8_accuracy import run_fp8_accuracy
+
+        return run_fp8_accuracy(args)
     from .compare import run_compare
 
     return run_compare(args)

@@ -46,6 +46,28 @@ def build_mla_sparse_decode(torch, x: SparseDecodeInputs):
     return run, lambda: out
 
 
+def build_flashmla_sparse_decode(torch, x: SparseDecodeInputs):
+    """FlashMLA's sparse decode: fp8_ds_mla entries only on Hopper (its 656-byte layout is
+    ours), 64 or 128 query heads; the schedule is made on the first call and reused."""
+    import flash_mla
+
+    c = x.case
+    if c.fmt != "fp8_ds_mla":
+        raise NotApplicable("FlashMLA's sparse decode reads fp8_ds_mla entries only on Hopper")
+    if c.h_q not in (64, 128):
+        raise NotApplicable(f"FlashMLA's sparse fp8 decode takes 64 or 128 heads, not {c.h_q}")
+    meta, _ = flash_mla.get_mla_metadata()
+    cache = x.cache.view(torch.float8_e4m3fn)
+    res = {}
+
+    def run():
+        res["o"], _ = flash_mla.flash_mla_with_kvcache(x.q, cache, None, None, 512, meta, None,
+                                                       softmax_scale=SCALE, causal=False,
+                                                       is_fp8_kvcache=True, indices=x.indices)
+
+    return run, lambda: res["o"]
+
+
 def build_torch_sparse_decode(torch, x: SparseDecodeInputs):
     """Gather the listed keys (timed: it is the sparse part), bmm, fp32 softmax, bmm."""
     c = x.case
@@ -232,7 +254,8 @@ def build_flashmla_sparse_prefill(torch, x: SparsePrefillInputs):
     return run, lambda: res["o"]
 
 
-SPARSE_DECODE = {"mla": build_mla_sparse_decode, "torch": build_torch_sparse_decode}
+SPARSE_DECODE = {"mla": build_mla_sparse_decode, "torch": build_torch_sparse_decode,
+                 "flashmla": build_flashmla_sparse_decode}
 SPARSE_PREFILL = {"mla": build_mla_sparse_prefill, "torch": build_torch_sparse_prefill,
                   "flashmla": build_flashmla_sparse_prefill}
 TOPK = {"mla": build_mla_topk, "torch": build_torch_topk}

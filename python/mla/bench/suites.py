@@ -289,6 +289,9 @@ def dsa_and_prefill_cases(quick: bool) -> dict[str, list]:
             for s_q in (1, 2):
                 out["sparse-decode"] += [SparseDecodeCase("sparse-decode", b, h, s_q, 32 * K,
                                                           2048, f) for h in (16, 32, 64, 128)]
+        # Issue 15's long list: FlashMLA reports 460 TF/s for its fp8 kernel at top-k 32768.
+        out["sparse-decode"].append(SparseDecodeCase("sparse-decode", 128, 128, 1, 64 * K,
+                                                     16 * K, f))
     out["topk"] = [TopkCase("topk", 128, 128 * K), TopkCase("topk", 4096, 32 * K),
                    TopkCase("topk", 1, 1024 * K)]
     out["indexer-decode"] = [IndexerDecodeCase("indexer-decode", 128, s_q, L)
