@@ -83,8 +83,11 @@ class MBar:
 HALVES = ["L0", "R0", "L1", "R1"]
 
 
-def math_program(w, items, protocol):
-    """The kernel's steps for math warp w over the items."""
+def math_program(w, items, protocol, early=False):
+    """The kernel's steps for math warp w over the items. early: warpgroup 0
+    releases L0 once P0 V0_L completed (before it waits for m1) and L1 once
+    P1 V1_L completed (before it issues the next S0), the prefill_early
+    schedule; else after the P0 hand-over and after the next S0's L half."""
     wg = w // 4
     st = []
     g = 0
@@ -99,7 +102,13 @@ def math_program(w, items, protocol):
                 st.append(("arrive_qe",))
             for i in range(pairs):
                 gg = g + i
-                if mbar:
+                if mbar and early:
+                    st += [("write_max", "sm0", ("m0", gg)), ("mb_arrive", "max0"),
+                           ("pv_issue", "l0", [("L0", gg)]),
+                           ("pv_done", "l0", [("L0", gg)]), ("free", "L0"),
+                           ("mb_wait", "max1", gg), ("read_max", "sm1", ("m1", gg)),
+                           ("write_p", ("P0", gg)), ("mb_arrive", "p0"), ("mb_wait", "p1", gg)]
+                elif mbar:
                     st += [("write_max", "sm0", ("m0", gg)), ("mb_arrive", "max0"),
                            ("pv_issue", "l0", [("L0", gg)]),
                            ("mb_wait", "max1", gg), ("read_max", "sm1", ("m1", gg)),
@@ -114,7 +123,14 @@ def math_program(w, items, protocol):
                            ("pv_done", "l0", [("L0", gg)]), ("free", "L0"),
                            ("bar_sync", "P1")]
                 st += [("pv_issue", "r0", [("L1", gg), ("sP", ("P1", gg))])]
-                if i + 1 < pairs:
+                if early:
+                    st += [("pv_done", "r0", [("L1", gg), ("sP", ("P1", gg))]), ("free", "L1")]
+                    if i + 1 < pairs:
+                        st += [("wait_ready", "L0", gg + 1), ("s", k, ["L0"], gg + 1),
+                               ("wait_ready", "R0", gg + 1), ("s", k, ["R0", "rope0"], gg + 1)]
+                        if i + 2 == pairs:
+                            st.append(("arrive_qe",))
+                elif i + 1 < pairs:
                     st += [("wait_ready", "L0", gg + 1), ("s", k, ["L0"], gg + 1),
                            ("pv_done", "r0", [("L1", gg), ("sP", ("P1", gg))]), ("free", "L1"),
                            ("wait_ready", "R0", gg + 1), ("s", k, ["R0", "rope0"], gg + 1)]
@@ -153,7 +169,7 @@ def math_program(w, items, protocol):
     return st
 
 
-def run(items, seed, protocol="mbar", sum_buffers=2):
+def run(items, seed, protocol="mbar", sum_buffers=2, early=False):
     """One random schedule; returns the accesses racecheck would see unordered."""
     rnd = random.Random(seed)
     ready = {h: MBar(PRODUCER_THREADS) for h in HALVES}
@@ -275,7 +291,7 @@ def run(items, seed, protocol="mbar", sum_buffers=2):
         else:
             reads.setdefault(loc, []).append((w, vc[w][w]))
 
-    progs = [math_program(w, items, protocol) for w in range(MATH_WARPS)]
+    progs = [math_program(w, items, protocol, early) for w in range(MATH_WARPS)]
     pcs = [0] * MATH_WARPS
     gens = [None] * MATH_WARPS
 
@@ -388,10 +404,11 @@ def main():
     cases = [(items, seed) for items in shapes for seed in range(120)]
     cases += [([rnd.choice([0, 1, 1, 2, 3]) for _ in range(rnd.randint(1, 6))], 1000 + seed)
               for seed in range(400)]
-    for items, seed in cases:
-        hz = run(items, seed, "mbar")
-        assert not hz, f"mbarrier protocol, items {items} seed {seed}: unordered {hz[:4]}"
-        runs += 1
+    for early in (False, True):  # the prefill and prefill_early schedules
+        for items, seed in cases:
+            hz = run(items, seed, "mbar", early=early)
+            assert not hz, f"mbarrier protocol, early {early}, items {items} seed {seed}: {hz[:4]}"
+            runs += 1
     # The check can fail: the previous protocol (bar.arrive -> bar.sync hand-
     # overs; its data are right, its orderings run through bar.arrive) and the
     # row sums in one buffer are flagged.
@@ -408,7 +425,8 @@ def main():
                 assert "row sums" in str(e), e
                 one_buffer.add("red_sum")
     assert one_buffer == {"red_sum"}, f"one row-sum buffer: flagged {one_buffer}"
-    print(f"sparse prefill barrier model: {runs} random schedules of the mbarrier hand-overs: "
+    print(f"sparse prefill barrier model: {runs} random schedules of the mbarrier hand-overs "
+          "(both schedules, prefill and prefill_early): "
           "no deadlock, no read before its write, no overwrite before its read, no region "
           "written by both cp.async and generic stores, every generic access of sm0 / sm1 / "
           "red_sum / sP ordered by mbarrier and bar.sync edges alone; the check flags "

@@ -31,6 +31,13 @@
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
 //     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
 //     wg0: O_L += P1 V1_L.
+//   kEarly (SparsePrefillParams::early_release, sparse::Kernel::prefill_early):
+//   warpgroup 0 hands L0 back to the producer as soon as P0 V0_L completed
+//   (before it waits for m1) and L1 as soon as P1 V1_L completed (before the
+//   next S0 waits for its tile), so each refill starts up to a softmax or a
+//   gather earlier; otherwise L0 after the P0 hand-over and L1 once the next
+//   S0's first half is issued. The products are the same, issued in the same
+//   order: the two schedules give the same bits.
 //   sP is the one shared block the math warpgroups write with generic stores;
 //   every other block is written only by cp.async and read only by wgmma (no
 //   region is written by both proxies, so racecheck has nothing to order).
@@ -427,7 +434,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
 // The one named barrier (the hand-overs between the warpgroups are mbarriers).
 enum NamedBarrier : int { kBarW1 = 1 };
 
-template <bool kFp8>
+template <bool kFp8, bool kEarly>
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
@@ -579,16 +586,24 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         wgmma::fence();
         issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
+        if constexpr (kEarly) {  // L0 back to the producer before the wait for m1
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          hold_a(pa);
+          release(&free_bar[0 + L]);
+        }
         mbar_wait(max1_full, gp & 1);
         const float x0 = sm1[r0], x1 = sm1[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
         store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
         mbar_arrive(p0_full);
-        wgmma::wait<0>();
-        wgmma::fence_regs(o);
-        hold_a(pa);
-        release(&free_bar[0 + L]);
+        if constexpr (!kEarly) {
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          hold_a(pa);
+          release(&free_bar[0 + L]);
+        }
         scale_o(o, b0, b1);
         l0 *= b0, l1 *= b1;
         m0 = x0, m1 = x1;
@@ -596,13 +611,20 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         wgmma::fence();
         issue_pv_ss(o, p_desc, v1_desc, 0);  // O_L += P1 V1_L
         wgmma::commit();
+        if constexpr (kEarly) {  // L1 back before the next S0 waits for its tile
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          release(&free_bar[2 + L]);
+        }
         if (i + 1 < it.pairs) {
           valid = tile_valid_mask(p, next);
           next = load_tile_idx(it, 2 * i + 4, lane);
           issue_s0(gp + 1);
-          wgmma::wait<1>();  // P1 V1_L done
-          wgmma::fence_regs(o);
-          release(&free_bar[2 + L]);
+          if constexpr (!kEarly) {
+            wgmma::wait<1>();  // P1 V1_L done
+            wgmma::fence_regs(o);
+            release(&free_bar[2 + L]);
+          }
           mbar_wait(&ready[0 + R], (gp + 1) & 1);
           wgmma::fence_proxy_async();
           issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
@@ -610,7 +632,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
           wgmma::wait<0>();
           wgmma::fence_regs(s);
           if (i + 2 == it.pairs) release(q_empty);
-        } else {
+        } else if constexpr (!kEarly) {
           wgmma::wait<0>();
           wgmma::fence_regs(o);
           release(&free_bar[2 + L]);
@@ -702,22 +724,33 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   }
 }
 
-template <bool kFp8>
-Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
+// One instantiation (key format, schedule): its shared memory raised once, its
+// register count checked (setmaxnreg.inc would wait forever for registers the
+// CTA was not given), then the persistent launch.
+template <bool kFp8, bool kEarly>
+Status launch_sparse_prefill_schedule(const SparsePrefillParams& p, int ctas, int items,
+                                      cudaStream_t stream) {
   using C = SparsePrefillConfig;
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      sparse_prefill_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  auto* const kernel = sparse_prefill_kernel<kFp8, kEarly>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
-  // setmaxnreg.inc would wait forever for registers the CTA was not given.
-  static const int regs = [] {
+  static const int regs = [kernel] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, sparse_prefill_kernel<kFp8>) == cudaSuccess ? fa.numRegs : -1;
+    return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? fa.numRegs : -1;
   }();
   if (regs < C::kLaunchRegs)
     return Status(Errc::unsupported,
                   "sparse_prefill_kernel: compiled with " + std::to_string(regs) +
                       " registers per thread; its warpgroup register budgets need " +
                       std::to_string(C::kLaunchRegs));
+  kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
+  return check_launch("sparse_prefill_kernel");
+}
+
+template <bool kFp8>
+Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
+  using C = SparsePrefillConfig;
   DeviceFacts dev;
   int id = 0;
   MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
@@ -725,8 +758,8 @@ Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t strea
   // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
   const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
   const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
-  sparse_prefill_kernel<kFp8><<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
-  return check_launch("sparse_prefill_kernel");
+  return p.early_release ? launch_sparse_prefill_schedule<kFp8, true>(p, ctas, items, stream)
+                         : launch_sparse_prefill_schedule<kFp8, false>(p, ctas, items, stream);
 }
 
 }  // namespace mla::cuda::sparse
