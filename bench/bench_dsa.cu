@@ -692,24 +692,20 @@ int main(int argc, char** argv) {
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
   }
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048; h_q 64; s_q 16K):
-  // the automatic choice (the prefill kernel), its early-release schedule
-  // (prefill_early, A/B until measured) and the decode kernel it replaced,
-  // same run.
+  // the automatic choice (the prefill kernel) and the decode kernel it
+  // replaced, same run.
   if (want("sparse-prefill")) {
     using mla::cuda::sparse::Kernel;
     for (int64_t skv : {8192L, 32768L, 131072L})
-      for (Kernel k : {Kernel::automatic, Kernel::prefill_early, Kernel::decode_wgmma})
+      for (Kernel k : {Kernel::automatic, Kernel::decode_wgmma})
         bench_sparse_prefill(tm, 4096, 128, skv, 2048, k);
     for (int64_t skv : {8192L, 32768L, 131072L})
-      for (Kernel k : {Kernel::automatic, Kernel::prefill_early})
-        bench_sparse_prefill(tm, 4096, 64, skv, 2048, k);
+      bench_sparse_prefill(tm, 4096, 64, skv, 2048, Kernel::automatic);
     for (int64_t skv : {32768L, 131072L})
-      for (Kernel k : {Kernel::automatic, Kernel::prefill_early})
-        bench_sparse_prefill(tm, 16384, 128, skv, 2048, k);
+      bench_sparse_prefill(tm, 16384, 128, skv, 2048, Kernel::automatic);
     // A cached fp8 prefix (fp8_ds_mla entries dequantised in the gather).
     for (int64_t skv : {8192L, 131072L})
-      for (Kernel k : {Kernel::automatic, Kernel::prefill_early})
-        bench_sparse_prefill(tm, 4096, 128, skv, 2048, k, true);
+      bench_sparse_prefill(tm, 4096, 128, skv, 2048, Kernel::automatic, true);
   }
   // docs/benchmarks.md's dsa-vs-dense: the whole public DSA step against dense decode of
   // the same cache at B 128 (both cache formats: the fp8 DSA step against bf16

@@ -84,10 +84,11 @@ HALVES = ["L0", "R0", "L1", "R1"]
 
 
 def math_program(w, items, protocol, early=False):
-    """The kernel's steps for math warp w over the items. early: warpgroup 0
-    releases L0 once P0 V0_L completed (before it waits for m1) and L1 once
-    P1 V1_L completed (before it issues the next S0), the prefill_early
-    schedule; else after the P0 hand-over and after the next S0's L half."""
+    """The kernel's steps for math warp w over the items. early (the fp8-key
+    instantiation): warpgroup 0 releases L0 once P0 V0_L completed (before it
+    waits for m1) and L1 once P1 V1_L completed (before it issues the next
+    S0); else (bf16 keys) after the P0 hand-over and after the next S0's L
+    half."""
     wg = w // 4
     st = []
     g = 0
@@ -404,7 +405,7 @@ def main():
     cases = [(items, seed) for items in shapes for seed in range(120)]
     cases += [([rnd.choice([0, 1, 1, 2, 3]) for _ in range(rnd.randint(1, 6))], 1000 + seed)
               for seed in range(400)]
-    for early in (False, True):  # the prefill and prefill_early schedules
+    for early in (False, True):  # the bf16- and fp8-key instantiations' release points
         for items, seed in cases:
             hz = run(items, seed, "mbar", early=early)
             assert not hz, f"mbarrier protocol, early {early}, items {items} seed {seed}: {hz[:4]}"
@@ -426,7 +427,7 @@ def main():
                 one_buffer.add("red_sum")
     assert one_buffer == {"red_sum"}, f"one row-sum buffer: flagged {one_buffer}"
     print(f"sparse prefill barrier model: {runs} random schedules of the mbarrier hand-overs "
-          "(both schedules, prefill and prefill_early): "
+          "(both release schedules, bf16 and fp8 keys): "
           "no deadlock, no read before its write, no overwrite before its read, no region "
           "written by both cp.async and generic stores, every generic access of sm0 / sm1 / "
           "red_sum / sP ordered by mbarrier and bar.sync edges alone; the check flags "

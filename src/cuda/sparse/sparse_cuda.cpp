@@ -358,7 +358,7 @@ sparse::SparsePrefillParams prefill_kernel_params(const SparseAttnParams& pc) {
 
 // Scratch of one launch of `kernel` on p.
 Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
-  if (kernel == Kernel::prefill || kernel == Kernel::prefill_early) {
+  if (kernel == Kernel::prefill) {
     *bytes = 0;
   } else if (kernel == Kernel::decode_wgmma) {
     DecodeGeometry g;
@@ -372,11 +372,8 @@ Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
 
 Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream_t stream,
               const DecodePlan* plan = nullptr) {
-  if (kernel == Kernel::prefill || kernel == Kernel::prefill_early) {
-    sparse::SparsePrefillParams g = prefill_kernel_params(p);
-    g.early_release = kernel == Kernel::prefill_early;
-    return sparse::launch_sparse_prefill(g, stream);
-  }
+  if (kernel == Kernel::prefill)
+    return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
   if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream, plan);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
@@ -436,7 +433,6 @@ const char* kernel_name(Kernel k) {
     case Kernel::decode_wgmma: return "decode_wgmma";
     case Kernel::mma_sync: return "mma_sync";
     case Kernel::prefill: return "prefill";
-    case Kernel::prefill_early: return "prefill_early";
   }
   return "?";
 }
@@ -449,8 +445,7 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::decode_wgmma:
       return common && problem.page_size <= INT32_MAX && problem.flat_index;
     case Kernel::mma_sync: return common && !problem.fp8_e4m3;  // reads 576 bf16 or 656 B
-    case Kernel::prefill:
-    case Kernel::prefill_early: return common && problem.prefill;
+    case Kernel::prefill: return common && problem.prefill;
   }
   return false;
 }

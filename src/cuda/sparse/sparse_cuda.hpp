@@ -18,13 +18,9 @@ enum class Kernel {
   decode_wgmma,  // the decode kernel (cuda/decode) with indexed keys, on the split schedule
   mma_sync,      // sparse_mma.cu: one CTA per (query, head block, list range)
   prefill,       // sparse_prefill_kernel.cuh: prefill only, gathered key tiles, no workspace
-  // The same kernel with warpgroup 0's key halves handed back as soon as their
-  // last product completed (SparsePrefillParams::early_release; same bits).
-  // Selectable for the A/B against `prefill` until measured.
-  prefill_early,
 };
 inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::decode_wgmma, Kernel::mma_sync,
-                                      Kernel::prefill, Kernel::prefill_early};
+                                      Kernel::prefill};
 const char* kernel_name(Kernel k);
 
 // The most query tokens of one launch: the mma_sync kernel's grid has one

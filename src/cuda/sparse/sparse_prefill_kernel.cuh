@@ -31,13 +31,15 @@
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
 //     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
 //     wg0: O_L += P1 V1_L.
-//   kEarly (SparsePrefillParams::early_release, sparse::Kernel::prefill_early):
-//   warpgroup 0 hands L0 back to the producer as soon as P0 V0_L completed
-//   (before it waits for m1) and L1 as soon as P1 V1_L completed (before the
-//   next S0 waits for its tile), so each refill starts up to a softmax or a
-//   gather earlier; otherwise L0 after the P0 hand-over and L1 once the next
-//   S0's first half is issued. The products are the same, issued in the same
-//   order: the two schedules give the same bits.
+//   When warpgroup 0 hands its halves back depends on the key format (kEarly,
+//   measured on an H100, 2026-12-06): with fp8 keys, whose producer
+//   dequantises and is the slower side, L0 goes back as soon as P0 V0_L
+//   completed (before the m1 wait) and L1 as soon as P1 V1_L completed
+//   (before the next S0 waits for its tile): +6-9%. With bf16 keys that costs
+//   4-9% (warpgroup 0 then stores P0 only after its product completed, and the
+//   next S0 is no longer queued behind P1 V1_L), so there L0 goes back after
+//   the P0 hand-over and L1 once the next S0's first half is issued. Same
+//   products in the same order either way.
 //   sP is the one shared block the math warpgroups write with generic stores;
 //   every other block is written only by cp.async and read only by wgmma (no
 //   region is written by both proxies, so racecheck has nothing to order).
@@ -434,10 +436,11 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
 // The one named barrier (the hand-overs between the warpgroups are mbarriers).
 enum NamedBarrier : int { kBarW1 = 1 };
 
-template <bool kFp8, bool kEarly>
+template <bool kFp8>
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
+  constexpr bool kEarly = kFp8;  // warpgroup 0's release points (the header says why)
   using namespace ptx;
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries (the hardware swizzles by address).
@@ -724,33 +727,22 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
   }
 }
 
-// One instantiation (key format, schedule): its shared memory raised once, its
-// register count checked (setmaxnreg.inc would wait forever for registers the
-// CTA was not given), then the persistent launch.
-template <bool kFp8, bool kEarly>
-Status launch_sparse_prefill_schedule(const SparsePrefillParams& p, int ctas, int items,
-                                      cudaStream_t stream) {
+template <bool kFp8>
+Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
   using C = SparsePrefillConfig;
-  auto* const kernel = sparse_prefill_kernel<kFp8, kEarly>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      sparse_prefill_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   MLA_CUDA_TRY(attr, "cudaFuncSetAttribute(sparse_prefill_kernel)");
-  static const int regs = [kernel] {
+  // setmaxnreg.inc would wait forever for registers the CTA was not given.
+  static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? fa.numRegs : -1;
+    return cudaFuncGetAttributes(&fa, sparse_prefill_kernel<kFp8>) == cudaSuccess ? fa.numRegs : -1;
   }();
   if (regs < C::kLaunchRegs)
     return Status(Errc::unsupported,
                   "sparse_prefill_kernel: compiled with " + std::to_string(regs) +
                       " registers per thread; its warpgroup register budgets need " +
                       std::to_string(C::kLaunchRegs));
-  kernel<<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
-  return check_launch("sparse_prefill_kernel");
-}
-
-template <bool kFp8>
-Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t stream) {
-  using C = SparsePrefillConfig;
   DeviceFacts dev;
   int id = 0;
   MLA_CUDA_TRY(cudaGetDevice(&id), "cudaGetDevice");
@@ -758,8 +750,8 @@ Status launch_sparse_prefill_as(const SparsePrefillParams& p, cudaStream_t strea
   // Persistent: one CTA per SM (the shared memory allows one), items round-robin.
   const int items = int(int64_t(p.s_q) * ((p.h_q + C::kRows - 1) / C::kRows));
   const int ctas = std::min(items, p.max_ctas > 0 ? p.max_ctas : dev.sm_count);
-  return p.early_release ? launch_sparse_prefill_schedule<kFp8, true>(p, ctas, items, stream)
-                         : launch_sparse_prefill_schedule<kFp8, false>(p, ctas, items, stream);
+  sparse_prefill_kernel<kFp8><<<ctas, C::kThreads, C::kSmemBytes, stream>>>(p, items);
+  return check_launch("sparse_prefill_kernel");
 }
 
 }  // namespace mla::cuda::sparse

@@ -38,10 +38,6 @@ struct SparsePrefillParams {
   // depend on it (an item's arithmetic is the same in any CTA); tests use a
   // few CTAs to run many items through one CTA's ring.
   int max_ctas = 0;
-  // Warpgroup 0 hands its key halves back as soon as their last product
-  // completed (sparse::Kernel::prefill_early) instead of after the P0
-  // hand-over / the next S0's issue (Kernel::prefill). Same arithmetic, same bits.
-  bool early_release = false;
 };
 
 }  // namespace mla::cuda::sparse
