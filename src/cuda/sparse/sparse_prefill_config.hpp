@@ -38,10 +38,14 @@ struct SparsePrefillConfig {
   static constexpr int kMathThreads = kMathWgs * 128;
   static constexpr int kThreads = kMathThreads + 128;
   static constexpr int kVColsPerWg = kDv / kMathWgs;
-  // Running max handed between the warpgroups; row sums per item (two sets by
-  // item parity).
-  static constexpr int kSmemRed = kRows * 4 + 2 * kMathWgs * kRows * 4;
-  static constexpr int kBarriers = 2 * kBuffers * kHalves + 2;  // ready, free; q_full, q_empty
+  // Running max of a pair handed between the warpgroups, one slot per
+  // direction (m0: 0 -> 1, m1: 1 -> 0); row sums per item (two sets by item
+  // parity: each warpgroup writes its own before it waits for the other's).
+  static constexpr int kSmemRed = 2 * kRows * 4 + 2 * kMathWgs * kRows * 4;
+  // ready, free; q_full, q_empty; the math warpgroups' hand-overs (m0, m1, P0,
+  // P1, row sums).
+  static constexpr int kHandOvers = 5;
+  static constexpr int kBarriers = 2 * kBuffers * kHalves + 2 + kHandOvers;
   static constexpr int kSmemBytes =
       1024 /* alignment slack */ + kSmemQ + kBuffers * kSmemK + kSmemP + kSmemRed + 8 * kBarriers;
   // setmaxnreg moves registers within what the CTA got at launch: 384 threads

@@ -31,9 +31,23 @@
 //     wg0: P0 * exp2(m0 - m1) into sP; O_L, l0 rescaled to m1;
 //     wg1: O_R += (P0 scaled) V0_R; once it completed, P1 into sP;
 //     wg0: O_L += P1 V1_L.
+//   When warpgroup 0 hands its halves back depends on the key format (kEarly,
+//   measured on an H100, 2026-12-06): with fp8 keys, whose producer
+//   dequantises and is the slower side, L0 goes back as soon as P0 V0_L
+//   completed (before the m1 wait) and L1 as soon as P1 V1_L completed
+//   (before the next S0 waits for its tile): +6-9%. With bf16 keys that costs
+//   4-9% (warpgroup 0 then stores P0 only after its product completed, and the
+//   next S0 is no longer queued behind P1 V1_L), so there L0 goes back after
+//   the P0 hand-over and L1 once the next S0's first half is issued. Same
+//   products in the same order either way.
 //   sP is the one shared block the math warpgroups write with generic stores;
 //   every other block is written only by cp.async and read only by wgmma (no
 //   region is written by both proxies, so racecheck has nothing to order).
+//   Every hand-over between the math warpgroups (m0, m1, P0, P1, the row
+//   sums) goes through an mbarrier: the writer's 128 threads arrive after
+//   their stores (release), the reader waits on the phase (acquire), an
+//   ordering racecheck follows (it reported the bar.arrive -> bar.sync
+//   hand-overs on named barriers that this replaced).
 //   Both end the pair at max m1 (so l0 + l1 is the row sum at the end), and
 //   each warpgroup's softmax runs while the other's products occupy the tensor
 //   cores. The S of the next pair is issued as soon as its first half lands.
@@ -51,12 +65,25 @@
 //   q_empty (8 arrivals: every math warp once its last S of item k completed,
 //     at once for an item without keys): the producer waits parity
 //     (k & 1) ^ 1 before loading Q of item k.
-//   named barriers (256 threads; one warpgroup arrives, the other syncs):
-//     kBarM0 (m0 written), kBarM1 (m1 written), kBarP0 (P0 written into sP;
-//     warpgroup 0's P1 V1_L of the previous pair, the last reader of sP,
-//     completed before its warps arrived at kBarM0), kBarP1 (P1 written into
-//     sP), kBarSum (row sums of an item, both sync); kBarW1 (warpgroup 1's
-//     128 threads: P0 V0_R completed in every warp before any overwrites sP).
+//   hand-overs (every thread of the writing warpgroup arrives; the reader
+//     waits parity gp & 1; each completes once per pair):
+//     max0_full (m0 written into sm0 by warpgroup 0; its threads' reads of
+//       sm1 of the previous pair are done, so warpgroup 1 may overwrite it),
+//     max1_full (m1 written into sm1 by warpgroup 1; its reads of sm0 done),
+//     p0_full (P0 written into sP and fenced for the async proxy; warpgroup
+//       0's P1 V1_L of the previous pair, the last reader of sP, completed
+//       in all its warps before they arrived at max0_full, which warpgroup 1
+//       waited for before its own max1_full arrival that precedes P0),
+//     p1_full (P1 written into sP by warpgroup 1).
+//     A writer arrives for pair gp + 1 only after it waited for the reader's
+//     hand-over of pair gp, so no barrier runs two phases ahead of a waiter.
+//   sum_full (256 arrivals: every math thread, once its row sums of item k
+//     are in red_sum[k & 1]; all wait parity k & 1, then read the other
+//     warpgroup's). An item's write goes to the buffer the partner last read
+//     two items back, before the previous item's sum_full, which the writer
+//     waited for.
+//   named barrier kBarW1 (warpgroup 1's 128 threads, bar.sync: P0 V0_R
+//     completed in every warp before any overwrites sP).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -406,24 +433,33 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], float a0, float a1) {
   }
 }
 
-enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarSum = 5, kBarW1 = 6 };
+// The one named barrier (the hand-overs between the warpgroups are mbarriers).
+enum NamedBarrier : int { kBarW1 = 1 };
 
 template <bool kFp8>
 __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ SparsePrefillParams p, int n_items) {
   using C = SparsePrefillConfig;
+  constexpr bool kEarly = kFp8;  // warpgroup 0's release points (the header says why)
   using namespace ptx;
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries (the hardware swizzles by address).
   unsigned char* const sQ = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* const sK = sQ + C::kSmemQ;  // [buffer][block]
   unsigned char* const sP = sK + C::kBuffers * C::kSmemK;
-  float* const s_max = reinterpret_cast<float*>(sP + C::kSmemP);  // [row]
-  float* const red_sum = s_max + C::kRows;                        // [item & 1][wg][row]
+  float* const sm0 = reinterpret_cast<float*>(sP + C::kSmemP);  // [row] m0 of the pair
+  float* const sm1 = sm0 + C::kRows;                            // [row] m1 of the pair
+  float* const red_sum = sm1 + C::kRows;                        // [item & 1][wg][row]
   uint64_t* const ready = reinterpret_cast<uint64_t*>(red_sum + 2 * C::kMathWgs * C::kRows);
   uint64_t* const free_bar = ready + C::kBuffers * C::kHalves;  // [buffer * 2 + half]
   uint64_t* const q_full = free_bar + C::kBuffers * C::kHalves;
   uint64_t* const q_empty = q_full + 1;
+  uint64_t* const max0_full = q_empty + 1;
+  uint64_t* const max1_full = max0_full + 1;
+  uint64_t* const p0_full = max1_full + 1;
+  uint64_t* const p1_full = p0_full + 1;
+  uint64_t* const sum_full = p1_full + 1;
+  static_assert(C::kHandOvers == 5, "max0, max1, p0, p1, sum");
   constexpr int L = 0, R = 1;
 
   const int tid = threadIdx.x, wg = tid / 128;
@@ -434,6 +470,11 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     }
     mbar_init(q_full, 128);
     mbar_init(q_empty, C::kMathThreads / 32);
+    mbar_init(max0_full, 128);
+    mbar_init(max1_full, 128);
+    mbar_init(p0_full, 128);
+    mbar_init(p1_full, 128);
+    mbar_init(sum_full, C::kMathThreads);
     mbar_fence_init();
   }
   __syncthreads();
@@ -542,37 +583,51 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
-        __syncwarp();
-        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
-        named_barrier_arrive(kBarM0, C::kMathThreads);
+        if (c == 0) sm0[r0] = n0, sm0[r1] = n1;
+        mbar_arrive(max0_full);  // every thread: also its reads of sm1 (last pair) are done
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v0_desc, 0);  // O_L += P0 V0_L
         wgmma::commit();
-        named_barrier_sync(kBarM1, C::kMathThreads);
-        const float x0 = s_max[r0], x1 = s_max[r1];  // m1 of the pair
+        if constexpr (kEarly) {  // L0 back to the producer before the wait for m1
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          hold_a(pa);
+          release(&free_bar[0 + L]);
+        }
+        mbar_wait(max1_full, gp & 1);
+        const float x0 = sm1[r0], x1 = sm1[r1];  // m1 of the pair
         const float b0 = fast_exp2(n0 - safe_max(x0)), b1 = fast_exp2(n1 - safe_max(x1));
         store_p(s, b0, b1, sP, r0, c);
         wgmma::fence_proxy_async();
-        named_barrier_arrive(kBarP0, C::kMathThreads);
-        wgmma::wait<0>();
-        wgmma::fence_regs(o);
-        hold_a(pa);
-        release(&free_bar[0 + L]);
+        mbar_arrive(p0_full);
+        if constexpr (!kEarly) {
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          hold_a(pa);
+          release(&free_bar[0 + L]);
+        }
         scale_o(o, b0, b1);
         l0 *= b0, l1 *= b1;
         m0 = x0, m1 = x1;
-        named_barrier_sync(kBarP1, C::kMathThreads);
+        mbar_wait(p1_full, gp & 1);
         wgmma::fence();
         issue_pv_ss(o, p_desc, v1_desc, 0);  // O_L += P1 V1_L
         wgmma::commit();
+        if constexpr (kEarly) {  // L1 back before the next S0 waits for its tile
+          wgmma::wait<0>();
+          wgmma::fence_regs(o);
+          release(&free_bar[2 + L]);
+        }
         if (i + 1 < it.pairs) {
           valid = tile_valid_mask(p, next);
           next = load_tile_idx(it, 2 * i + 4, lane);
           issue_s0(gp + 1);
-          wgmma::wait<1>();  // P1 V1_L done
-          wgmma::fence_regs(o);
-          release(&free_bar[2 + L]);
+          if constexpr (!kEarly) {
+            wgmma::wait<1>();  // P1 V1_L done
+            wgmma::fence_regs(o);
+            release(&free_bar[2 + L]);
+          }
           mbar_wait(&ready[0 + R], (gp + 1) & 1);
           wgmma::fence_proxy_async();
           issue_s(s, q_desc, k0_desc, C::kLBlocks, C::kQkBlocks, false);
@@ -580,7 +635,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
           wgmma::wait<0>();
           wgmma::fence_regs(s);
           if (i + 2 == it.pairs) release(q_empty);
-        } else {
+        } else if constexpr (!kEarly) {
           wgmma::wait<0>();
           wgmma::fence_regs(o);
           release(&free_bar[2 + L]);
@@ -606,22 +661,21 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         if (i + 1 == it.pairs) release(q_empty);
         float mx0, mx1;
         mask_max(s, valid, scale_log2, c, mx0, mx1);
-        named_barrier_sync(kBarM0, C::kMathThreads);
-        const float n0 = fmaxf(s_max[r0], mx0), n1 = fmaxf(s_max[r1], mx1);  // m1 of the pair
+        mbar_wait(max0_full, gp & 1);
+        const float n0 = fmaxf(sm0[r0], mx0), n1 = fmaxf(sm0[r1], mx1);  // m1 of the pair
         const float ns0 = safe_max(n0), ns1 = safe_max(n1);
         const float a0 = fast_exp2(m0 - ns0), a1 = fast_exp2(m1 - ns1);
         scale_o(o, a0, a1);
         l0 *= a0, l1 *= a1;
         exp_rows(s, scale_log2, ns0, ns1, l0, l1);
         m0 = n0, m1 = n1;
-        __syncwarp();
-        if (c == 0) s_max[r0] = n0, s_max[r1] = n1;
-        named_barrier_arrive(kBarM1, C::kMathThreads);
+        if (c == 0) sm1[r0] = n0, sm1[r1] = n1;
+        mbar_arrive(max1_full);  // every thread: also its reads of sm0 are done
         pack_a(s, pa);
         wgmma::fence();
         issue_pv_rs(o, pa, v1_desc, C::kLBlocks);  // O_R += P1 V1_R
         wgmma::commit();
-        named_barrier_sync(kBarP0, C::kMathThreads);
+        mbar_wait(p0_full, gp & 1);
         issue_pv_ss(o, p_desc, v0_desc, C::kLBlocks);  // O_R += P0 V0_R
         wgmma::commit();
         wgmma::wait<1>();
@@ -633,7 +687,7 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
         named_barrier_sync(kBarW1, 128);  // every warp's part of P0 V0_R read sP
         store_p(s, 1.f, 1.f, sP, r0, c);
         wgmma::fence_proxy_async();
-        named_barrier_arrive(kBarP1, C::kMathThreads);
+        mbar_arrive(p1_full);
         release(&free_bar[0 + R]);
       }
     }
@@ -646,7 +700,8 @@ __global__ void __launch_bounds__(SparsePrefillConfig::kThreads, 1)
     }
     float* const sums = red_sum + (k & 1) * C::kMathWgs * C::kRows;
     if (c == 0) sums[w * C::kRows + r0] = l0, sums[w * C::kRows + r1] = l1;
-    named_barrier_sync(kBarSum, C::kMathThreads);
+    mbar_arrive(sum_full);
+    mbar_wait(sum_full, k & 1);
     l0 += sums[(1 - w) * C::kRows + r0], l1 += sums[(1 - w) * C::kRows + r1];
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.out) + int64_t(it.token) * p.out_ss +

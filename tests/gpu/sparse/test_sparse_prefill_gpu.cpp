@@ -226,14 +226,16 @@ TEST(SparsePrefillGpu, Fp8KeysMatchReference) {
 // head blocks, so two CTAs share a token), 16 (padded rows), six tokens per
 // case (random lists with -1 and rows past s_kv, an all -1 list, duplicates,
 // three entries, topk_length 0, a random topk_length), 3 pairs of tiles per
-// list and a partial last tile, bf16 and fp8 keys; run_gpu also runs 1 and 3
-// CTAs (items through one CTA's ring, Q reloads).
+// list and a partial last tile, bf16 and fp8 keys, s_q 1; run_gpu also runs 1
+// and 3 CTAs (items through one CTA's ring, Q reloads; every hand-over
+// mbarrier through many phases).
 TEST(SparsePrefillGpu, SanitizerShapes) {
   Rng rng(167);
   for (bool fp8 : {false, true}) {
     check_case(rng, {64, 6, 700, 320, true, fp8});
     check_case(rng, {128, 6, 700, 320, true, fp8});
     check_case(rng, {16, 6, 700, 100, false, fp8});
+    check_case(rng, {128, 1, 700, 200, false, fp8});  // s_q 1: two items, two CTAs
   }
 }
 
