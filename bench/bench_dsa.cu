@@ -305,14 +305,23 @@ void launch_prefill_indexer(const idx::IndexerLogitsParams& p, idx::Kernel k) {
 // exactly), the largest |a - b| and the largest finite |a| (atomicMax on the
 // bits of non-negative floats, which order as integers).
 __global__ void compare_logits(const float* a, const float* b, int64_t n, unsigned* stats) {
+  unsigned bad = 0;
+  float diff = 0.f, big = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const bool ia = isinf(a[i]), ib = isinf(b[i]);
-    if (ia != ib || isnan(a[i]) || isnan(b[i])) atomicAdd(&stats[0], 1u);
-    if (!ia && !ib) {
-      atomicMax(&stats[1], __float_as_uint(fabsf(a[i] - b[i])));
-      atomicMax(&stats[2], __float_as_uint(fabsf(a[i])));
-    }
+    if (ia != ib || isnan(a[i]) || isnan(b[i]) || (ia && a[i] != b[i])) ++bad;
+    if (!ia && !ib) diff = fmaxf(diff, fabsf(a[i] - b[i])), big = fmaxf(big, fabsf(a[i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) {  // one atomic per warp
+    bad += __shfl_xor_sync(0xffffffffu, bad, o);
+    diff = fmaxf(diff, __shfl_xor_sync(0xffffffffu, diff, o));
+    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(&stats[0], bad);
+    atomicMax(&stats[1], __float_as_uint(diff));
+    atomicMax(&stats[2], __float_as_uint(big));
   }
 }
 
