@@ -7,10 +7,10 @@ then each tile into ring stage i % STAGES after waiting for empty[s]), the copy
 engine (copies land later, in random order and pieces, then complete the
 barrier's transaction bytes), and the 8 consumer warps (warps 0-3: consumer 0,
 4-7: consumer 1), each running the kernel's sequence: weights written, named
-barrier kBarWeights + c (4 warps), wait q_full, then per tile: wait full[s],
-bar.sync on its turn barrier (consumer 0 not before its first tile: it opens),
-issue the MMAs (reads of Q and stage s begin), bar.arrive on the other's turn
-barrier (consumer 1 skips it after its last tile), MMAs complete (reads end), arrive on
+barrier kBarWeights + c (4 warps), wait q_full, consumer 1 opens consumer 0's
+first turn, then per tile: wait full[s], bar.sync on its turn barrier, issue the
+MMAs (reads of Q and stage s begin), bar.arrive on the other's turn barrier
+(consumer 1 skips it after its last tile), MMAs complete (reads end), arrive on
 empty[s], epilogue (reads its weights).
 
 mbarriers: arrival counts and phase parity as PTX defines them (a fresh barrier
@@ -147,11 +147,10 @@ def run(n, seed):
         st = [("write_w",), ("bar_sync", f"w{c}"), ("wait_q",)]
         if n == 0:
             return st + [("done",)]
+        if c == 1:
+            st.append(("bar_arrive", "turn0"))
         for i in range(n):
-            st.append(("wait_full", i))
-            if c == 1 or i > 0:  # consumer 0 opens without waiting
-                st.append(("bar_sync", f"turn{c}"))
-            st.append(("mma_issue", i))
+            st += [("wait_full", i), ("bar_sync", f"turn{c}"), ("mma_issue", i)]
             if c == 0 or i + 1 < n:
                 st.append(("bar_arrive", f"turn{1 - c}"))
             st += [("mma_done", i), ("arrive_empty", i), ("epilogue",)]

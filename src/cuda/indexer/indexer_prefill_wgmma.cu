@@ -25,12 +25,10 @@
 // Turns (the two consumers' MMAs alternate on the tensor cores): consumer c
 // waits at named barrier kBarTurn + c before issuing a tile's MMAs and arrives
 // at the other's right after, so while one consumer's MMAs run the other runs
-// its epilogue. Consumer 0 issues its first tile without waiting and consumer 1
-// skips its arrival after its last tile, so every generation of both barriers
-// completes (both consumers walk the same tiles) and each barrier is reached
-// from one program point per side (bar.sync by its owner, bar.arrive by the
-// other). scripts/models/indexer_prefill_barriers.py models the protocol (ring
-// + turns).
+// its epilogue. Consumer 1 opens the first turn for consumer 0 and skips its
+// last arrival, so every named-barrier generation completes (both consumers
+// walk the same tiles). scripts/models/indexer_prefill_barriers.py models the
+// protocol (ring + turns).
 #include <cuda.h>
 
 #include <cmath>
@@ -157,6 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const uint32_t b_addr = smem_addr(sm.q + c * kWgQueryBytes);
   mbar_wait(q_full, 0);
+  if (c == 1) named_barrier_arrive(kBarTurn + 0, 2 * 128);  // consumer 0 goes first
 
   float acc[kTokensPerWg * 8][4];
 #pragma unroll 1
@@ -168,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float sc0 = pos0 < p.num_keys ? __ldg(p.flat_scales + pos0) : 0.f;
     const float sc1 = pos1 < p.num_keys ? __ldg(p.flat_scales + pos1) : 0.f;
     mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
-    if (c == 1 || i > 0) named_barrier_sync(kBarTurn + c, 2 * 128);  // consumer 0 opens
+    named_barrier_sync(kBarTurn + c, 2 * 128);
     const uint32_t a_addr = smem_addr(sm.stages + s * kTileBytes);
     wgmma::fence();
 #pragma unroll
