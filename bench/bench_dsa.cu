@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -292,77 +291,19 @@ struct IndexerPrefillInputs {
   IndexerPrefillInputs& operator=(const IndexerPrefillInputs&) = delete;
 };
 
-// The prefill indexer kernels beside each other: the flat keys' kernels.
-constexpr idx::Kernel kPrefillKernels[] = {idx::Kernel::flat_mma_sync, idx::Kernel::flat_tma_wgmma};
-
-void launch_prefill_indexer(const idx::IndexerLogitsParams& p, idx::Kernel k) {
-  idx::LogitsOptions opt;
-  opt.kernel = k;
-  BENCH_OK(idx::launch_indexer_logits(p, nullptr, opt));
-}
-
-// a vs b over n logits: how many differ in being -inf (the masks must agree
-// exactly), the largest |a - b| and the largest finite |a| (atomicMax on the
-// bits of non-negative floats, which order as integers).
-__global__ void compare_logits(const float* a, const float* b, int64_t n, unsigned* stats) {
-  unsigned bad = 0;
-  float diff = 0.f, big = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const bool ia = isinf(a[i]), ib = isinf(b[i]);
-    if (ia != ib || isnan(a[i]) || isnan(b[i]) || (ia && a[i] != b[i])) ++bad;
-    if (!ia && !ib) diff = fmaxf(diff, fabsf(a[i] - b[i])), big = fmaxf(big, fabsf(a[i]));
-  }
-  for (int o = 16; o > 0; o >>= 1) {  // one atomic per warp
-    bad += __shfl_xor_sync(0xffffffffu, bad, o);
-    diff = fmaxf(diff, __shfl_xor_sync(0xffffffffu, diff, o));
-    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
-  }
-  if (threadIdx.x % 32 == 0) {
-    atomicAdd(&stats[0], bad);
-    atomicMax(&stats[1], __float_as_uint(diff));
-    atomicMax(&stats[2], __float_as_uint(big));
-  }
-}
-
-// Both kernels on the same inputs: their logits compared on the device (the
-// wgmma kernel's fp8 accumulator keeps ~14 bits inside the 128-dim dot, so
-// the difference is a few 1e-4 of the largest logit, never a different mask).
-void compare_prefill_kernels(const IndexerPrefillInputs& in, int64_t T, int64_t N) {
-  float* other = static_cast<float*>(dalloc(T * N * 4));
-  unsigned* stats = static_cast<unsigned*>(dalloc(3 * 4));
-  BENCH_CUDA(cudaMemset(stats, 0, 12));
-  idx::IndexerLogitsParams p2 = in.p;
-  p2.logits = other;
-  launch_prefill_indexer(in.p, idx::Kernel::flat_mma_sync);
-  launch_prefill_indexer(p2, idx::Kernel::flat_tma_wgmma);
-  compare_logits<<<1024, 256>>>(in.logits, other, T * N, stats);
-  unsigned h[3];
-  BENCH_CUDA(cudaMemcpy(h, stats, 12, cudaMemcpyDeviceToHost));
-  float d, m;
-  std::memcpy(&d, &h[1], 4), std::memcpy(&m, &h[2], 4);
-  std::printf("%-15s %-48s mask mismatches %u, max |diff| %.3g = %.3g of max |logit| %.3g\n",
-              "indexer-prefill", "flat_tma_wgmma vs flat_mma_sync", h[0], d, d / m, m);
-  cudaFree(other), cudaFree(stats);
-}
-
-void bench_indexer_prefill(Timer& tm, int T, int64_t N, bool compare = false) {
+void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
   const IndexerPrefillInputs in(T, N);
-  if (compare) compare_prefill_kernels(in, T, N);
-  for (idx::Kernel k : kPrefillKernels) {
-    const double us = tm.time([&] { launch_prefill_indexer(in.p, k); }, 5);
-    report("indexer-prefill",
-           std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal " +
-               idx::kernel_name(k),
-           us, 2.0 * 64 * 128 * in.visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
-  }
+  const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(in.p, nullptr)); }, 5);
+  report("indexer-prefill",
+         std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal " +
+             idx::kernel_name(idx::choose_kernel(in.p)),
+         us, 2.0 * 64 * 128 * in.visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
 }
 
 // The unfused prefill selection a fused indexer + top-k must beat by 1.3x
 // (issue 19): indexer logits for T causal queries over N flat keys ([T, N]
 // fp32 written), then the top-2048 of every row (the automatic plan, by
-// position, as the DSA step asks), each stage alone and the pair back to back,
-// for each prefill indexer kernel.
+// position, as the DSA step asks), each stage alone and the pair back to back.
 void bench_prefill_select(Timer& tm, int T, int64_t N) {
   namespace tk = mla::cuda::topk;
   const IndexerPrefillInputs in(T, N);
@@ -373,21 +314,18 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan plan = tk::choose(T, N, 2048, sms);
+  const auto indexer = [&] { BENCH_OK(idx::launch_indexer_logits(in.p, nullptr)); };
   const auto topk = [&] { BENCH_OK(tk::launch_topk(t, plan.kernel, plan.cluster, nullptr)); };
   const std::string shape = std::to_string(T) + " q x " + std::to_string(N / 1024) + "K causal";
   const double bytes = double(T) * N * 4, flops = 2.0 * 64 * 128 * in.visible;
-  for (idx::Kernel k : kPrefillKernels) {
-    const auto indexer = [&] { launch_prefill_indexer(in.p, k); };
-    const std::string name = std::string(" ") + idx::kernel_name(k);
-    report("prefill-select", shape + " indexer (logits written)" + name, tm.time(indexer, 5), flops,
-           bytes, true, kFp8TF);
-    if (k == kPrefillKernels[0])
-      report("prefill-select",
-             shape + " top-k " + tk::kernel_name(plan.kernel) + " c" + std::to_string(plan.cluster),
-             tm.time(topk, 5), 0, bytes, false, 0);
-    report("prefill-select", shape + " unfused: indexer + top-k" + name,
-           tm.time([&] { indexer(), topk(); }, 5), flops, 2 * bytes, true, kFp8TF);
-  }
+  report("prefill-select",
+         shape + " indexer " + idx::kernel_name(idx::choose_kernel(in.p)) + " (logits written)",
+         tm.time(indexer, 5), flops, bytes, true, kFp8TF);
+  report("prefill-select",
+         shape + " top-k " + tk::kernel_name(plan.kernel) + " c" + std::to_string(plan.cluster),
+         tm.time(topk, 5), 0, bytes, false, 0);
+  report("prefill-select", shape + " unfused: indexer + top-k",
+         tm.time([&] { indexer(), topk(); }, 5), flops, 2 * bytes, true, kFp8TF);
   cudaFree(out);
 }
 
@@ -690,10 +628,10 @@ int main(int argc, char** argv) {
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
     bench_indexer_prefill(tm, 4096, 32768);
   }
-  // The prefill indexer kernels beside each other at 32K and 128K, their logits compared.
+  // The prefill indexer alone at 32K and 128K.
   if (only == "indexer-prefill") {
-    bench_indexer_prefill(tm, 4096, 32768, true);
-    bench_indexer_prefill(tm, 4096, 131072, true);
+    bench_indexer_prefill(tm, 4096, 32768);
+    bench_indexer_prefill(tm, 4096, 131072);
   }
   if (want("topk")) {
     // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA

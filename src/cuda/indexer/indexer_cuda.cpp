@@ -22,7 +22,6 @@ Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
         kernel_name(k), want == Kernel::paged_tma_wgmma ? "paged" : "flat", kernel_name(want));
   switch (k) {
     case Kernel::paged_tma_wgmma: return launch_indexer_logits_paged(p, stream, opt);
-    case Kernel::flat_mma_sync: return launch_indexer_logits_flat(p, stream);
     case Kernel::flat_tma_wgmma: return launch_indexer_logits_flat_wgmma(p, stream, opt);
   }
   return detail::error(Errc::invalid_value, "indexer logits: kernel {} is not a Kernel", int(k));

@@ -1,7 +1,7 @@
 // Device helpers of the indexer kernels: the e4m3 conversion and scale rule of
 // the quantisation (bytes identical to reference::quantize_indexer_vector), a
 // warp maximum, the shared-memory regions of the TMA-ring kernels, and the
-// cp.async / mma.sync wrappers of cuda/common/ptx.cuh.
+// cp.async wrappers of cuda/common/ptx.cuh.
 #pragma once
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -57,10 +57,8 @@ __device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw) {
 
 // cp.async without the "memory" clobber: ordering comes from the
 // __syncthreads (or fence + barrier) after cp_async_wait.
-using ptx::mma_e4m3_16832;
 using ptx::smem_addr;
 using ptx::noclobber::cp_async_16;
-using ptx::noclobber::cp_async_4;
 using ptx::noclobber::cp_async_commit;
 using ptx::noclobber::cp_async_wait;
 

@@ -95,29 +95,20 @@ struct IndexerLogitsParams {
   bool paged = false;
 };
 
-// The indexer's logits kernels, by the form of the keys they serve:
+// The indexer's logits kernels, one per form of the keys:
 //   paged_tma_wgmma  decode form (paged cache): a CTA walks a run of pages of one
 //                    request, one thread issuing each page as a TMA box into a
 //                    ring, FP8 wgmma with the keys as the A operand, the heads
 //                    reduced in registers (indexer_decode.cu).
-//   flat_mma_sync    prefill form (flat keys with per-query ranges): a CTA owns 4
-//                    queries and a chunk of keys, cp.async pipeline, mma.sync
-//                    m16n8k32 e4m3 (indexer_prefill.cu).
-//   flat_tma_wgmma   prefill form: a CTA owns 8 queries and a chunk of keys, a
-//                    producer thread streams 64-key TMA boxes into a ring, two
-//                    consumer warpgroups each run m64n256k32 e4m3 wgmmas for 4
-//                    queries, taking turns on the tensor cores
-//                    (indexer_prefill_wgmma.cu). Opt-in until measured.
-enum class Kernel { paged_tma_wgmma, flat_mma_sync, flat_tma_wgmma };
-inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_mma_sync,
-                                         Kernel::flat_tma_wgmma};
+//   flat_tma_wgmma   prefill form (flat keys with per-query ranges): a CTA owns 8
+//                    queries and a chunk of keys, a producer thread streams
+//                    64-key TMA boxes into a ring, two consumer warpgroups each
+//                    run m64n256k32 e4m3 wgmmas for 4 queries, taking turns on
+//                    the tensor cores (indexer_prefill_wgmma.cu).
+enum class Kernel { paged_tma_wgmma, flat_tma_wgmma };
+inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_tma_wgmma};
 inline const char* kernel_name(Kernel k) {
-  switch (k) {
-    case Kernel::paged_tma_wgmma: return "paged_tma_wgmma";
-    case Kernel::flat_mma_sync: return "flat_mma_sync";
-    case Kernel::flat_tma_wgmma: return "flat_tma_wgmma";
-  }
-  return "unknown";
+  return k == Kernel::paged_tma_wgmma ? "paged_tma_wgmma" : "flat_tma_wgmma";
 }
 // Whether kernel k reads the paged cache (decode form) or flat keys (prefill).
 inline bool serves_paged(Kernel k) {
@@ -126,7 +117,7 @@ inline bool serves_paged(Kernel k) {
 
 // The kernel for a problem: the form of its keys decides it.
 inline Kernel choose_kernel(const IndexerLogitsParams& p) {
-  return p.paged ? Kernel::paged_tma_wgmma : Kernel::flat_mma_sync;
+  return p.paged ? Kernel::paged_tma_wgmma : Kernel::flat_tma_wgmma;
 }
 
 // Internal options of the logits launch (the public API never sets them).
@@ -148,7 +139,6 @@ Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
 // The kernels behind launch_indexer_logits.
 Status launch_indexer_logits_paged(const IndexerLogitsParams& p, cudaStream_t stream,
                                    const LogitsOptions& opt);
-Status launch_indexer_logits_flat(const IndexerLogitsParams& p, cudaStream_t stream);
 Status launch_indexer_logits_flat_wgmma(const IndexerLogitsParams& p, cudaStream_t stream,
                                         const LogitsOptions& opt);
 
