@@ -295,8 +295,9 @@ void bench_indexer_prefill(Timer& tm, int T, int64_t N) {
   const IndexerPrefillInputs in(T, N);
   const double us = tm.time([&] { BENCH_OK(idx::launch_indexer_logits(in.p, nullptr)); }, 5);
   report("indexer-prefill",
-         std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal", us,
-         2.0 * 64 * 128 * in.visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
+         std::to_string(T) + " q x " + std::to_string(N / 1024) + "K keys causal " +
+             idx::kernel_name(idx::choose_kernel(in.p)),
+         us, 2.0 * 64 * 128 * in.visible, double(T) * N * 4 + N * 132.0, true, kFp8TF);
 }
 
 // The unfused prefill selection a fused indexer + top-k must beat by 1.3x
@@ -317,8 +318,9 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
   const auto topk = [&] { BENCH_OK(tk::launch_topk(t, plan.kernel, plan.cluster, nullptr)); };
   const std::string shape = std::to_string(T) + " q x " + std::to_string(N / 1024) + "K causal";
   const double bytes = double(T) * N * 4, flops = 2.0 * 64 * 128 * in.visible;
-  report("prefill-select", shape + " indexer (logits written)", tm.time(indexer, 5), flops, bytes,
-         true, kFp8TF);
+  report("prefill-select",
+         shape + " indexer " + idx::kernel_name(idx::choose_kernel(in.p)) + " (logits written)",
+         tm.time(indexer, 5), flops, bytes, true, kFp8TF);
   report("prefill-select",
          shape + " top-k " + tk::kernel_name(plan.kernel) + " c" + std::to_string(plan.cluster),
          tm.time(topk, 5), 0, bytes, false, 0);
@@ -625,6 +627,11 @@ int main(int argc, char** argv) {
       for (int64_t L : {32768L, 131072L}) bench_indexer_decode(tm, 128, s_q, L);
     for (int s_q : {3, 4}) bench_indexer_decode(tm, 128, s_q, 131072L);
     bench_indexer_prefill(tm, 4096, 32768);
+  }
+  // The prefill indexer alone at 32K and 128K.
+  if (only == "indexer-prefill") {
+    bench_indexer_prefill(tm, 4096, 32768);
+    bench_indexer_prefill(tm, 4096, 131072);
   }
   if (want("topk")) {
     // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA

@@ -68,12 +68,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
   MLA_MMA_16X8_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
 }
 
-// D = A * B + D, e4m3 inputs, fp32 accumulators (k32: each b16 register of the
-// bf16 layout above holds four e4m3 codes instead of two bf16, same lanes).
-__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  MLA_MMA_16X8_F32("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
-}
 #undef MLA_MMA_16X8_F32
 
 // Two floats -> packed bf16x2 (round to nearest even), low half = lo.
@@ -125,12 +119,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem,
 }
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   cp_async_16(smem_addr(smem), gmem, valid);
-}
-// 4 bytes global -> shared (.ca: 4-byte copies may not bypass L1), same zero-fill rule.
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
-  const int src_size = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_size));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

@@ -22,6 +22,13 @@ __device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
+// The first 1024-byte aligned address at or after `smem_raw` (the dynamic
+// shared memory base): TMA's 128-byte swizzle and the SW128 wgmma descriptors
+// need 1024-byte aligned tiles, and the runtime promises only 16 bytes.
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* smem_raw) {
+  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+}
+
 // Arrive (count 1) and add `bytes` to the phase's expected transaction bytes.
 __device__ __forceinline__ void mbar_arrive_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),

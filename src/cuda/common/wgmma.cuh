@@ -2,8 +2,8 @@
 // 128-byte-swizzled shared-memory descriptors they read, the fences around
 // them, and setmaxnreg. One home for every kernel family (decode, prefill, DSA
 // indexer). MMAs: 16-bit inputs (bf16 or f16) m64nNk16 for N = 32..256 with A
-// from shared memory or registers (mma_ss / mma_rs), and e4m3 m64n64k32
-// (indexer).
+// from shared memory or registers (mma_ss / mma_rs), and e4m3 m64nNk32 for
+// N = 64..256 with both operands in shared memory (mma_ss_e4m3: the indexer).
 //
 // Accumulator layout of m64nN (warp w of the warpgroup, g = lane / 4,
 // c = lane % 4): d[i][0..1] = row 16w + g, columns 8i + 2c, +1;
@@ -203,27 +203,39 @@ __device__ __forceinline__ void m64n256k16_rs_tb(float (&d)[32][4], const uint32
   mma_rs<Elem::kBf16, 256, true>(d, a, b, acc);
 }
 
-// D[64x64] (+)= A[64x32] (smem, K-major) * B[32x64] (smem, K-major), e4m3 in, fp32 accumulate.
-// (fp8 wgmma takes no transpose immediates: both operands must be K-major.)
+// ---- e4m3 MMAs: D[64xN] (+)= A[64x32] (smem) * B[32xN] (smem), fp32 accumulate ----
+// fp8 wgmma takes no transpose immediates (both operands K-major), so its
+// operand list ends after the two scale immediates: "desc_a, desc_b, p, 1, 1".
+// The DSA indexer: N = 64 (decode, one query's heads), N = 256 (prefill, four
+// queries' heads).
+#define MLA_WGMMA_F8_SS8 "%32, %33, p, 1, 1"
+#define MLA_WGMMA_F8_SS16 "%64, %65, p, 1, 1"
+#define MLA_WGMMA_F8_SS32 "%128, %129, p, 1, 1"
+#define MLA_WGMMA_F8(R, NN)                                                                        \
+  MLA_WGMMA_ASM("wgmma.mma_async.sync.aligned.m64n" #NN "k32.f32.e4m3.e4m3", MLA_WGMMA_REGS##R,    \
+                MLA_WGMMA_F8_SS##R, MLA_WGMMA_SS_P##R, MLA_WGMMA_OUT##R, "l"(desc_a), "l"(desc_b), \
+                "r"(int(accumulate)))
+template <int N>
+__device__ __forceinline__ void mma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
+                                            bool accumulate) {
+  static_assert(N == 64 || N == 128 || N == 256, "e4m3 wgmma N: 64, 128, 256");
+  if constexpr (N == 64) {
+    MLA_WGMMA_F8(8, 64);
+  } else if constexpr (N == 128) {
+    MLA_WGMMA_F8(16, 128);
+  } else {
+    MLA_WGMMA_F8(32, 256);
+  }
+}
 __device__ __forceinline__ void m64n64k32_e4m3_ss(float (&d)[8][4], uint64_t desc_a,
                                                   uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+  mma_ss_e4m3<64>(d, desc_a, desc_b, accumulate);
 }
 
+#undef MLA_WGMMA_F8
+#undef MLA_WGMMA_F8_SS8
+#undef MLA_WGMMA_F8_SS16
+#undef MLA_WGMMA_F8_SS32
 #undef MLA_WGMMA_ASM
 #undef MLA_WGMMA_D4
 #undef MLA_WGMMA_DISPATCH

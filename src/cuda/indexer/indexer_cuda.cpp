@@ -16,13 +16,13 @@ Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
                              const LogitsOptions& opt) {
   const Kernel want = choose_kernel(p);
   const Kernel k = opt.kernel.value_or(want);
-  if (k != want)
+  if (serves_paged(k) != p.paged)
     return detail::error(
         Errc::unsupported, "indexer logits: kernel {} does not serve {} keys (kernel {} does)",
         kernel_name(k), want == Kernel::paged_tma_wgmma ? "paged" : "flat", kernel_name(want));
   switch (k) {
     case Kernel::paged_tma_wgmma: return launch_indexer_logits_paged(p, stream, opt);
-    case Kernel::flat_mma_sync: return launch_indexer_logits_flat(p, stream);
+    case Kernel::flat_tma_wgmma: return launch_indexer_logits_flat_wgmma(p, stream, opt);
   }
   return detail::error(Errc::invalid_value, "indexer logits: kernel {} is not a Kernel", int(k));
 }

@@ -75,11 +75,11 @@ __global__ void __launch_bounds__(kThreads)
   using S = TmaSmem<kQ>;
   constexpr int kSt = S::kStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  uint8_t* sq = smem + S::kQueryOff;
-  uint8_t* stages = smem + S::kStageOff;
-  float* sw = reinterpret_cast<float*>(smem + S::kWeightOff);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarOff);
+  const RingSmem sm = carve_ring_smem<S>(smem_raw);
+  uint8_t* sq = sm.q;
+  uint8_t* stages = sm.stages;
+  float* sw = sm.w;
+  uint64_t* full = sm.bars;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const DecodeRun<kQ> run(p, pages_per_cta, tid);  // also fills the columns without keys

@@ -1,6 +1,7 @@
 // Device helpers of the indexer kernels: the e4m3 conversion and scale rule of
 // the quantisation (bytes identical to reference::quantize_indexer_vector), a
-// warp maximum, and the cp.async / mma.sync wrappers of cuda/common/ptx.cuh.
+// warp maximum, the shared-memory regions of the TMA-ring kernels, and the
+// cp.async wrappers of cuda/common/ptx.cuh.
 #pragma once
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tma.cuh"
 
 namespace mla::cuda::indexer {
 
@@ -36,12 +38,27 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The regions of a TMA-ring indexer kernel's shared memory, carved from the
+// 1024-byte aligned dynamic base by a layout S (byte offsets kQueryOff: the
+// queries, kStageOff: the ring of key tiles, kWeightOff: the weights f32,
+// kBarOff: the mbarriers).
+struct RingSmem {
+  uint8_t* q;
+  uint8_t* stages;
+  float* w;
+  uint64_t* bars;
+};
+template <class S>
+__device__ __forceinline__ RingSmem carve_ring_smem(uint8_t* smem_raw) {
+  uint8_t* base = ptx::align_smem_1024(smem_raw);
+  return {base + S::kQueryOff, base + S::kStageOff, reinterpret_cast<float*>(base + S::kWeightOff),
+          reinterpret_cast<uint64_t*>(base + S::kBarOff)};
+}
+
 // cp.async without the "memory" clobber: ordering comes from the
 // __syncthreads (or fence + barrier) after cp_async_wait.
-using ptx::mma_e4m3_16832;
 using ptx::smem_addr;
 using ptx::noclobber::cp_async_16;
-using ptx::noclobber::cp_async_4;
 using ptx::noclobber::cp_async_commit;
 using ptx::noclobber::cp_async_wait;
 

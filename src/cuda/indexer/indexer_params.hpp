@@ -100,18 +100,24 @@ struct IndexerLogitsParams {
 //                    request, one thread issuing each page as a TMA box into a
 //                    ring, FP8 wgmma with the keys as the A operand, the heads
 //                    reduced in registers (indexer_decode.cu).
-//   flat_mma_sync    prefill form (flat keys with per-query ranges): a CTA owns 4
-//                    queries and a chunk of keys, cp.async pipeline, mma.sync
-//                    m16n8k32 e4m3 (indexer_prefill.cu).
-enum class Kernel { paged_tma_wgmma, flat_mma_sync };
-inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_mma_sync};
+//   flat_tma_wgmma   prefill form (flat keys with per-query ranges): a CTA owns 8
+//                    queries and a chunk of keys, a producer thread streams
+//                    64-key TMA boxes into a ring, two consumer warpgroups each
+//                    run m64n256k32 e4m3 wgmmas for 4 queries, taking turns on
+//                    the tensor cores (indexer_prefill_wgmma.cu).
+enum class Kernel { paged_tma_wgmma, flat_tma_wgmma };
+inline constexpr Kernel kAllKernels[] = {Kernel::paged_tma_wgmma, Kernel::flat_tma_wgmma};
 inline const char* kernel_name(Kernel k) {
-  return k == Kernel::paged_tma_wgmma ? "paged_tma_wgmma" : "flat_mma_sync";
+  return k == Kernel::paged_tma_wgmma ? "paged_tma_wgmma" : "flat_tma_wgmma";
+}
+// Whether kernel k reads the paged cache (decode form) or flat keys (prefill).
+inline bool serves_paged(Kernel k) {
+  return k == Kernel::paged_tma_wgmma;
 }
 
 // The kernel for a problem: the form of its keys decides it.
 inline Kernel choose_kernel(const IndexerLogitsParams& p) {
-  return p.paged ? Kernel::paged_tma_wgmma : Kernel::flat_mma_sync;
+  return p.paged ? Kernel::paged_tma_wgmma : Kernel::flat_tma_wgmma;
 }
 
 // Internal options of the logits launch (the public API never sets them).
@@ -122,13 +128,18 @@ struct LogitsOptions {
   // Pages per CTA of the paged kernel; 0 sizes the runs from the problem. The
   // tests set a few pages so that short requests wrap the ring of stages.
   int pages_per_cta = 0;
+  // Keys per CTA of flat_tma_wgmma (rounded up to its 64-key tile); 0 sizes
+  // the chunks from the problem. The tests set a few tiles so that CTAs split
+  // the columns and meet ranges that start or end inside their chunk.
+  int64_t keys_per_cta = 0;
 };
 Status launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream,
                              const LogitsOptions& opt = {});
 
-// The two kernels behind launch_indexer_logits.
+// The kernels behind launch_indexer_logits.
 Status launch_indexer_logits_paged(const IndexerLogitsParams& p, cudaStream_t stream,
                                    const LogitsOptions& opt);
-Status launch_indexer_logits_flat(const IndexerLogitsParams& p, cudaStream_t stream);
+Status launch_indexer_logits_flat_wgmma(const IndexerLogitsParams& p, cudaStream_t stream,
+                                        const LogitsOptions& opt);
 
 }  // namespace mla::cuda::indexer

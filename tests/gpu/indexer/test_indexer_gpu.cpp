@@ -2,9 +2,11 @@
 // reference: key append and query quantisation (bytes identical), logits of
 // the decode form (paged cache, s_q 1-13, invalid pages, runs of pages that
 // wrap the kernel's ring) and of the prefill form (flat keys, per-query
-// ranges). Every indexer::Kernel value runs on its form of the keys and is
-// refused with a clear error on the other. Fresh random inputs, outputs
-// poisoned before every run.
+// ranges: random, causal, blocks of tokens without keys), token and key
+// counts off the kernels' blocks and tiles. Every indexer::Kernel value runs
+// on its form of the keys and is refused with a clear error on the other.
+// Fresh random inputs, outputs poisoned before every run, repeated calls
+// bit-identical.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -99,27 +101,7 @@ TEST(IndexerGpu, QueryQuantisationMatchesReference) {
   }
 }
 
-// Logits agree with the fp64 reference to fp32 accumulation error: each of the
-// 64 heads' dots is exact in the tensor core up to its fp32 accumulation
-// (about 2^-22 relative per add), so we bound |got - ref| by 1e-5 times the
-// sum of |w| * |dot| terms, estimated from the row scale below.
-void expect_logits_close(const HostTensor& ref, const HostTensor& got, const char* what) {
-  ASSERT_EQ(ref.numel(), got.numel());
-  double scale = 1e-30;
-  for (int64_t i = 0; i < ref.numel(); ++i)
-    if (std::isfinite(ref.get(i))) scale = std::max(scale, std::fabs(ref.get(i)));
-  int64_t bad = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double r = ref.get(i), g = got.get(i);
-    const bool ok =
-        std::isinf(r) ? (r == g) : (std::isfinite(g) && std::fabs(g - r) <= 2e-5 * scale);
-    if (!ok && bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << r;
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
-// The decode kernel runs on FP8 wgmma, whose accumulator keeps about 14
+// Both logits kernels run on FP8 wgmma, whose accumulator keeps about 14
 // mantissa bits inside each k32 step (DeepSeek-V3 report, section 3.3.2: the
 // reason DeepGEMM promotes to fp32 every 128 of K; our K is 128, so this is the
 // whole dot). Its error therefore scales with the sum of |terms|, not with the
@@ -218,7 +200,7 @@ void run_indexer_decode_cases(Rng& rng, std::initializer_list<int> s_qs,
         const IndexerLogitsDecodeArgs args{
             dq.view(q8),  dw.view(w),      IndexerCacheView{dc.view(cache)},
             dbt.view(bt), dl.view(lens_t), dout.view(got)};
-        if (kernel != Kernel::paged_tma_wgmma) {
+        if (!cuda::indexer::serves_paged(kernel)) {
           const Status st = cuda::indexer_logits_decode(args, {}, opt);
           EXPECT_EQ(st.code(), Errc::unsupported) << what << ": " << st.to_string();
           EXPECT_NE(st.message().find(kernel_name(kernel)), std::string::npos) << st.message();
@@ -332,45 +314,139 @@ TEST(IndexerGpu, LogitsDecodeEmptyCache) {
   EXPECT_EQ(bad, 0);
 }
 
+// A prefill problem: T tokens' q8 [T, 64, 128] and weights over N flat keys
+// with power-of-two scales, and each token's key range [kst, ken).
+struct PrefillCase {
+  HostTensor q8, w, k8, ks, kst, ken;
+};
+// How the ranges are drawn: random (a seventh of them empty), causal (the last
+// T tokens of an N-token prompt: token t sees [0, N - T + t + 1)), or causal
+// with the tokens of blocks [8, 16) and [24, 32) seeing nothing (a CTA of the
+// wgmma kernel without a key) and token 3 seeing one key.
+enum class Ranges { random, causal, causal_gaps };
+PrefillCase random_prefill_case(Rng& rng, int T, int N, Ranges kind) {
+  PrefillCase c;
+  c.q8 = random_tensor(rng, DType::e4m3, {T, 64, 128}, -448, 448);
+  c.w = random_tensor(rng, DType::f32, {T, 64}, -1, 1);
+  c.k8 = random_tensor(rng, DType::e4m3, {N, 128}, -448, 448);
+  c.ks = HostTensor(DType::f32, {N});
+  for (int64_t i = 0; i < N; ++i) c.ks.set(i, std::ldexp(1.0, int(rng.randint(-12, -4))));
+  c.kst = HostTensor(DType::i32, {T}), c.ken = HostTensor(DType::i32, {T});
+  for (int t = 0; t < T; ++t) {
+    int a = 0, b = N - T + t + 1;
+    if (kind == Ranges::random) {
+      a = int(rng.randint(0, N)), b = int(rng.randint(0, N));
+      if (t % 7 == 3) b = a;  // empty range
+    } else if (kind == Ranges::causal_gaps) {
+      if ((t / 8) % 2 == 1) a = b = int(rng.randint(0, N));  // empty, anywhere
+      if (t == 3) a = b - 1;
+    }
+    c.kst.set(t, std::min(a, b)), c.ken.set(t, std::max(a, b));
+  }
+  return c;
+}
+
+// The fp64 reference logits of a prefill case, and the same computed on |q|,
+// |w|, |k|, |scale| (the error bound's scale for the wgmma kernel).
+void prefill_references(const PrefillCase& c, HostTensor* ref, HostTensor* absref) {
+  const int64_t T = c.q8.shape[0], N = c.k8.shape[0];
+  *ref = HostTensor(DType::f32, {T, N});
+  ref->poison();
+  *absref = *ref;
+  ASSERT_MLA_OK(indexer_logits_prefill({c.q8.view(), c.w.view(), c.k8.view(), c.ks.view(),
+                                        c.kst.view(), c.ken.view(), ref->view()}));
+  const HostTensor aq = abs_copy(c.q8), aw = abs_copy(c.w), ak = abs_copy(c.k8),
+                   aks = abs_copy(c.ks);
+  ASSERT_MLA_OK(indexer_logits_prefill(
+      {aq.view(), aw.view(), ak.view(), aks.view(), c.kst.view(), c.ken.view(), absref->view()}));
+}
+
+// Every kernel on a prefill case (the paged one refused), in chunks of each of
+// `keys_per_cta` keys for flat_tma_wgmma (0 = sized from the problem), outputs
+// poisoned; `repeats` calls (into a second poisoned buffer) bit-identical to
+// the first, made with the automatic choice where the chunks are sized (so
+// they also show that it picks flat_tma_wgmma). Error bound: fp8 wgmma keeps
+// ~14 accumulator bits inside its 4 k32 steps, as in the decode kernel
+// (expect_logits_close_abs). (flat_mma_sync, the mma.sync kernel it replaced,
+// kept fp32 sums and was held to 2e-5 of the largest logit; the two differed
+// by ~2.5e-4 of it on the 4096 x 32K bench inputs, with identical masks.)
+void run_indexer_prefill_case(const PrefillCase& c, std::initializer_list<int64_t> keys_per_cta,
+                              int repeats, const std::string& name) {
+  HostTensor ref, absref;
+  prefill_references(c, &ref, &absref);
+  DeviceBuffer dq(c.q8), dw(c.w), dk(c.k8), dks(c.ks), dst(c.kst), den(c.ken);
+  for (Kernel kernel : cuda::indexer::kAllKernels)
+    for (int64_t kpc : keys_per_cta) {
+      if (kernel == Kernel::paged_tma_wgmma && kpc != *keys_per_cta.begin()) continue;
+      const std::string what =
+          "prefill " + name + " " + kernel_name(kernel) + " keys/CTA " + std::to_string(kpc);
+      LogitsOptions opt;
+      opt.kernel = kernel;
+      opt.keys_per_cta = kpc;
+      HostTensor got = ref, again = ref;
+      DeviceBuffer dout(got), dout2(again);
+      dout.poison();
+      const IndexerLogitsPrefillArgs args{dq.view(c.q8),  dw.view(c.w),    dk.view(c.k8),
+                                          dks.view(c.ks), dst.view(c.kst), den.view(c.ken),
+                                          dout.view(got)};
+      const Status st = cuda::indexer_logits_prefill(args, {}, opt);
+      if (cuda::indexer::serves_paged(kernel)) {
+        EXPECT_EQ(st.code(), Errc::unsupported) << what << ": " << st.to_string();
+        EXPECT_NE(st.message().find(kernel_name(kernel)), std::string::npos) << st.message();
+        continue;
+      }
+      ASSERT_MLA_OK(st);
+      MLA_CUDA_CHECK(cudaDeviceSynchronize());
+      dout.to_host(got);
+      expect_logits_close_abs(ref, absref, got, what.c_str());
+      IndexerLogitsPrefillArgs args2 = args;
+      args2.logits = dout2.view(again);
+      LogitsOptions again_opt = opt;
+      if (kpc == 0) again_opt.kernel.reset();  // the automatic choice
+      for (int r = 0; r < repeats; ++r) {
+        dout2.poison();
+        ASSERT_MLA_OK(cuda::indexer_logits_prefill(args2, {}, again_opt));
+        MLA_CUDA_CHECK(cudaDeviceSynchronize());
+        dout2.to_host(again);
+        ASSERT_EQ(std::memcmp(got.data(), again.data(), size_t(got.numel()) * 4), 0)
+            << what << ": call " << r + 2 << " differs from the first";
+      }
+    }
+}
+
 TEST(IndexerGpu, LogitsPrefillMatchesReference) {
   Rng rng(104);
-  const int T = 37, N = 333;
-  HostTensor q8 = random_tensor(rng, DType::e4m3, {T, 64, 128}, -448, 448);
-  HostTensor w = random_tensor(rng, DType::f32, {T, 64}, -1, 1);
-  HostTensor k8 = random_tensor(rng, DType::e4m3, {N, 128}, -448, 448);
-  HostTensor ks = random_tensor(rng, DType::f32, {N}, 0.5, 2);
-  for (int64_t i = 0; i < N; ++i) ks.set(i, std::ldexp(1.0, int(rng.randint(-12, -4))));
-  HostTensor kst(DType::i32, {T}), ken(DType::i32, {T});
-  for (int t = 0; t < T; ++t) {
-    int a = int(rng.randint(0, N)), b = int(rng.randint(0, N));
-    if (t % 7 == 3) b = a;  // empty range
-    kst.set(t, std::min(a, b)), ken.set(t, std::max(a, b));
-  }
-  HostTensor ref(DType::f32, {T, N});
-  ref.poison();
-  HostTensor got = ref;
-  ASSERT_MLA_OK(indexer_logits_prefill(
-      {q8.view(), w.view(), k8.view(), ks.view(), kst.view(), ken.view(), ref.view()}));
-  DeviceBuffer dq(q8), dw(w), dk(k8), dks(ks), dst(kst), den(ken), dout(got);
-  for (Kernel kernel : cuda::indexer::kAllKernels) {
-    const std::string what = std::string("prefill ") + kernel_name(kernel);
-    LogitsOptions opt;
-    opt.kernel = kernel;
-    dout.poison();
-    const Status st =
-        cuda::indexer_logits_prefill({dq.view(q8), dw.view(w), dk.view(k8), dks.view(ks),
-                                      dst.view(kst), den.view(ken), dout.view(got)},
-                                     {}, opt);
-    if (kernel != Kernel::flat_mma_sync) {
-      EXPECT_EQ(st.code(), Errc::unsupported) << what << ": " << st.to_string();
-      EXPECT_NE(st.message().find(kernel_name(kernel)), std::string::npos) << st.message();
-      continue;
-    }
-    ASSERT_MLA_OK(st);
-    MLA_CUDA_CHECK(cudaDeviceSynchronize());
-    dout.to_host(got);
-    expect_logits_close(ref, got, what.c_str());
-  }
+  // Random ranges; token counts not multiples of 8 (the wgmma kernel's block)
+  // and key counts not multiples of 64 (its tile); chunks of 1-3 tiles and
+  // sized ones; the ring of 8 tiles wraps at 1500 keys in one chunk.
+  run_indexer_prefill_case(random_prefill_case(rng, 37, 333, Ranges::random), {0, 64, 128}, 1,
+                           "random 37x333");
+  run_indexer_prefill_case(random_prefill_case(rng, 45, 1500, Ranges::random), {0, 192}, 1,
+                           "random 45x1500");
+  // Causal (the bench's shape, small): ranges ending inside a tile and a chunk.
+  run_indexer_prefill_case(random_prefill_case(rng, 45, 1500, Ranges::causal), {0, 320, 64}, 1,
+                           "causal 45x1500");
+  run_indexer_prefill_case(random_prefill_case(rng, 200, 200, Ranges::causal), {0, 128}, 1,
+                           "causal 200x200");
+  run_indexer_prefill_case(random_prefill_case(rng, 40, 777, Ranges::causal_gaps), {0, 256}, 1,
+                           "causal with empty blocks 40x777");
+  // One token, one key.
+  run_indexer_prefill_case(random_prefill_case(rng, 1, 1, Ranges::causal), {0}, 1, "1x1");
+}
+
+// 100 calls bit-identical (the wgmma kernel's turns and ring must not change
+// the result's bits: each sum has one fixed order).
+TEST(IndexerGpu, LogitsPrefillRepeatable) {
+  Rng rng(107);
+  run_indexer_prefill_case(random_prefill_case(rng, 67, 2100, Ranges::causal), {0, 640}, 99,
+                           "causal 67x2100");
+}
+
+// A few cases (few launches: the one compute-sanitizer runs).
+TEST(IndexerGpu, LogitsPrefillSmall) {
+  Rng rng(108);
+  run_indexer_prefill_case(random_prefill_case(rng, 13, 700, Ranges::causal_gaps), {128}, 1,
+                           "small 13x700");
 }
 
 }  // namespace
