@@ -341,13 +341,15 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
+  p.rank_tail = use.tail == tk::Tail::rank;
   const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
   const double us = tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
-               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
-               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
+               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) + " " +
+               tk::tail_name(use.tail) + (best_first ? "" : " by-position") +
+               (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -644,8 +646,13 @@ int main(int argc, char** argv) {
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
           if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
-          const tk::TopkPlan plan{kern, cs};
-          bench_topk(tm, R, N, 2048, true, &plan);
+          for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select}) {
+            if (cs > 1 && tail == tk::Tail::rank)
+              continue;  // a cluster finishes by the select path
+            const tk::TopkPlan plan{kern, cs, tail};
+            for (bool best_first : {true, false})
+              bench_topk(tm, R, N, 2048, true, &plan, best_first);
+          }
         }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }

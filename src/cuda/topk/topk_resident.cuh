@@ -219,7 +219,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) resident_kernel(const TopkPara
     const uint32_t pos0 = 4u * g.v0 - uint32_t(g.mis);  // wraps for vector 0 of a shifted row:
     // its entries before the row are key 0, never kept
     const uint32_t fill = compact_resident<T>(s, rk, nv, pos0, cut.thr, cut.need);
-    finish_row<T>(s, fill, p, row, NoProbe{});
+    // The resident keys are free once compacted: the rank finish's scratch.
+    uint32_t* tk = reinterpret_cast<uint32_t*>(rk);
+    constexpr uint32_t kHalf = uint32_t(kResidentFloats / 2);
+    finish_row<T>(s, fill, p, row, RankScratch{tk, tk + kHalf, kHalf}, NoProbe{});
     // The next row rewrites hist, rk and (ranks) the leader's buffers.
     sync_scope(cs > 1);
   }

@@ -26,18 +26,23 @@ using testing::HostTensor;
 using testing::Rng;
 namespace tk = mla::cuda::topk;
 
-// Every (kernel, cluster) pair that takes k and rows of n logits.
+// Every (kernel, cluster) pair that takes k and rows of n logits; one CTA per
+// row with both tails (a cluster always finishes by the select path).
 std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
   std::vector<tk::TopkPlan> v;
   for (tk::Kernel kern : tk::kKernels)
     if (k <= tk::max_k(kern))
       for (int cs : {1, 2, 4, 8})
-        if (tk::fits(kern, n, cs)) v.push_back({kern, cs});
+        if (tk::fits(kern, n, cs)) {
+          v.push_back({kern, cs, tk::Tail::rank});
+          if (cs == 1) v.push_back({kern, cs, tk::Tail::select});
+        }
   return v;
 }
 
 std::string plan_name(tk::TopkPlan p) {
-  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster) + " " +
+         tk::tail_name(p.tail);
 }
 
 enum class Fill {
@@ -51,6 +56,9 @@ enum class Fill {
   neg_inf_tail,  // the second half -inf
   nan_mix,       // 30% NaN, 10% -inf, a few +inf, -0 and +0
   one_huge,      // one 1e30, the rest tiny
+  gauss,         // smooth logits (sum of uniforms): the rank finish's usual case
+  outliers,      // smooth logits and a far outlier every 5000 positions
+  near_ties,     // smooth logits on a coarse grid: ties in bins the rank finish takes
 };
 
 const char* fill_name(Fill f) {
@@ -65,6 +73,9 @@ const char* fill_name(Fill f) {
     case Fill::neg_inf_tail: return "neg_inf_tail";
     case Fill::nan_mix: return "nan_mix";
     case Fill::one_huge: return "one_huge";
+    case Fill::gauss: return "gauss";
+    case Fill::outliers: return "outliers";
+    case Fill::near_ties: return "near_ties";
   }
   return "?";
 }
@@ -104,6 +115,13 @@ HostTensor make_logits(Rng& rng, int64_t R, int64_t N, Fill f) {
           break;
         }
         case Fill::one_huge: v = p == (r * 7919) % N ? 1e30 : rng.uniform(-1e-3, 1e-3); break;
+        case Fill::gauss:
+        case Fill::outliers:
+        case Fill::near_ties:
+          v = (v + rng.uniform(-10, 10) + rng.uniform(-10, 10)) / 3;
+          if (f == Fill::outliers && p % 5000 == 3) v = 1e4;
+          if (f == Fill::near_ties) v = std::round(v * 4096) / 4096;
+          break;
       }
       t.set(r * N + p, v);
     }
@@ -176,13 +194,37 @@ void run_case(Rng& rng, const Case& c, const std::vector<tk::TopkPlan>& plans, b
   }
 }
 
+constexpr Fill kAllFills[] = {
+    Fill::uniform,   Fill::ties,        Fill::heavy_ties,   Fill::all_equal, Fill::one_bucket,
+    Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix,   Fill::one_huge,
+    Fill::gauss,     Fill::outliers,    Fill::near_ties};
+
 // Every fill on moderate rows, every kernel and cluster size.
 TEST(TopkGpu, AdversarialRowsMatchReference) {
   Rng rng(1901);
-  for (Fill f :
-       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
-        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
+  for (Fill f : kAllFills)
     run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048, 40000), true);
+}
+
+// The rank finish on one CTA per row: every fill (the ones whose bins overflow
+// take the select path), k 64 to 8192 (8192: the gathered entries may pass the
+// streaming tiles' scratch), rows shorter than k, 128K rows with lengths.
+TEST(TopkGpu, RankFinishMatchesReference) {
+  Rng rng(1908);
+  std::vector<tk::TopkPlan> plans;
+  for (tk::Kernel kern : tk::kKernels) plans.push_back({kern, 1, tk::Tail::rank});
+  for (Fill f : kAllFills) {
+    run_case(rng, {3, 30000, 2048, f, true, false}, plans, false);
+    run_case(rng, {2, 30000, 64, f, false, true}, plans, false);
+  }
+  for (Fill f : {Fill::uniform, Fill::gauss, Fill::near_ties, Fill::sorted_up})
+    run_case(rng, {2, 131072, 8192, f, true, false}, {{tk::Kernel::select_1024, 1, tk::Tail::rank}},
+             false);
+  run_case(
+      rng, {4, 131072, 2048, Fill::gauss, true, true},
+      {{tk::Kernel::select_1024, 1, tk::Tail::rank}, {tk::Kernel::select_512, 1, tk::Tail::rank}},
+      true);
+  run_case(rng, {6, 1500, 2048, Fill::gauss, true, false}, plans, false);  // every row below k
 }
 
 // Rows of 1K to 256K (odd widths: rows not 16-byte aligned), k 64 to 8192,
@@ -219,12 +261,10 @@ TEST(TopkGpu, MillionLogitRow) {
 // aligned, k 64, lengths, the transform.
 TEST(TopkGpu, ResidentManyRowsMatchReference) {
   Rng rng(1906);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::resident_512, 1},
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::resident_512, 1, tk::Tail::rank},
+                                           {tk::Kernel::resident_512, 1, tk::Tail::select},
                                            {tk::Kernel::resident_512, 2}};
-  for (Fill f :
-       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
-        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
-    run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
+  for (Fill f : kAllFills) run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
   run_case(rng, {263, 20001, 2048, Fill::uniform, true, true}, plans, true);
   run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
 }
@@ -234,20 +274,34 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
-  const std::vector<tk::TopkPlan> plans = {
-      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4},  {tk::Kernel::select_512, 2},
-      {tk::Kernel::select_256, 2},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1, tk::Tail::rank},
+                                           {tk::Kernel::select_1024, 1, tk::Tail::select},
+                                           {tk::Kernel::select_1024, 4},
+                                           {tk::Kernel::select_512, 2},
+                                           {tk::Kernel::select_256, 2},
+                                           {tk::Kernel::select_256, 1, tk::Tail::rank},
+                                           {tk::Kernel::resident_512, 1, tk::Tail::rank},
+                                           {tk::Kernel::resident_512, 1, tk::Tail::select},
+                                           {tk::Kernel::resident_512, 2}};
   run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
   run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
+  // The rank finish taken (gauss) and refused after its scan (outliers: the
+  // select path runs after it on the same buffers).
+  run_case(rng, {2, 20001, 512, Fill::gauss, true, false}, plans, false);
+  run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, plans, false);
   // More rows than resident CTAs: a CTA takes a second row after the first.
-  run_case(rng, {140, 3001, 256, Fill::ties, true, false}, {{tk::Kernel::resident_512, 1}}, false);
+  run_case(rng, {140, 3001, 256, Fill::ties, true, false},
+           {{tk::Kernel::resident_512, 1, tk::Tail::select}}, false);
+  run_case(rng, {140, 3001, 256, Fill::gauss, true, false},
+           {{tk::Kernel::resident_512, 1, tk::Tail::rank}}, false);
 }
 
-// 100 calls of `plans` on R rows of N tied logits (the last row a sawtooth)
+// 100 calls of `plans` on R rows of N logits of `fill` (the last row a sawtooth)
 // give the same bytes, both orders.
-void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::TopkPlan>& plans) {
+void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::TopkPlan>& plans,
+                       Fill fill) {
   const int k = 2048;
-  HostTensor logits = make_logits(rng, R, N, Fill::ties);
+  HostTensor logits = make_logits(rng, R, N, fill);
   for (int64_t p = 0; p < N; ++p) logits.set(R * N - N + p, double(p % 977));  // a sawtooth row
   DeviceBuffer dl(logits);
   HostTensor first(DType::i32, {R, k}), got(DType::i32, {R, k});
@@ -273,10 +327,18 @@ void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::Top
 // CTA taking several rows in turn).
 TEST(TopkGpu, RepeatedCallsBitIdentical) {
   Rng rng(1905);
-  expect_repeatable(
-      rng, 8, 131072,
-      {{tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 1}, {tk::Kernel::resident_512, 4}});
-  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}});
+  expect_repeatable(rng, 8, 131072,
+                    {{tk::Kernel::select_1024, 4},
+                     {tk::Kernel::select_512, 1, tk::Tail::select},
+                     {tk::Kernel::select_1024, 1, tk::Tail::rank},
+                     {tk::Kernel::resident_512, 4}},
+                    Fill::ties);
+  expect_repeatable(rng, 8, 131072, {{tk::Kernel::select_1024, 1, tk::Tail::rank}}, Fill::gauss);
+  expect_repeatable(rng, 300, 32768,
+                    {{tk::Kernel::resident_512, 1, tk::Tail::rank},
+                     {tk::Kernel::resident_512, 1, tk::Tail::select}},
+                    Fill::ties);
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1, tk::Tail::rank}}, Fill::gauss);
 }
 
 TEST(TopkGpu, RejectsWhatAKernelCannotTake) {

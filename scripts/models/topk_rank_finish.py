@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Host model of the top-k rank finish (src/cuda/topk/topk_kernel.cuh, rank_finish).
+
+The CUDA arithmetic, run in order: the keys' range in kBins linear bins, the scan
+from the top bin (first slot of each bin, the bin t of the k-th best, the largest
+bin from t up), the gather of bins >= t (best first) or of t alone (by position)
+with slots from atomics (their order inside a bin drawn at random here, as the
+hardware may give any), the rank of each gathered entry inside its bin, and the
+by-position predicate (key, pos) >= the k-th best's. Checked against a sort of
+(key desc, position asc) on adversarial rows, both orders; a row whose bins are
+too full must report the fallback (False) and nothing else. Standard library only.
+"""
+import math
+import random
+import struct
+import sys
+
+MAX_BIN = 64  # kRankMaxBin
+
+
+def f2u(f):
+    return struct.unpack("<I", struct.pack("<f", f))[0]
+
+
+def topk_key(f):
+    u = f2u(f)
+    if u == 0x80000000:
+        u = 0
+    key = (~u & 0xFFFFFFFF) if (u & 0x80000000) else (u | 0x80000000)
+    return 0 if (key <= 0x007FFFFF or key > 0xFF800000) else key
+
+
+def clz(x):
+    return 32 - x.bit_length()
+
+
+def rank_finish(keys, poss, k, best, digit_bits, cap, rng):
+    """keys/poss: the candidates in position order. Returns the k outputs
+    (positions, -1 padded) or None for the fallback."""
+    n = len(keys)
+    bins = 1 << digit_bits
+    kk = min(k, n)
+    if n == 0:
+        return [-1] * k
+    lo, hi = min(keys), max(keys)
+    shift = max(0, 32 - clz(hi - lo) - digit_bits)
+    dig = lambda key: (key - lo) >> shift
+    hist = [0] * bins
+    for key in keys:
+        d = dig(key)
+        assert 0 <= d < bins
+        hist[d] += 1
+    # Scan from the top bin.
+    acc, mx, found = 0, 0, None
+    for d in range(bins - 1, -1, -1):
+        c = hist[d]
+        if acc < kk <= acc + c:
+            found = (d, acc, c)
+        if acc < kk:
+            mx = max(mx, c)
+        hist[d] = acc
+        acc += c
+    assert found is not None and acc == n
+    tbin, above, tcount = found
+    base = 0 if best else above
+    gathered = above + tcount if best else tcount
+    if (mx if best else tcount) > MAX_BIN or gathered > cap:
+        return None
+    # Gather, in an arbitrary order (atomics).
+    order = list(range(n))
+    rng.shuffle(order)
+    tk, tp = [None] * gathered, [None] * gathered
+    for i in order:
+        d = dig(keys[i])
+        if d == tbin or (best and d > tbin):
+            slot = hist[d] - base
+            hist[d] += 1
+            tk[slot], tp[slot] = keys[i], poss[i]
+    assert all(x is not None for x in tk)
+    out = [None] * k
+    kth = None
+    for j in range(gathered):
+        key, pos = tk[j], tp[j]
+        d = dig(key)
+        start = above if not best else (hist[d + 1] if d + 1 < bins else 0)
+        end = hist[d]
+        rank = sum(1 for m in range(start - base, end - base)
+                   if tk[m] > key or (tk[m] == key and tp[m] < pos))
+        slot = start + rank
+        if best:
+            if slot < k:
+                assert out[slot] is None
+                out[slot] = pos
+        elif slot == kk - 1:
+            assert kth is None
+            kth = (key, pos)
+    for j in range(kk, k):
+        out[j] = -1
+    if best:
+        assert all(x is not None for x in out)
+        return out
+    assert kth is not None
+    kept = [p for key, p in zip(keys, poss) if key > kth[0] or (key == kth[0] and p <= kth[1])]
+    assert len(kept) == kk
+    return kept + [-1] * (k - kk)
+
+
+def reference(keys, poss, k, best):
+    cand = [(key, p) for key, p in zip(keys, poss) if key > 0]
+    cand.sort(key=lambda e: (-e[0], e[1]))
+    top = cand[:k]
+    if not best:
+        top.sort(key=lambda e: e[1])
+    return [p for _, p in top] + [-1] * (k - len(top))
+
+
+def row(rng, n, fill):
+    v = []
+    for p in range(n):
+        x = rng.uniform(-10, 10)
+        if fill == "uniform":
+            pass
+        elif fill == "bench":  # mla_bench_dsa's fill: 24-bit steps in [-1, 1)
+            x = rng.randrange(1 << 24) * (2.0 / 16777216.0) - 1.0
+        elif fill == "gauss":
+            x = rng.gauss(0, 1)
+        elif fill == "ties":
+            x = round(x)
+        elif fill == "heavy_ties":
+            x = round(x / 8)
+        elif fill == "all_equal":
+            x = 0.5
+        elif fill == "one_bucket":
+            x = 1.0 + rng.uniform(0, 1e-4)
+        elif fill == "sorted_up":
+            x = p * 1e-3 - 7
+        elif fill == "sorted_down":
+            x = 7 - p * 1e-3
+        elif fill == "neg_inf_tail":
+            x = -math.inf if p >= n // 2 else x
+        elif fill == "nan_mix":
+            m = rng.randrange(100)
+            x = (math.nan if m < 30 else -math.inf if m < 40 else math.inf if m == 40 else
+                 -0.0 if m == 41 else 0.0 if m == 42 else 1e-45 if m == 43 else
+                 -1e-45 if m == 44 else x)
+        elif fill == "one_huge":
+            x = 1e30 if p == 7 else rng.uniform(-1e-3, 1e-3)
+        elif fill == "two_scales":  # an outlier far above a dense threshold region
+            x = 1e4 if p % 5000 == 3 else rng.gauss(0, 1)
+        v.append(x)
+    return v
+
+
+def main():
+    rng = random.Random(1907)
+    fills = ["uniform", "bench", "gauss", "ties", "heavy_ties", "all_equal", "one_bucket",
+             "sorted_up", "sorted_down", "neg_inf_tail", "nan_mix", "one_huge", "two_scales"]
+    shapes = [(3000, 2048, 11, 2048 * 4), (20000, 2048, 11, 18432), (5000, 512, 10, 2048),
+              (1500, 2048, 11, 8192), (40000, 8192, 11, 8192), (100, 64, 11, 2048)]
+    runs = fast = 0
+    for fill in fills:
+        for n, k, bits, cap in shapes:
+            logits = row(rng, n, fill)
+            keys_all = [topk_key(x) for x in logits]
+            # The candidates the stream or the resident cut leaves: every
+            # candidate key at or above the m-th best's (m >= k), in position order.
+            ranked = sorted((key for key in keys_all if key > 0), reverse=True)
+            m = min(len(ranked), rng.randint(k, 2 * k))
+            bound = ranked[m - 1] if m > 0 else 1
+            keys = [key for key in keys_all if key >= bound and key > 0]
+            poss = [p for p, key in enumerate(keys_all) if key >= bound and key > 0]
+            for best in (True, False):
+                got = rank_finish(keys, poss, k, best, bits, cap, rng)
+                runs += 1
+                if got is None:
+                    continue  # the select path runs; it has its own tests
+                fast += 1
+                want = reference(keys_all, list(range(n)), k, best)
+                if got != want:
+                    print(f"MISMATCH {fill} n={n} k={k} best={best}")
+                    return 1
+    # Fills the rank finish must take (the benchmark's and smooth logits).
+    for fill in ("uniform", "bench", "gauss"):
+        logits = row(rng, 32768, fill)
+        keys_all = [topk_key(x) for x in logits]
+        ranked = sorted(keys_all, reverse=True)
+        bound = ranked[3000]
+        keys = [key for key in keys_all if key >= bound]
+        poss = [p for p, key in enumerate(keys_all) if key >= bound]
+        for best in (True, False):
+            if rank_finish(keys, poss, 2048, best, 11, 18432, rng) is None:
+                print(f"FALLBACK on {fill}: the rank finish should take it")
+                return 1
+    print(f"rank finish model: {runs} runs, {fast} by the rank finish, all exact")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
