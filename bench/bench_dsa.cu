@@ -342,14 +342,15 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
   p.rank_tail = use.tail == tk::Tail::rank;
+  p.sieve = use.sieve;
   const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
   const double us = tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
                tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) + " " +
-               tk::tail_name(use.tail) + (best_first ? "" : " by-position") +
-               (plan ? "" : " (auto)"),
+               tk::tail_name(use.tail) + (use.sieve ? " sieve" : " chunks") +
+               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -646,13 +647,17 @@ int main(int argc, char** argv) {
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
           if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
-          for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select}) {
-            if (cs > 1 && tail == tk::Tail::rank)
-              continue;  // a cluster finishes by the select path
-            const tk::TopkPlan plan{kern, cs, tail};
-            for (bool best_first : {true, false})
-              bench_topk(tm, R, N, 2048, true, &plan, best_first);
-          }
+          // One CTA per row: every tail x stream pair (the resident kernel has
+          // no stream choice); a cluster: the sieve on and off (it finishes by
+          // the select path either way).
+          for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select})
+            for (bool sieve : {true, false}) {
+              if (cs > 1 && tail == tk::Tail::select) continue;
+              if (kern == tk::Kernel::resident_512 && !sieve) continue;
+              const tk::TopkPlan plan{kern, cs, tail, sieve};
+              for (bool best_first : {true, false})
+                bench_topk(tm, R, N, 2048, true, &plan, best_first);
+            }
         }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }

@@ -39,6 +39,10 @@ struct TopkParams {
   // small, else (and with a cluster) with the select path (digit rounds,
   // compaction, radix sort). A plan choice (TopkPlan::tail), not a semantic.
   bool rank_tail = true;
+  // The streaming tiles: read a segment with the sieve (a sampled bound, no
+  // barrier while reading; topk_sieve.cuh) where its sample says the
+  // candidates fit, else with the chunk loop. A plan choice (TopkPlan::sieve).
+  bool sieve = true;
 };
 
 // Two kernels. The streaming threshold select (topk_kernel.cuh) in three
@@ -95,6 +99,7 @@ struct TopkPlan {
   Kernel kernel = Kernel::select_1024;
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
   Tail tail = Tail::rank;
+  bool sieve = true;  // streaming tiles: the sieve first (false: the chunk loop alone)
 };
 
 // k up to 2048, rows that fill the GPU and a row that fits one CTA's shared

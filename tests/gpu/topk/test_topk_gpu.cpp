@@ -26,23 +26,24 @@ using testing::HostTensor;
 using testing::Rng;
 namespace tk = mla::cuda::topk;
 
-// Every (kernel, cluster) pair that takes k and rows of n logits; one CTA per
-// row with both tails (a cluster always finishes by the select path).
+// Every (kernel, cluster) pair that takes k and rows of n logits, each as
+// choose() plans it (the rank finish, the sieve) and as before them (the select
+// path, the chunk loop alone).
 std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
   std::vector<tk::TopkPlan> v;
   for (tk::Kernel kern : tk::kKernels)
     if (k <= tk::max_k(kern))
       for (int cs : {1, 2, 4, 8})
         if (tk::fits(kern, n, cs)) {
-          v.push_back({kern, cs, tk::Tail::rank});
-          if (cs == 1) v.push_back({kern, cs, tk::Tail::select});
+          v.push_back({kern, cs, tk::Tail::rank, true});
+          v.push_back({kern, cs, tk::Tail::select, false});
         }
   return v;
 }
 
 std::string plan_name(tk::TopkPlan p) {
   return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster) + " " +
-         tk::tail_name(p.tail);
+         tk::tail_name(p.tail) + (p.sieve ? " sieve" : " chunks");
 }
 
 enum class Fill {
@@ -255,6 +256,26 @@ TEST(TopkGpu, MillionLogitRow) {
            {{tk::Kernel::select_1024, 8}, {tk::Kernel::select_512, 1}}, true);
 }
 
+// The sieve (streaming tiles): rows it takes (uniform, smooth, -inf tails,
+// lengths), rows whose slices overflow or whose sample bound admits fewer
+// than k (sorted rows, ties, one bucket: the chunk loop reruns the segment),
+// the cluster split (each CTA's own sample), rows not 16-byte aligned, k 64
+// to 4096, both tails.
+TEST(TopkGpu, SieveMatchesReference) {
+  Rng rng(1909);
+  std::vector<tk::TopkPlan> plans;
+  for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+    for (int cs : {1, 2, 8})
+      for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select}) {
+        if (cs > 1 && tail == tk::Tail::select) continue;
+        plans.push_back({kern, cs, tail, true});
+      }
+  for (Fill f : kAllFills) run_case(rng, {3, 131072, 2048, f, true, false}, plans, false);
+  run_case(rng, {4, 131075, 64, Fill::gauss, true, true}, plans, true);
+  run_case(rng, {2, 262147, 4096, Fill::uniform, false, false}, plans, false);
+  run_case(rng, {2, 200001, 1024, Fill::neg_inf_tail, false, false}, plans, false);
+}
+
 // The resident kernel on many rows (more rows than resident CTAs, so a CTA
 // takes several rows in turn): every fill (all equal, one bucket and heavy
 // ties need the extra digit rounds over the resident keys), rows not 16-byte
@@ -274,9 +295,10 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1, tk::Tail::rank},
-                                           {tk::Kernel::select_1024, 1, tk::Tail::select},
-                                           {tk::Kernel::select_1024, 4},
+  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
+                                           {tk::Kernel::select_1024, 1, tk::Tail::select, false},
+                                           {tk::Kernel::select_1024, 4, tk::Tail::rank, true},
+                                           {tk::Kernel::select_1024, 4, tk::Tail::select, false},
                                            {tk::Kernel::select_512, 2},
                                            {tk::Kernel::select_256, 2},
                                            {tk::Kernel::select_256, 1, tk::Tail::rank},
@@ -289,6 +311,14 @@ TEST(TopkGpu, SmallForSanitizer) {
   // select path runs after it on the same buffers).
   run_case(rng, {2, 20001, 512, Fill::gauss, true, false}, plans, false);
   run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, plans, false);
+  // The sieve taken (16K-logit segments of uniform rows, k 256: its sample,
+  // slices and gather) and refused after its stream (sorted rows: a slice
+  // overflows, the chunk loop reruns), one CTA and a cluster per row.
+  const std::vector<tk::TopkPlan> sieve = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
+                                           {tk::Kernel::select_1024, 2, tk::Tail::rank, true},
+                                           {tk::Kernel::select_512, 1, tk::Tail::select, true}};
+  run_case(rng, {2, 40000, 256, Fill::uniform, true, false}, sieve, false);
+  run_case(rng, {2, 40000, 256, Fill::sorted_down, false, false}, sieve, false);
   // More rows than resident CTAs: a CTA takes a second row after the first.
   run_case(rng, {140, 3001, 256, Fill::ties, true, false},
            {{tk::Kernel::resident_512, 1, tk::Tail::select}}, false);
@@ -329,11 +359,14 @@ TEST(TopkGpu, RepeatedCallsBitIdentical) {
   Rng rng(1905);
   expect_repeatable(rng, 8, 131072,
                     {{tk::Kernel::select_1024, 4},
-                     {tk::Kernel::select_512, 1, tk::Tail::select},
+                     {tk::Kernel::select_512, 1, tk::Tail::select, false},
                      {tk::Kernel::select_1024, 1, tk::Tail::rank},
                      {tk::Kernel::resident_512, 4}},
                     Fill::ties);
-  expect_repeatable(rng, 8, 131072, {{tk::Kernel::select_1024, 1, tk::Tail::rank}}, Fill::gauss);
+  expect_repeatable(rng, 8, 131072,
+                    {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
+                     {tk::Kernel::select_1024, 4, tk::Tail::rank, true}},
+                    Fill::gauss);
   expect_repeatable(rng, 300, 32768,
                     {{tk::Kernel::resident_512, 1, tk::Tail::rank},
                      {tk::Kernel::resident_512, 1, tk::Tail::select}},
