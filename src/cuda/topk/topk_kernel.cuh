@@ -200,7 +200,11 @@ __device__ uint32_t chunk_stream(Smem<T>& s, const Segment& g, uint32_t k, const
   return fill;
 }
 
-template <class T, class Probe = NoProbe>
+// Sieve: whether the kernel has the sieve (TopkParams::sieve picks the
+// instantiation): without it, the chunk loop's registers are allocated as
+// before the sieve (with it, ptxas spills a ring vector of the chunk loop,
+// which then only runs for the rows the sieve refuses).
+template <class T, class Probe = NoProbe, bool Sieve = true>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     topk_kernel(const TopkParams p, const Probe probe = Probe{}) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -211,11 +215,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   const uint32_t k = uint32_t(p.k);
 
   probe.mark(0);
-  const Segment g = segment_of(p, row, cs, rank);
   uint32_t fill = 0;
   // The sieve when its sample says the candidates fit, else (or when it finds
-  // out they do not) the chunk stream from the start.
-  if (!(p.sieve && sieve_stream<T>(s, g, k, &fill))) fill = chunk_stream<T>(s, g, k, probe);
+  // out they do not) the chunk stream from the start. Each finds the segment
+  // itself: nothing of it stays live (in registers) across the other.
+  if (!(Sieve && sieve_stream<T>(s, segment_of(p, row, cs, rank), k, &fill)))
+    fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
   __syncthreads();
 
   probe.mark(1), probe.add(7, fill);

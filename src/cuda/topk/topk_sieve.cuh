@@ -2,11 +2,12 @@
 // once with no CTA barrier while reading, when a sample says its candidates
 // fit the buffer.
 //
-//   sample  one 16-byte vector per thread, spread over the segment (4 *
-//           kThreads logits), in linear bins (topk_rank.cuh); the bin of the
-//           sample's m-th best, m = the expected count of samples at or above
-//           the segment's k-th best plus 4 standard deviations and 8, gives
-//           the bound: a logit enters when its key reaches that bin's low end.
+//   sample  kSieveSampleVecs 16-byte vectors per thread, spread over the
+//           segment, in linear bins (topk_rank.cuh); the bin of the sample's
+//           m-th best, m = the expected count of samples at or above the
+//           segment's k-th best plus 3 standard deviations and 4, gives the
+//           bound: a logit enters when its key reaches that bin's low end
+//           (fewer than k enter in ~0.1% of random rows: a second read).
 //           The bound is a guess: nothing below relies on it being right.
 //   stream  warp w reads its own contiguous range of the segment (kSieveVecs
 //           vectors per lane per step, kSieveDepth steps in flight) and
@@ -36,6 +37,9 @@ namespace mla::cuda::topk {
 // Larger rings measured no more spills at compile time; the kernel's spills
 // (40-byte frame) do not grow with the ring.
 inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
+// Sampled vectors per thread: 8 * kThreads logits, enough for a bound near the
+// k-th best of 128K-logit segments on the 512-thread tile.
+inline constexpr int kSieveSampleVecs = 2;
 
 __device__ __forceinline__ float4 neg_inf4() {
   return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
@@ -49,19 +53,20 @@ __device__ __forceinline__ float4 neg_inf4() {
 template <class T>
 __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t* fill) {
   constexpr int W = T::kWarps, U = kSieveVecs, D = kSieveDepth;
-  constexpr uint32_t kSlice = uint32_t(T::kCap / W), kSamples = 4u * uint32_t(T::kThreads);
+  constexpr uint32_t kSlice = uint32_t(T::kCap / W);
+  constexpr uint32_t kSamples = 4u * kSieveSampleVecs * uint32_t(T::kThreads);
   static_assert(kSlice % 4 == 0 && kSamples <= uint32_t(T::kCap), "slices and the sample fit key");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t nv = g.v1 - g.v0, n = 4u * nv;
   // The sample's rank m, and the entries expected above its bound (m * n /
-  // kSamples): each slice must expect at most a third of its room and the
-  // gather at most half of kCap2, else the chunk loop (short rows, small
-  // tiles, k near the row's length).
+  // kSamples, relative spread ~1/sqrt(m) from the sample): each slice must
+  // expect at most half of its room and the gather at most 0.8 kCap2, else
+  // the chunk loop (short rows, the 256-thread tile, k near the row's length).
   const float mean = float(k) * float(kSamples) / float(max(n, 1u));
-  const uint32_t m = uint32_t(mean + 4.f * sqrtf(mean) + 8.f);
+  const uint32_t m = uint32_t(mean + 3.f * sqrtf(mean) + 4.f);
   const float expect = float(m) * float(n) / float(kSamples);
-  if (n < 8u * k || m > kSamples / 4u || expect > float(kSlice / 3u) * float(W) ||
-      expect > 0.5f * float(T::kCap2))
+  if (n < 8u * k || m > kSamples / 4u || expect > float(kSlice / 2u) * float(W) ||
+      expect > 0.8f * float(T::kCap2))
     return false;  // uniform: no shared memory touched, no barrier needed
 
   // Warp w's vectors [w0, w1): step j holds w0 + (j * U + u) * 32 + lane.
@@ -80,11 +85,13 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
 #pragma unroll
     for (int u = 0; u < U; ++u) ring[d][u] = load(uint32_t(d), u);
 
-  // ---- sample and bound.
-  {
-    const uint32_t v = g.v0 + uint32_t(uint64_t(tid) * nv / uint32_t(T::kThreads));
+      // ---- sample and bound.
+#pragma unroll
+  for (int i = 0; i < kSieveSampleVecs; ++i) {
+    const uint32_t t = uint32_t(i * T::kThreads + tid);
+    const uint32_t v = g.v0 + uint32_t(uint64_t(t) * nv / (kSamples / 4u));
     const float4 x = load_vec(g, v);
-    reinterpret_cast<uint4*>(s.key)[tid] =
+    reinterpret_cast<uint4*>(s.key)[t] =
         make_uint4(topk_key(x.x), topk_key(x.y), topk_key(x.z), topk_key(x.w));
   }
   __syncthreads();  // the sample complete (every earlier reader: the caller's start)
