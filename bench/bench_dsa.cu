@@ -647,12 +647,11 @@ int main(int argc, char** argv) {
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
           if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
-          // One CTA per row: every tail x stream pair (the resident kernel has
-          // no stream choice); a cluster: the sieve on and off (it finishes by
-          // the select path either way).
+          // Every tail x stream pair (the resident kernel has no stream
+          // choice): rank + sieve is the new default, select + chunks the
+          // kernel as it was.
           for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select})
             for (bool sieve : {true, false}) {
-              if (cs > 1 && tail == tk::Tail::select) continue;
               if (kern == tk::Kernel::resident_512 && !sieve) continue;
               const tk::TopkPlan plan{kern, cs, tail, sieve};
               for (bool best_first : {true, false})

@@ -8,7 +8,9 @@ with slots from atomics (their order inside a bin drawn at random here, as the
 hardware may give any), the rank of each gathered entry inside its bin, and the
 by-position predicate (key, pos) >= the k-th best's. Checked against a sort of
 (key desc, position asc) on adversarial rows, both orders; a row whose bins are
-too full must report the fallback (False) and nothing else. Standard library only.
+too full must report the fallback (None) and nothing else. Also the rank cut
+(the k-th best's key and its tie count, for compact()) and a cluster's gather
+(each rank's own k best, concatenated in rank order, then the rank finish). Standard library only.
 """
 import math
 import random
@@ -105,6 +107,51 @@ def rank_finish(keys, poss, k, best, digit_bits, cap, rng):
     return kept + [-1] * (k - kk)
 
 
+def rank_cut(keys, poss, kk, digit_bits, cap, rng):
+    """The cut keeping the kk best (kk < n): (K, need) with need the ties at K up
+    to the kk-th's position, as rank_cut computes it; None when the bins are too
+    full."""
+    n = len(keys)
+    bins = 1 << digit_bits
+    lo, hi = min(keys), max(keys)
+    shift = max(0, 32 - clz(hi - lo) - digit_bits)
+    dig = lambda key: (key - lo) >> shift
+    hist = [0] * bins
+    for key in keys:
+        hist[dig(key)] += 1
+    acc, found = 0, None
+    for d in range(bins - 1, -1, -1):
+        if acc < kk <= acc + hist[d]:
+            found = (d, acc, hist[d])
+        acc += hist[d]
+    tbin, above, tcount = found
+    if tcount > MAX_BIN or tcount > cap:
+        return None
+    members = [(keys[i], poss[i]) for i in range(n) if dig(keys[i]) == tbin]
+    rng.shuffle(members)
+    cut = None
+    for key, pos in members:
+        rank = sum(1 for mk, mp in members if mk > key or (mk == key and mp < pos))
+        ties = sum(1 for mk, mp in members if mk == key and mp < pos)
+        if above + rank == kk - 1:
+            assert cut is None
+            cut = (key, ties + 1)
+    return cut
+
+
+def compact(keys, poss, thr, need):
+    """compact(): every key above thr, and the first `need` ties in buffer order."""
+    out, seen = [], 0
+    for key, pos in zip(keys, poss):
+        if key > thr:
+            out.append((key, pos))
+        elif key == thr:
+            if seen < need:
+                out.append((key, pos))
+            seen += 1
+    return out
+
+
 def reference(keys, poss, k, best):
     cand = [(key, p) for key, p in zip(keys, poss) if key > 0]
     cand.sort(key=lambda e: (-e[0], e[1]))
@@ -178,6 +225,42 @@ def main():
                 want = reference(keys_all, list(range(n)), k, best)
                 if got != want:
                     print(f"MISMATCH {fill} n={n} k={k} best={best}")
+                    return 1
+    # The cluster's gather: each rank's own k best (rank_cut + compact, in place,
+    # position order), concatenated in rank order, then the rank finish.
+    for fill in fills:
+        for n, k, cs in [(40000, 2048, 8), (30000, 512, 4), (9000, 2048, 2)]:
+            logits = row(rng, n, fill)
+            keys_all = [topk_key(x) for x in logits]
+            per = (n + cs - 1) // cs
+            gathered_k, gathered_p, ok = [], [], True
+            for r in range(cs):
+                seg = [(keys_all[p], p) for p in range(r * per, min(n, (r + 1) * per))
+                       if keys_all[p] > 0]
+                ks, ps = [e[0] for e in seg], [e[1] for e in seg]
+                if len(ks) > k:
+                    cut = rank_cut(ks, ps, k, 11, 8192, rng)
+                    if cut is None:  # select_cut's path: the exact k best likewise
+                        kept = sorted(seg, key=lambda e: (-e[0], e[1]))[:k]
+                        kept.sort(key=lambda e: e[1])
+                    else:
+                        kept = compact(ks, ps, cut[0], cut[1])
+                        want = sorted(sorted(seg, key=lambda e: (-e[0], e[1]))[:k],
+                                      key=lambda e: e[1])
+                        if kept != want:
+                            print(f"RANK CUT MISMATCH {fill} n={n} k={k} cs={cs} rank={r}")
+                            return 1
+                    ks, ps = [e[0] for e in kept], [e[1] for e in kept]
+                gathered_k += ks
+                gathered_p += ps
+            for best in (True, False):
+                got = rank_finish(gathered_k, gathered_p, k, best, 11, 8192, rng)
+                runs += 1
+                if got is None:
+                    continue
+                fast += 1
+                if got != reference(keys_all, list(range(n)), k, best):
+                    print(f"GATHER MISMATCH {fill} n={n} k={k} cs={cs} best={best}")
                     return 1
     # Fills the rank finish must take (the benchmark's and smooth logits).
     for fill in ("uniform", "bench", "gauss"):

@@ -77,9 +77,9 @@ struct Smem {
   uint32_t chunk_count[2][32];  // warps' entries in a chunk (by parity of the exchange)
   uint32_t warp_a[32], warp_b[32];
   uint32_t found_bin, found_above, found_count, total;
-  uint32_t rank_gt, rank_eq;          // this CTA's entries above / at the cluster's threshold
-  uint32_t rank_n, rank_lo, rank_hi;  // this CTA's entries, their min and max key
-  uint32_t kth_key, kth_pos;          // rank_finish: the k-th best entry
+  uint32_t rank_gt, rank_eq;            // this CTA's entries above / at the cluster's threshold
+  uint32_t rank_n, rank_lo, rank_hi;    // this CTA's entries, their min and max key
+  uint32_t kth_key, kth_pos, kth_need;  // topk_rank.cuh: the k-th best entry, its tie count
 };
 
 // Order-preserving map float -> uint32: a larger logit has a larger key, -0

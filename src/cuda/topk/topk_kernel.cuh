@@ -40,6 +40,61 @@
 
 namespace mla::cuda::topk {
 
+// This CTA's k best of key/pos[0..fill) (position order), in place: the rank
+// cut when its bins allow (Tail::rank), else select_cut's digit rounds. Same
+// start as select_cut; ends with a barrier. Returns the kept count.
+template <class T>
+__device__ uint32_t own_k_best(Smem<T>& s, uint32_t fill, uint32_t k, bool rank_tail,
+                               const RankScratch& scratch) {
+  if (fill <= k) return fill;  // uniform; the caller's barrier made the buffer stable
+  Cut cut;
+  if (!(rank_tail && rank_cut<T>(s, fill, k, scratch, &cut)))
+    cut = select_cut<T>(s, fill, k, k, false);
+  return cut.kept < fill ? compact<T>(s, fill, cut.thr, cut.need) : fill;
+}
+
+// The cluster's finish by gathering (Tail::rank, cs * k <= kCap): every CTA
+// keeps its own k best (own_k_best), the CTAs' counts give each its offset in
+// rank (so position) order, each writes its entries into the leader's key/pos
+// after the leader's own (distributed shared memory), and the leader alone
+// finishes the row (rank_finish, else the select path) over at most cs * k
+// entries: two cluster barriers, no cluster-wide histograms. The row's k best
+// are among the union of the CTAs' k best. Non-leaders return after the second
+// cluster barrier, past which nobody touches another CTA's shared memory.
+template <class T, class Probe>
+__device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, int64_t row,
+                              const RankScratch& scratch, const Probe& probe) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const uint32_t k = uint32_t(p.k);
+  fill = own_k_best<T>(s, fill, k, p.rank_tail, scratch);
+  probe.mark(2);
+  if (threadIdx.x == 0) s.rank_n = fill;
+  cluster.sync();  // every rank's count visible; the leader's own entries final
+  uint32_t off = 0, total = 0;
+  for (int q = 0; q < cs; ++q) {
+    const uint32_t nq = *cluster.map_shared_rank(&s.rank_n, q);
+    off += q < rank ? nq : 0u, total += nq;
+  }
+  if (rank != 0) {
+    uint32_t* lead_key = cluster.map_shared_rank(s.key, 0);
+    uint32_t* lead_pos = cluster.map_shared_rank(s.pos, 0);
+    for (uint32_t i = threadIdx.x; i < fill; i += T::kThreads)
+      lead_key[off + i] = s.key[i], lead_pos[off + i] = s.pos[i];
+  }
+  cluster.sync();  // the leader's key/pos[0..total) complete, in position order
+  probe.mark(3);
+  if (rank == 0 && !rank_finish<T>(s, total, scratch, p, row)) {
+    const Cut cut = select_cut<T>(s, total, k, k, false);
+    if (cut.kept < total) total = compact<T>(s, total, cut.thr, cut.need);
+    if (p.best_first)
+      sort_and_write<T>(s, s.key, s.pos, s.key2, s.pos2, total, p, row);
+    else
+      write_row<T>(s.pos, total, p, row);
+  }
+  probe.mark(4);
+}
+
 // After the stream: this CTA's candidates are key/pos[0..fill), in position
 // order, and hold its k best (or all its candidates); the buffer is stable (a
 // barrier since the last write). Selects the row's k best (over the cluster
@@ -55,6 +110,12 @@ __device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64
   // ---- one CTA per row: the rank finish when its bins are small enough.
   if (cs == 1 && p.rank_tail && rank_finish<T>(s, fill, scratch, p, row)) {
     probe.mark(2), probe.mark(3), probe.mark(4);
+    return;
+  }
+  // ---- a cluster whose CTAs' k best fit the leader's buffer: gather them
+  // there and finish on the leader alone.
+  if (cs > 1 && p.rank_tail && uint64_t(cs) * k <= uint64_t(T::kCap)) {
+    gather_finish<T>(s, fill, p, row, scratch, probe);
     return;
   }
 

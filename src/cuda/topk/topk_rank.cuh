@@ -78,25 +78,26 @@ __device__ LinearBins count_linear_bins(Smem<T>& s, const uint32_t* keys, uint32
   return lb;
 }
 
-// Starts after a barrier that made key/pos[0..n) complete (and every earlier
-// reader of hist, warp_a/b and found_* passed). Returns true when the row is
-// written; false (uniform over the CTA, after a barrier, nothing written)
-// when the bins are too full.
-template <class T>
-__device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, const TopkParams& p,
-                            int64_t row) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const uint32_t k = uint32_t(p.k), kk = min(k, n);
-  const bool best = p.best_first;
-  int32_t* out = p.out + row * p.out_stride;
-  if (n == 0) {
-    for (uint32_t j = tid; j < k; j += T::kThreads) out[j] = -1;
-    return true;
-  }
-  const LinearBins lb = count_linear_bins<T>(s, s.key, n);
-  const uint32_t lo = lb.lo;
-  const int shift = lb.shift;
+// The bins of a row's candidates and the gathered entries (rank_gather).
+struct RankBins {
+  LinearBins lb;
+  uint32_t tbin, above, tcount;  // the bin of the kk-th best, slots above it, its entries
+  uint32_t base, gathered;       // first slot gathered, entries gathered to the scratch
+  bool best;                     // every bin from tbin up gathered (else tbin alone)
+};
 
+// Phases "bins" and "gather" for the kk (1 <= kk <= n) best of key/pos[0..n):
+// best first gathers the bins from the kk-th's up, otherwise that bin alone.
+// Starts after a barrier that made key/pos[0..n) complete (and every earlier
+// reader of hist, warp_a/b, chunk_count[1] and found_* passed); ends with a
+// barrier. Returns false (uniform, nothing gathered) when a bin holds more than
+// kRankMaxBin entries or the gathered entries pass tmp.cap; afterwards
+// hist[d] is the end of bin d's slots for every gathered bin.
+template <class T>
+__device__ bool rank_gather(Smem<T>& s, uint32_t n, uint32_t kk, bool best, const RankScratch& tmp,
+                            RankBins* rb) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const LinearBins lb = count_linear_bins<T>(s, s.key, n);
   // Scan from the top bin (thread 0 owns the highest kPer): hist becomes each
   // bin's first slot; the bin of slot kk - 1 and the largest bin at or above it.
   constexpr int kPer = T::kBins / T::kThreads;
@@ -119,43 +120,92 @@ __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, cons
   if (lane == 0) s.warp_b[warp] = mx;
   __syncthreads();
   mx = __reduce_max_sync(0xffffffffu, lane < T::kWarps ? s.warp_b[lane] : 0u);
-  const uint32_t tbin = s.found_bin, above = s.found_above, tcount = s.found_count;
-  // Best first gathers every bin from tbin up (slots [0, above + tcount));
-  // by position only tbin's (slots [above, above + tcount)).
-  const uint32_t base = best ? 0u : above, gathered = best ? above + tcount : tcount;
-  if ((best ? mx : tcount) > kRankMaxBin || gathered > tmp.cap) {
+  RankBins r;
+  r.lb = lb, r.tbin = s.found_bin, r.above = s.found_above, r.tcount = s.found_count, r.best = best;
+  // Best first: slots [0, above + tcount); otherwise [above, above + tcount).
+  r.base = best ? 0u : r.above;
+  r.gathered = best ? r.above + r.tcount : r.tcount;
+  if ((best ? mx : r.tcount) > kRankMaxBin || r.gathered > tmp.cap) {
     __syncthreads();  // warp_b, found_* and hist read by all before the select path writes them
     return false;
   }
-
-  // Gather: afterwards hist[d] is the end of bin d's slots for the gathered bins.
 #pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) {
-    const uint32_t key = s.key[i], d = (key - lo) >> shift;
-    if (d == tbin || (best && d > tbin)) {
-      const uint32_t slot = atomicAdd(&s.hist[d], 1u) - base;
+    const uint32_t key = s.key[i], d = lb.bin(key);
+    if (d == r.tbin || (best && d > r.tbin)) {
+      const uint32_t slot = atomicAdd(&s.hist[d], 1u) - r.base;
       tmp.key[slot] = key, tmp.pos[slot] = s.pos[i];
     }
   }
   __syncthreads();
+  *rb = r;
+  return true;
+}
 
-  // Rank inside the bin. A gathered bin's slots start where the bin above it
-  // ends (best first: every bin above tbin was gathered too), or at 0 for the
-  // top bin.
-  for (uint32_t j = tid; j < gathered; j += T::kThreads) {
-    const uint32_t key = tmp.key[j], pos = tmp.pos[j], d = (key - lo) >> shift;
-    const uint32_t start = !best ? above : d + 1 < uint32_t(T::kBins) ? s.hist[d + 1] : 0u;
-    const uint32_t end = s.hist[d];
-    uint32_t rank = 0;
-    for (uint32_t m = start - base; m < end - base; ++m) {
-      const uint32_t mk = tmp.key[m], mp = tmp.pos[m];
-      rank += uint32_t(mk > key) | uint32_t(mk == key && mp < pos);
-    }
-    const uint32_t slot = start + rank;
+// Gathered entry j's slot among the candidates (key desc, position asc): its
+// bin's first slot plus the entries of its bin before it. A gathered bin's
+// slots start where the bin above it ends (best first: every bin above the
+// kk-th's was gathered too), or at 0 for the top bin. *ties: the entries of
+// its bin with its key and a lower position.
+template <class T>
+__device__ __forceinline__ uint32_t rank_slot(const Smem<T>& s, const RankBins& r,
+                                              const RankScratch& tmp, uint32_t j, uint32_t* ties) {
+  const uint32_t key = tmp.key[j], pos = tmp.pos[j], d = r.lb.bin(key);
+  const uint32_t start = !r.best ? r.above : d + 1 < uint32_t(T::kBins) ? s.hist[d + 1] : 0u;
+  const uint32_t end = s.hist[d];
+  uint32_t rank = 0, t = 0;
+  for (uint32_t m = start - r.base; m < end - r.base; ++m) {
+    const uint32_t mk = tmp.key[m], mp = tmp.pos[m];
+    const uint32_t tie = uint32_t(mk == key && mp < pos);
+    rank += uint32_t(mk > key) | tie, t += tie;
+  }
+  *ties = t;
+  return start + rank;
+}
+
+// The cut (select_cut's Cut) keeping the kk best of key/pos[0..n), kk < n,
+// from the kk-th best (K, P): every key above K, and the ties at K up to P,
+// which are the first `need` ties in buffer order when the buffer is in
+// position order. Same start as rank_gather; ends with a barrier. False: the
+// bins are too full (nothing written but the scratch).
+template <class T>
+__device__ bool rank_cut(Smem<T>& s, uint32_t n, uint32_t kk, const RankScratch& tmp, Cut* cut) {
+  RankBins r;
+  if (!rank_gather<T>(s, n, kk, false, tmp, &r)) return false;
+  for (uint32_t j = threadIdx.x; j < r.gathered; j += T::kThreads) {
+    uint32_t ties;
+    if (rank_slot<T>(s, r, tmp, j, &ties) == kk - 1)
+      s.kth_key = tmp.key[j], s.kth_pos = tmp.pos[j], s.kth_need = ties + 1u;
+  }
+  __syncthreads();
+  *cut = Cut{s.kth_key, s.kth_need, kk, s.kth_key};
+  return true;
+}
+
+// Starts after a barrier that made key/pos[0..n) complete (and every earlier
+// reader of hist, warp_a/b, chunk_count[1] and found_* passed). Returns true
+// when the row is written; false (uniform over the CTA, after a barrier,
+// nothing written) when the bins are too full.
+template <class T>
+__device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, const TopkParams& p,
+                            int64_t row) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t k = uint32_t(p.k), kk = min(k, n);
+  const bool best = p.best_first;
+  int32_t* out = p.out + row * p.out_stride;
+  if (n == 0) {
+    for (uint32_t j = tid; j < k; j += T::kThreads) out[j] = -1;
+    return true;
+  }
+  RankBins r;
+  if (!rank_gather<T>(s, n, kk, best, tmp, &r)) return false;
+  for (uint32_t j = tid; j < r.gathered; j += T::kThreads) {
+    uint32_t ties;
+    const uint32_t slot = rank_slot<T>(s, r, tmp, j, &ties);
     if (best) {
-      if (slot < k) out[slot] = output_value(p, row, pos);
+      if (slot < k) out[slot] = output_value(p, row, tmp.pos[j]);
     } else if (slot == kk - 1) {
-      s.kth_key = key, s.kth_pos = pos;
+      s.kth_key = tmp.key[j], s.kth_pos = tmp.pos[j];
     }
   }
   for (uint32_t j = kk + tid; j < k; j += T::kThreads) out[j] = -1;
