@@ -631,7 +631,8 @@ int main(int argc, char** argv) {
   }
   if (want("topk")) {
     // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA
-    // decode shapes, both orders; then every kernel and cluster size on the targets. The SM
+    // decode shapes, both orders; then every kernel and cluster size on the targets (and 4096 x
+    // 128K, the long prefill chunk). The SM
     // clock read before and after.
     namespace tk = mla::cuda::topk;
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
@@ -642,7 +643,7 @@ int main(int argc, char** argv) {
       for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, nullptr, best_first);
     bench_topk(tm, 128, 131072, 8192);
     for (const auto& [R, N] :
-         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
+         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}, {4096, 131072}})
       for (tk::Kernel kern : tk::kKernels)
         for (int cs : {1, 2, 4, 8}) {
           if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
