@@ -632,8 +632,7 @@ int main(int argc, char** argv) {
   if (want("topk")) {
     // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA
     // decode shapes, both orders; then every kernel and cluster size on the targets (and 4096 x
-    // 128K, the long prefill chunk). The SM
-    // clock read before and after.
+    // 128K, the long prefill chunk). The SM clock read before and after.
     namespace tk = mla::cuda::topk;
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
     warm_gpu(200);
