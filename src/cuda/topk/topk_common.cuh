@@ -59,11 +59,13 @@ struct TileOf<Kernel::resident_512> {
 template <Kernel K>
 constexpr bool tile_matches() {
   using T = typename TileOf<K>::type;
-  return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K);
+  return T::kCap2 == max_k(K) && T::kCtasPerSm == ctas_per_sm(K) && T::kThreads == threads_of(K) &&
+         T::kCap == buffer_cap(K);
 }
 static_assert(tile_matches<Kernel::select_1024>() && tile_matches<Kernel::select_512>() &&
                   tile_matches<Kernel::select_256>() && tile_matches<Kernel::resident_512>(),
-              "a kernel takes k up to its compaction target, at the occupancy choose() assumes");
+              "a kernel takes k up to its compaction target, at the occupancy and sizes choose() "
+              "assumes");
 
 template <class T>
 struct Smem {

@@ -37,9 +37,6 @@ namespace mla::cuda::topk {
 // Larger rings measured no more spills at compile time; the kernel's spills
 // (40-byte frame) do not grow with the ring.
 inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
-// Sampled vectors per thread: 8 * kThreads logits, enough for a bound near the
-// k-th best of 128K-logit segments on the 512-thread tile.
-inline constexpr int kSieveSampleVecs = 2;
 
 __device__ __forceinline__ float4 neg_inf4() {
   return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
@@ -54,20 +51,15 @@ template <class T>
 __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t* fill) {
   constexpr int W = T::kWarps, U = kSieveVecs, D = kSieveDepth;
   constexpr uint32_t kSlice = uint32_t(T::kCap / W);
-  constexpr uint32_t kSamples = 4u * kSieveSampleVecs * uint32_t(T::kThreads);
-  static_assert(kSlice % 4 == 0 && kSamples <= uint32_t(T::kCap), "slices and the sample fit key");
+  static_assert(4 * kSieveSampleVecs * T::kThreads <= T::kCap, "the sample fits key");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const uint32_t nv = g.v1 - g.v0, n = 4u * nv;
-  // The sample's rank m, and the entries expected above its bound (m * n /
-  // kSamples, relative spread ~1/sqrt(m) from the sample): each slice must
-  // expect at most half of its room and the gather at most 0.8 kCap2, else
-  // the chunk loop (short rows, the 256-thread tile, k near the row's length).
-  const float mean = float(k) * float(kSamples) / float(max(n, 1u));
-  const uint32_t m = uint32_t(mean + 3.f * sqrtf(mean) + 4.f);
-  const float expect = float(m) * float(n) / float(kSamples);
-  if (n < 8u * k || m > kSamples / 4u || expect > float(kSlice / 2u) * float(W) ||
-      expect > 0.8f * float(T::kCap2))
-    return false;  // uniform: no shared memory touched, no barrier needed
+  const uint32_t nv = g.v1 - g.v0;
+  // The sample's rank m and whether the candidates are expected to fit
+  // (topk_params.hpp, sieve_plan): else the chunk loop (short rows, the
+  // 256-thread tile, k near the row's length).
+  const SievePlan plan = sieve_plan(T::kThreads, T::kCap, T::kCap2, int64_t(4) * nv, int(k));
+  const uint32_t kSamples = plan.samples, m = plan.m;
+  if (!plan.takes) return false;  // uniform: no shared memory touched, no barrier needed
 
   // Warp w's vectors [w0, w1): step j holds w0 + (j * U + u) * 32 + lane.
   const uint32_t per = ((nv + W - 1) / W + 31u) & ~31u;

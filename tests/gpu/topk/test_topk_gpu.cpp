@@ -274,6 +274,12 @@ TEST(TopkGpu, SieveMatchesReference) {
   run_case(rng, {4, 131075, 64, Fill::gauss, true, true}, plans, true);
   run_case(rng, {2, 262147, 4096, Fill::uniform, false, false}, plans, false);
   run_case(rng, {2, 200001, 1024, Fill::neg_inf_tail, false, false}, plans, false);
+  // Many rows: the automatic plan (the 512-thread tile with the sieve, two CTAs
+  // per SM), smooth rows and rows the sieve refuses, with lengths.
+  run_case(rng, {300, 32768, 2048, Fill::gauss, true, false},
+           {{tk::Kernel::select_512, 1, tk::Tail::rank, true}}, true);
+  run_case(rng, {300, 32771, 2048, Fill::sorted_up, false, true},
+           {{tk::Kernel::select_512, 1, tk::Tail::rank, true}}, true);
 }
 
 // The resident kernel on many rows (more rows than resident CTAs, so a CTA
@@ -371,7 +377,10 @@ TEST(TopkGpu, RepeatedCallsBitIdentical) {
                     {{tk::Kernel::resident_512, 1, tk::Tail::rank},
                      {tk::Kernel::resident_512, 1, tk::Tail::select}},
                     Fill::ties);
-  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1, tk::Tail::rank}}, Fill::gauss);
+  expect_repeatable(rng, 300, 32768,
+                    {{tk::Kernel::resident_512, 1, tk::Tail::rank},
+                     {tk::Kernel::select_512, 1, tk::Tail::rank, true}},
+                    Fill::gauss);
 }
 
 TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
@@ -400,13 +409,24 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
 }
 
-// The plan: rows that fill the GPU and fit one CTA's shared memory run the
-// resident kernel, one CTA per row; otherwise (never a resident cluster) rows
-// that fill the GPU run one streaming CTA each, and few long rows are split.
+// The plan: two rows per SM whose segments the sieve takes run the 512-thread
+// streaming tile; else rows that fill the GPU and fit one CTA's shared memory
+// run the resident kernel, one CTA per row; otherwise (never a resident
+// cluster) rows that fill the GPU run one streaming CTA each, and few long rows
+// are split.
 TEST(TopkGpu, ChooseSplitsFewLongRows) {
-  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::resident_512);
-  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 8192, 2048, 132).kernel,
+            tk::Kernel::resident_512);  // too short to sieve
+  EXPECT_EQ(tk::choose(200, 32768, 2048, 132).kernel, tk::Kernel::resident_512);  // < 2 rows per SM
+  EXPECT_TRUE(tk::sieve_takes(tk::Kernel::select_1024, 131072, 1, 2048));
+  EXPECT_TRUE(tk::sieve_takes(tk::Kernel::select_1024, 1 << 20, 8, 2048));
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::select_256, 32768, 1, 2048));    // no room to gather
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::select_1024, 131072, 1, 8192));  // slices too full
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::resident_512, 32768, 1, 2048));
   EXPECT_EQ(tk::choose(128, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(128, 32768, 2048, 132).kernel, tk::Kernel::select_1024);
