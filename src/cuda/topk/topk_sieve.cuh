@@ -73,11 +73,12 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
   // not depend on.
   float4 ring[D][U];
 #pragma unroll
-  for (int d = 0; d < D; ++d)
+  for (int d = 0; d < D; ++d) {
 #pragma unroll
     for (int u = 0; u < U; ++u) ring[d][u] = load(uint32_t(d), u);
+  }
 
-      // ---- sample and bound.
+  // ---- sample and bound.
 #pragma unroll
   for (int i = 0; i < kSieveSampleVecs; ++i) {
     const uint32_t t = uint32_t(i * T::kThreads + tid);
@@ -107,9 +108,10 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const uint32_t j = j0 + uint32_t(d);
-      if (j >= steps || over) break;  // uniform over the warp
-        // Step j from the ring; its slot refills with step j + D after (the
-        // other steps stay in flight meanwhile; no second copy in registers).
+      // Uniform over the warp. Step j comes from the ring; its slot refills
+      // with step j + D after (the other steps stay in flight meanwhile; no
+      // second copy in registers).
+      if (j >= steps || over) break;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const float e[4] = {ring[d][u].x, ring[d][u].y, ring[d][u].z, ring[d][u].w};
