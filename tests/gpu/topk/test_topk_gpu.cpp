@@ -311,20 +311,21 @@ TEST(TopkGpu, SmallForSanitizer) {
                                            {tk::Kernel::resident_512, 1, tk::Tail::rank},
                                            {tk::Kernel::resident_512, 1, tk::Tail::select},
                                            {tk::Kernel::resident_512, 2}};
-  run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
-  run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
-  // The rank finish taken (gauss) and refused after its scan (outliers: the
-  // select path runs after it on the same buffers).
-  run_case(rng, {2, 20001, 512, Fill::gauss, true, false}, plans, false);
-  run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, plans, false);
-  // The sieve taken (16K-logit segments of uniform rows, k 256: its sample,
-  // slices and gather) and refused after its stream (sorted rows: a slice
-  // overflows, the chunk loop reruns), one CTA and a cluster per row.
-  const std::vector<tk::TopkPlan> sieve = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
-                                           {tk::Kernel::select_1024, 2, tk::Tail::rank, true},
-                                           {tk::Kernel::select_512, 1, tk::Tail::select, true}};
-  run_case(rng, {2, 40000, 256, Fill::uniform, true, false}, sieve, false);
-  run_case(rng, {2, 40000, 256, Fill::sorted_down, false, false}, sieve, false);
+  // Lengths 0, k/2, k, N and random: every plan (compactions on sorted rows;
+  // the sieve refuses them after its stream).
+  run_case(rng, {5, 30000, 256, Fill::sorted_up, true, true}, plans, false);
+  // The new paths on fewer plans (racecheck is slow): ties (the rank finish
+  // refuses after its scan, the select path runs on the same buffers), smooth
+  // rows (the rank finish and the sieve taken), outliers (refused).
+  const std::vector<tk::TopkPlan> fresh = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
+                                           {tk::Kernel::select_1024, 4, tk::Tail::rank, true},
+                                           {tk::Kernel::select_512, 1, tk::Tail::rank, true},
+                                           {tk::Kernel::select_256, 1, tk::Tail::rank, true},
+                                           {tk::Kernel::resident_512, 1, tk::Tail::rank},
+                                           {tk::Kernel::resident_512, 2, tk::Tail::rank}};
+  run_case(rng, {4, 20001, 512, Fill::heavy_ties, true, false}, fresh, false);
+  run_case(rng, {2, 30000, 256, Fill::gauss, false, false}, fresh, false);
+  run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, fresh, false);
   // More rows than resident CTAs: a CTA takes a second row after the first.
   run_case(rng, {140, 3001, 256, Fill::ties, true, false},
            {{tk::Kernel::resident_512, 1, tk::Tail::select}}, false);
