@@ -125,6 +125,23 @@ __device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v) {
   return v;
 }
 
+// The warp's slots for one 16-byte vector per lane, four entries each, kept
+// where keep[e]: in lane order, then element order (position order for
+// consecutive vectors). Returns the entries the warp keeps; *below gets those
+// of lower lanes (this lane's first slot past the caller's base). Every lane
+// of the warp must call it.
+__device__ __forceinline__ uint32_t ballot_slots4(const bool keep[4], uint32_t lt,
+                                                  uint32_t* below) {
+  uint32_t b = 0, all = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t m = __ballot_sync(0xffffffffu, keep[e]);
+    b += __popc(m & lt), all += __popc(m);
+  }
+  *below = b;
+  return all;
+}
+
 // Exclusive prefix over the CTA's threads of v (thread order); *total gets the
 // sum. One barrier; `scratch` (kWarps words) must not be read by anyone else
 // until the caller's next barrier.

@@ -153,7 +153,6 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
     const uint4 q = i < b1 ? rk[i] : make_uint4(0u, 0u, 0u, 0u);  // key 0 is never kept
     const uint32_t key[4] = {q.x, q.y, q.z, q.w};
     bool keep[4];
-    uint32_t kb[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) keep[j] = key[j] > thr;
     if (need > 0u) {  // uniform over the CTA: the cut ended on a tie key
@@ -172,12 +171,10 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
       }
       eq_before += all;
     }
-    uint32_t o = out;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      kb[j] = __ballot_sync(0xffffffffu, keep[j]);
-      o += __popc(kb[j] & lt), out += __popc(kb[j]);
-    }
+    uint32_t below;
+    const uint32_t all_kept = ballot_slots4(keep, lt, &below);
+    uint32_t o = out + below;
+    out += all_kept;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (keep[j]) s.key[o] = key[j], s.pos[o] = pos0 + 4u * i + uint32_t(j), ++o;

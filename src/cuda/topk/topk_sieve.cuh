@@ -115,12 +115,9 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const float e[4] = {ring[d][u].x, ring[d][u].y, ring[d][u].z, ring[d][u].w};
-        uint32_t b[4], below = 0, all = 0;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          b[q] = __ballot_sync(0xffffffffu, e[q] > bound);
-          below += __popc(b[q] & lt), all += __popc(b[q]);
-        }
+        const bool in[4] = {e[0] > bound, e[1] > bound, e[2] > bound, e[3] > bound};
+        uint32_t below;
+        const uint32_t all = ballot_slots4(in, lt, &below);
         if (all == 0u) continue;
         if (cnt + all > kSlice) {
           over = true;
@@ -132,7 +129,7 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
             4u * (w0 + (j * U + uint32_t(u)) * 32u + uint32_t(lane)) - uint32_t(g.mis);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          if (e[q] > bound) sk[o] = topk_key(e[q]), sp[o] = p0 + uint32_t(q), ++o;
+          if (in[q]) sk[o] = topk_key(e[q]), sp[o] = p0 + uint32_t(q), ++o;
         cnt += all;
       }
 #pragma unroll
