@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Host model of the top-k rank finish (src/cuda/topk/topk_kernel.cuh, rank_finish).
+"""Host model of the top-k rank finish (src/cuda/topk/topk_rank.cuh) and sieve
+(src/cuda/topk/topk_sieve.cuh).
 
 The CUDA arithmetic, run in order: the keys' range in kBins linear bins, the scan
 from the top bin (first slot of each bin, the bin t of the k-th best, the largest
@@ -10,7 +11,10 @@ by-position predicate (key, pos) >= the k-th best's. Checked against a sort of
 (key desc, position asc) on adversarial rows, both orders; a row whose bins are
 too full must report the fallback (None) and nothing else. Also the rank cut
 (the k-th best's key and its tie count, for compact()) and a cluster's gather
-(each rank's own k best, concatenated in rank order, then the rank finish). Standard library only.
+(each rank's own k best, concatenated in rank order, then the rank finish), and
+the sieve's indexing: the sample, the bound, each warp's range, step and lane
+order, the slices and the gather, on rows not 16-byte aligned: its entries must
+be every logit at or above its bound, in position order, holding the k best. Standard library only.
 """
 import math
 import random
@@ -152,6 +156,90 @@ def compact(keys, poss, thr, need):
     return out
 
 
+def isqrt32(x):
+    r, bit = 0, 1 << 30
+    while bit:
+        if x >= r + bit:
+            x -= r + bit
+            r = (r >> 1) + bit
+        else:
+            r >>= 1
+        bit >>= 2
+    return r
+
+
+def sieve_plan(threads, cap, cap2, n, k, sample_vecs=2):
+    """topk_params.hpp's sieve_plan: (samples, m, takes)."""
+    samples = 4 * sample_vecs * threads
+    nn = max(n, 1)
+    mean = k * samples // nn
+    m = mean + 3 * isqrt32(mean) + 4
+    expect = m * nn // samples
+    warps = threads // 32
+    slice_ = cap // warps
+    takes = nn >= 8 * k and m <= samples // 4 and expect <= slice_ // 2 * warps and \
+        5 * expect <= 4 * cap2
+    return samples, m, takes
+
+
+def sieve(logits, mis, k, threads, cap, cap2, U=4, D=2, bins_bits=11):
+    """topk_sieve.cuh's sieve_stream on one segment (the whole row, cs = 1):
+    the vectors from the row's 16-byte boundary `mis` floats before it, the
+    sample, the bound, each warp's range and slice, the check and the gather.
+    Returns the entries (key, position) in buffer order, or None (chunk loop)."""
+    length = len(logits)
+    nv = (length + mis + 3) // 4
+
+    def vec(v):  # load_vec: positions outside [0, length) read as -inf (key 0)
+        return [logits[4 * v - mis + e] if 0 <= 4 * v - mis + e < length else -math.inf
+                for e in range(4)]
+
+    samples, m, takes = sieve_plan(threads, cap, cap2, 4 * nv, k)
+    if not takes:
+        return None
+    skeys = []
+    for t in range(samples // 4):
+        skeys += [topk_key(x) for x in vec(t * nv // (samples // 4))]
+    nz = [x for x in skeys if x]
+    if len(nz) < m:
+        return None
+    lo, hi = min(nz), max(nz)
+    shift = max(0, 32 - clz(hi - lo) - bins_bits)
+    hist = [0] * (1 << bins_bits)
+    for x in nz:
+        hist[(x - lo) >> shift] += 1
+    acc, fbin = 0, None
+    for d in range(len(hist) - 1, -1, -1):
+        if acc < m <= acc + hist[d]:
+            fbin = d
+        acc += hist[d]
+    low = lo + (fbin << shift)
+    W = threads // 32
+    slice_ = cap // W
+    per = ((nv + W - 1) // W + 31) & ~31
+    slices = []
+    for w in range(W):
+        w0, w1 = min(nv, w * per), min(nv, (w + 1) * per)
+        steps = (w1 - w0 + 32 * U - 1) // (32 * U)
+        out = []
+        for j in range(steps):
+            for u in range(U):
+                lanes = [w0 + (j * U + u) * 32 + lane for lane in range(32)]
+                got = []
+                for v in lanes:
+                    x = vec(v) if v < w1 else [-math.inf] * 4
+                    got += [(topk_key(x[e]), 4 * v - mis + e) for e in range(4)
+                            if topk_key(x[e]) >= low and topk_key(x[e]) > 0]
+                if len(out) + len(got) > slice_:
+                    return None  # a slice overflows
+                out += got
+        slices.append(out)
+    total = sum(len(x) for x in slices)
+    if total < k or total > cap2:
+        return None
+    return [e for sl in slices for e in sl]
+
+
 def reference(keys, poss, k, best):
     cand = [(key, p) for key, p in zip(keys, poss) if key > 0]
     cand.sort(key=lambda e: (-e[0], e[1]))
@@ -262,6 +350,32 @@ def main():
                 if got != reference(keys_all, list(range(n)), k, best):
                     print(f"GATHER MISMATCH {fill} n={n} k={k} cs={cs} best={best}")
                     return 1
+    # The sieve: its entries are every logit at or above its bound, in position
+    # order, and hold the k best (or it refuses).
+    sieved = 0
+    for fill in fills:
+        for n, mis, k, threads, cap, cap2 in [(32768, 0, 2048, 512, 8192, 4096),
+                                              (40001, 3, 256, 1024, 16384, 8192),
+                                              (20003, 1, 512, 512, 8192, 4096)]:
+            logits = row(rng, n, fill)
+            got = sieve(logits, mis, k, threads, cap, cap2)
+            if got is None:
+                continue
+            sieved += 1
+            keys_all = [topk_key(x) for x in logits]
+            if [p for _, p in got] != sorted(p for _, p in got):
+                print(f"SIEVE ORDER {fill} n={n}")
+                return 1
+            low = min(kk for kk, _ in got)
+            want = [(kk, p) for p, kk in enumerate(keys_all) if kk >= low and kk > 0]
+            top = sorted(((kk, p) for p, kk in enumerate(keys_all) if kk > 0),
+                         key=lambda e: (-e[0], e[1]))[:k]
+            if got != want or not set(top) <= set(got):
+                print(f"SIEVE MISMATCH {fill} n={n} mis={mis}")
+                return 1
+    if sieved < 6:
+        print(f"the sieve took only {sieved} rows")
+        return 1
     # Fills the rank finish must take (the benchmark's and smooth logits).
     for fill in ("uniform", "bench", "gauss"):
         logits = row(rng, 32768, fill)
@@ -274,7 +388,8 @@ def main():
             if rank_finish(keys, poss, 2048, best, 11, 18432, rng) is None:
                 print(f"FALLBACK on {fill}: the rank finish should take it")
                 return 1
-    print(f"rank finish model: {runs} runs, {fast} by the rank finish, all exact")
+    print(f"rank finish model: {runs} runs, {fast} by the rank finish, {sieved} rows sieved, "
+          "all exact")
     return 0
 
 
