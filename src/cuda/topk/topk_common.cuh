@@ -528,6 +528,25 @@ __device__ __forceinline__ float4 load_vec(const Segment& g, uint32_t v) {
   return make_float4(f[0], f[1], f[2], f[3]);
 }
 
+// Warms L2 with the segment's vectors [a, b) that lie wholly inside the row
+// (so the prefetch never touches memory outside it): bulk prefetches, hints
+// with no completion to wait for and no registers or load slots held. One
+// thread calls it.
+__device__ __forceinline__ void prefetch_vecs_l2(const Segment& g, uint32_t a, uint32_t b) {
+  a = max(a, g.vf0), b = min(b, g.vf1);
+  if (a >= b) return;
+  size_t addr = __cvta_generic_to_global(g.vec + a);
+  uint32_t bytes = (b - a) * 16u;
+  while (bytes > 0) {
+    const uint32_t n = min(bytes, 32768u);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(addr), "r"(n) : "memory");
+    addr += n, bytes -= n;
+  }
+}
+__device__ __forceinline__ void prefetch_segment_l2(const Segment& g) {
+  prefetch_vecs_l2(g, g.v0, g.v1);
+}
+
 // Rank `rank` of `cs`'s segment of `row`: the vectors [v0, v1) of an even
 // split of the row's valid length.
 __device__ __forceinline__ Segment segment_of(const TopkParams& p, int64_t row, int cs, int rank) {

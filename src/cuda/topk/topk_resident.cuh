@@ -40,20 +40,6 @@ constexpr size_t resident_smem_bytes() {
 static_assert(resident_smem_bytes<TileOf<Kernel::resident_512>::type>() <= 227 * 1024,
               "the resident tile's buffers and kResidentFloats keys fit one SM's shared memory");
 
-// Warms L2 with the segment's whole 16-byte vectors (inside the row, so the
-// prefetch never touches memory outside it). One thread calls it.
-__device__ __forceinline__ void prefetch_segment_l2(const Segment& g) {
-  const uint32_t a = max(g.v0, g.vf0), b = min(g.v1, g.vf1);
-  if (a >= b) return;
-  size_t addr = __cvta_generic_to_global(g.vec + a);
-  uint32_t bytes = (b - a) * 16u;
-  while (bytes > 0) {
-    const uint32_t n = min(bytes, 32768u);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(addr), "r"(n) : "memory");
-    addr += n, bytes -= n;
-  }
-}
-
 // Reads the segment's vectors [v0, v1) into rk[0 .. v1 - v0) as keys and
 // counts the candidates' top-11-bit digits in s.hist (cleared by the caller,
 // with a barrier after). Returns this thread's count of candidates.
