@@ -341,15 +341,12 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
-  p.rank_tail = use.tail == tk::Tail::rank;
-  p.sieve = use.sieve;
   const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
   const double us = tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
-               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) + " " +
-               tk::tail_name(use.tail) + (use.sieve ? " sieve" : " chunks") +
+               tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
                (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
@@ -645,18 +642,11 @@ int main(int argc, char** argv) {
          {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}, {4096, 131072}})
       for (tk::Kernel kern : tk::kKernels)
         for (int cs : {1, 2, 4, 8}) {
-          if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
-          if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
-          // Every tail x stream pair (the resident kernel has no stream
-          // choice): rank + sieve is the new default, select + chunks the
-          // kernel as it was.
-          for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select})
-            for (bool sieve : {true, false}) {
-              if (kern == tk::Kernel::resident_512 && !sieve) continue;
-              const tk::TopkPlan plan{kern, cs, tail, sieve};
-              for (bool best_first : {true, false})
-                bench_topk(tm, R, N, 2048, true, &plan, best_first);
-            }
+          if (cs > 1 && R >= 64)
+            continue;  // rows fill the GPU: a split loses (measured 2026-12-06)
+          if (!tk::fits(kern, N, cs)) continue;  // a segment past the resident kernel's capacity
+          const tk::TopkPlan plan{kern, cs};
+          for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, &plan, best_first);
         }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }

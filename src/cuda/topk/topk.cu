@@ -40,9 +40,9 @@ Status launch_clusters(Kern kernel, unsigned threads, int smem, int64_t grid, in
   return check_launch(what);
 }
 
-template <class T, bool Sieve>
+template <class T>
 Status launch_tile(const TopkParams& p, int cluster, cudaStream_t stream) {
-  const auto kernel = topk_kernel<T, NoProbe, Sieve>;
+  const auto kernel = topk_kernel<T, NoProbe>;
   const int smem = int(sizeof(Smem<T>));
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -72,13 +72,6 @@ Status active_clusters(Kern kernel, unsigned threads, int smem, int cluster, int
 
 // Persistent: as many clusters as fit the GPU at once (each takes rows c,
 // c + clusters, ...), never more than the rows.
-// The streaming tile T, with or without the sieve (TopkParams::sieve).
-template <class T>
-Status launch_streaming(const TopkParams& p, int cluster, cudaStream_t stream) {
-  return p.sieve ? launch_tile<T, true>(p, cluster, stream)
-                 : launch_tile<T, false>(p, cluster, stream);
-}
-
 template <class T>
 Status launch_resident(const TopkParams& p, int cluster, cudaStream_t stream) {
   const auto kernel = resident_kernel<T>;
@@ -111,11 +104,11 @@ Status launch_topk(const TopkParams& p, Kernel kernel, int cluster, cudaStream_t
   if (p.num_rows == 0) return Status::Ok();
   switch (kernel) {
     case Kernel::select_1024:
-      return launch_streaming<TileOf<Kernel::select_1024>::type>(p, cluster, stream);
+      return launch_tile<TileOf<Kernel::select_1024>::type>(p, cluster, stream);
     case Kernel::select_512:
-      return launch_streaming<TileOf<Kernel::select_512>::type>(p, cluster, stream);
+      return launch_tile<TileOf<Kernel::select_512>::type>(p, cluster, stream);
     case Kernel::select_256:
-      return launch_streaming<TileOf<Kernel::select_256>::type>(p, cluster, stream);
+      return launch_tile<TileOf<Kernel::select_256>::type>(p, cluster, stream);
     case Kernel::resident_512:
       return launch_resident<TileOf<Kernel::resident_512>::type>(p, cluster, stream);
   }

@@ -41,19 +41,18 @@
 namespace mla::cuda::topk {
 
 // This CTA's k best of key/pos[0..fill) (position order), in place: the rank
-// cut when its bins allow (Tail::rank), else select_cut's digit rounds. Same
-// start as select_cut; ends with a barrier. Returns the kept count.
+// cut when its bins allow, else select_cut's digit rounds. Same start as
+// select_cut; ends with a barrier. Returns the kept count.
 template <class T>
-__device__ uint32_t own_k_best(Smem<T>& s, uint32_t fill, uint32_t k, bool rank_tail,
-                               const RankScratch& scratch) {
+__device__ uint32_t own_k_best(Smem<T>& s, uint32_t fill, uint32_t k, const RankScratch& scratch) {
   if (fill <= k) return fill;  // uniform; the caller's barrier made the buffer stable
   Cut cut;
-  if (!(rank_tail && rank_cut<T>(s, fill, k, scratch, &cut)))
+  if (!rank_cut<T>(s, fill, k, scratch, &cut))
     cut = select_cut<T>(s, fill, k, k, false);
   return cut.kept < fill ? compact<T>(s, fill, cut.thr, cut.need) : fill;
 }
 
-// The cluster's finish by gathering (Tail::rank, cs * k <= kCap): every CTA
+// The cluster's finish by gathering (cs * k <= kCap): every CTA
 // keeps its own k best (own_k_best), the CTAs' counts give each its offset in
 // rank (so position) order, each writes its entries into the leader's key/pos
 // after the leader's own (distributed shared memory), and the leader alone
@@ -67,7 +66,7 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const uint32_t k = uint32_t(p.k);
-  fill = own_k_best<T>(s, fill, k, p.rank_tail, scratch);
+  fill = own_k_best<T>(s, fill, k, scratch);
   probe.mark(2);
   if (threadIdx.x == 0) s.rank_n = fill;
   cluster.sync();  // every rank's count visible; the leader's own entries final
@@ -108,13 +107,13 @@ __device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64
   const uint32_t k = uint32_t(p.k);
 
   // ---- one CTA per row: the rank finish when its bins are small enough.
-  if (cs == 1 && p.rank_tail && rank_finish<T>(s, fill, scratch, p, row)) {
+  if (cs == 1 && rank_finish<T>(s, fill, scratch, p, row)) {
     probe.mark(2), probe.mark(3), probe.mark(4);
     return;
   }
   // ---- a cluster whose CTAs' k best fit the leader's buffer: gather them
   // there and finish on the leader alone.
-  if (cs > 1 && p.rank_tail && uint64_t(cs) * k <= uint64_t(T::kCap)) {
+  if (cs > 1 && uint64_t(cs) * k <= uint64_t(T::kCap)) {
     gather_finish<T>(s, fill, p, row, scratch, probe);
     return;
   }
@@ -261,11 +260,7 @@ __device__ uint32_t chunk_stream(Smem<T>& s, const Segment& g, uint32_t k, const
   return fill;
 }
 
-// Sieve: whether the kernel has the sieve (TopkParams::sieve picks the
-// instantiation): without it, the chunk loop's registers are allocated as
-// before the sieve (with it, ptxas spills a ring vector of the chunk loop,
-// which then only runs for the rows the sieve refuses).
-template <class T, class Probe = NoProbe, bool Sieve = true>
+template <class T, class Probe = NoProbe>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     topk_kernel(const TopkParams p, const Probe probe = Probe{}) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -280,7 +275,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   // The sieve when its sample says the candidates fit, else (or when it finds
   // out they do not) the chunk stream from the start. Each finds the segment
   // itself: nothing of it stays live (in registers) across the other.
-  if (!(Sieve && sieve_stream<T>(s, segment_of(p, row, cs, rank), k, &fill)))
+  if (!sieve_stream<T>(s, segment_of(p, row, cs, rank), k, &fill))
     fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
   __syncthreads();
 

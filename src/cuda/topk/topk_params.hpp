@@ -34,15 +34,6 @@ struct TopkParams {
   int32_t* out = nullptr;
   int64_t out_stride = 0;
   bool best_first = true;  // false: the same set in ascending position
-  // One CTA per row: finish with the rank finish (linear bins, each entry
-  // ranked inside its bin; topk_kernel.cuh's rank_finish) where its bins are
-  // small, else (and with a cluster) with the select path (digit rounds,
-  // compaction, radix sort). A plan choice (TopkPlan::tail), not a semantic.
-  bool rank_tail = true;
-  // The streaming tiles: read a segment with the sieve (a sampled bound, no
-  // barrier while reading; topk_sieve.cuh) where its sample says the
-  // candidates fit, else with the chunk loop. A plan choice (TopkPlan::sieve).
-  bool sieve = true;
 };
 
 // Two kernels. The streaming threshold select (topk_kernel.cuh) in three
@@ -144,19 +135,9 @@ constexpr bool fits(Kernel kernel, int64_t width, int cluster) {
   return (vecs + cluster - 1) / cluster <= kResidentFloats / 4;
 }
 
-// How a row's selection ends (TopkParams::rank_tail): Tail::rank tries the
-// rank finish first, Tail::select runs only the select path (the kernels as
-// measured before 2026-12-06; kept selectable until the GPU measures both).
-enum class Tail { rank, select };
-inline const char* tail_name(Tail t) {
-  return t == Tail::rank ? "rank" : "select";
-}
-
 struct TopkPlan {
   Kernel kernel = Kernel::select_1024;
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
-  Tail tail = Tail::rank;
-  bool sieve = true;  // streaming tiles: the sieve first (false: the chunk loop alone)
 };
 
 // At least two rows per SM whose segments the sieve takes on the 512-thread

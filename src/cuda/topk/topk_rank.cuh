@@ -1,10 +1,10 @@
-// The rank finish of a row's candidates (TopkParams::rank_tail).
+// The rank finish of a row's candidates.
 #pragma once
 #include "cuda/topk/topk_common.cuh"
 
 namespace mla::cuda::topk {
 
-// ---- The rank finish (TopkParams::rank_tail, one CTA per row): the exact k
+// ---- The rank finish (one CTA per row, or a cluster's leader): the exact k
 // best of the candidates key/pos[0..n) and their output, in a fixed number of
 // short phases (6 barriers by position, 5 best first) instead of select_cut's
 // digit rounds, compact and radix_sort_desc (~25-35 barriers):

@@ -1,4 +1,4 @@
-// The sieve stream (TopkParams::sieve, the streaming tiles): a segment read
+// The sieve stream (the streaming tiles): a segment read
 // once with no CTA barrier while reading, when a sample says its candidates
 // fit the buffer.
 //

@@ -26,24 +26,18 @@ using testing::HostTensor;
 using testing::Rng;
 namespace tk = mla::cuda::topk;
 
-// Every (kernel, cluster) pair that takes k and rows of n logits, each as
-// choose() plans it (the rank finish, the sieve) and as before them (the select
-// path, the chunk loop alone).
+// Every (kernel, cluster) pair that takes k and rows of n logits.
 std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
   std::vector<tk::TopkPlan> v;
   for (tk::Kernel kern : tk::kKernels)
     if (k <= tk::max_k(kern))
       for (int cs : {1, 2, 4, 8})
-        if (tk::fits(kern, n, cs)) {
-          v.push_back({kern, cs, tk::Tail::rank, true});
-          v.push_back({kern, cs, tk::Tail::select, false});
-        }
+        if (tk::fits(kern, n, cs)) v.push_back({kern, cs});
   return v;
 }
 
 std::string plan_name(tk::TopkPlan p) {
-  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster) + " " +
-         tk::tail_name(p.tail) + (p.sieve ? " sieve" : " chunks");
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
 }
 
 enum class Fill {
@@ -213,18 +207,15 @@ TEST(TopkGpu, AdversarialRowsMatchReference) {
 TEST(TopkGpu, RankFinishMatchesReference) {
   Rng rng(1908);
   std::vector<tk::TopkPlan> plans;
-  for (tk::Kernel kern : tk::kKernels) plans.push_back({kern, 1, tk::Tail::rank});
+  for (tk::Kernel kern : tk::kKernels) plans.push_back({kern, 1});
   for (Fill f : kAllFills) {
     run_case(rng, {3, 30000, 2048, f, true, false}, plans, false);
     run_case(rng, {2, 30000, 64, f, false, true}, plans, false);
   }
   for (Fill f : {Fill::uniform, Fill::gauss, Fill::near_ties, Fill::sorted_up})
-    run_case(rng, {2, 131072, 8192, f, true, false}, {{tk::Kernel::select_1024, 1, tk::Tail::rank}},
-             false);
-  run_case(
-      rng, {4, 131072, 2048, Fill::gauss, true, true},
-      {{tk::Kernel::select_1024, 1, tk::Tail::rank}, {tk::Kernel::select_512, 1, tk::Tail::rank}},
-      true);
+    run_case(rng, {2, 131072, 8192, f, true, false}, {{tk::Kernel::select_1024, 1}}, false);
+  run_case(rng, {4, 131072, 2048, Fill::gauss, true, true},
+           {{tk::Kernel::select_1024, 1}, {tk::Kernel::select_512, 1}}, true);
   run_case(rng, {6, 1500, 2048, Fill::gauss, true, false}, plans, false);  // every row below k
 }
 
@@ -260,26 +251,21 @@ TEST(TopkGpu, MillionLogitRow) {
 // lengths), rows whose slices overflow or whose sample bound admits fewer
 // than k (sorted rows, ties, one bucket: the chunk loop reruns the segment),
 // the cluster split (each CTA's own sample), rows not 16-byte aligned, k 64
-// to 4096, both tails.
+// to 4096.
 TEST(TopkGpu, SieveMatchesReference) {
   Rng rng(1909);
   std::vector<tk::TopkPlan> plans;
   for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
-    for (int cs : {1, 2, 8})
-      for (tk::Tail tail : {tk::Tail::rank, tk::Tail::select}) {
-        if (cs > 1 && tail == tk::Tail::select) continue;
-        plans.push_back({kern, cs, tail, true});
-      }
+    for (int cs : {1, 2, 8}) plans.push_back({kern, cs});
   for (Fill f : kAllFills) run_case(rng, {3, 131072, 2048, f, true, false}, plans, false);
   run_case(rng, {4, 131075, 64, Fill::gauss, true, true}, plans, true);
   run_case(rng, {2, 262147, 4096, Fill::uniform, false, false}, plans, false);
   run_case(rng, {2, 200001, 1024, Fill::neg_inf_tail, false, false}, plans, false);
   // Many rows: the automatic plan (the 512-thread tile with the sieve, two CTAs
   // per SM), smooth rows and rows the sieve refuses, with lengths.
-  run_case(rng, {300, 32768, 2048, Fill::gauss, true, false},
-           {{tk::Kernel::select_512, 1, tk::Tail::rank, true}}, true);
-  run_case(rng, {300, 32771, 2048, Fill::sorted_up, false, true},
-           {{tk::Kernel::select_512, 1, tk::Tail::rank, true}}, true);
+  run_case(rng, {300, 32768, 2048, Fill::gauss, true, false}, {{tk::Kernel::select_512, 1}}, true);
+  run_case(rng, {300, 32771, 2048, Fill::sorted_up, false, true}, {{tk::Kernel::select_512, 1}},
+           true);
 }
 
 // The resident kernel on many rows (more rows than resident CTAs, so a CTA
@@ -288,9 +274,8 @@ TEST(TopkGpu, SieveMatchesReference) {
 // aligned, k 64, lengths, the transform.
 TEST(TopkGpu, ResidentManyRowsMatchReference) {
   Rng rng(1906);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::resident_512, 1, tk::Tail::rank},
-                                           {tk::Kernel::resident_512, 1, tk::Tail::select},
-                                           {tk::Kernel::resident_512, 2}};
+  const std::vector<tk::TopkPlan> plans = {
+      {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
   for (Fill f : kAllFills) run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
   run_case(rng, {263, 20001, 2048, Fill::uniform, true, true}, plans, true);
   run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
@@ -301,36 +286,26 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
 // (sorted_up), ties at the threshold, the transform.
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
-                                           {tk::Kernel::select_1024, 1, tk::Tail::select, false},
-                                           {tk::Kernel::select_1024, 4, tk::Tail::rank, true},
-                                           {tk::Kernel::select_1024, 4, tk::Tail::select, false},
-                                           {tk::Kernel::select_512, 2},
-                                           {tk::Kernel::select_256, 2},
-                                           {tk::Kernel::select_256, 1, tk::Tail::rank},
-                                           {tk::Kernel::resident_512, 1, tk::Tail::rank},
-                                           {tk::Kernel::resident_512, 1, tk::Tail::select},
-                                           {tk::Kernel::resident_512, 2}};
+  const std::vector<tk::TopkPlan> plans = {
+      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 2},
+      {tk::Kernel::select_256, 2},  {tk::Kernel::select_256, 1},  {tk::Kernel::resident_512, 1},
+      {tk::Kernel::resident_512, 2}};
   // Lengths 0, k/2, k, N and random: every plan (compactions on sorted rows;
   // the sieve refuses them after its stream).
   run_case(rng, {5, 30000, 256, Fill::sorted_up, true, true}, plans, false);
-  // The new paths on fewer plans (racecheck is slow): ties (the rank finish
-  // refuses after its scan, the select path runs on the same buffers), smooth
-  // rows (the rank finish and the sieve taken), outliers (refused).
-  const std::vector<tk::TopkPlan> fresh = {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
-                                           {tk::Kernel::select_1024, 4, tk::Tail::rank, true},
-                                           {tk::Kernel::select_512, 1, tk::Tail::rank, true},
-                                           {tk::Kernel::select_256, 1, tk::Tail::rank, true},
-                                           {tk::Kernel::resident_512, 1, tk::Tail::rank},
-                                           {tk::Kernel::resident_512, 2, tk::Tail::rank}};
+  // The rank finish and the sieve on fewer plans (racecheck is slow): ties
+  // (the rank finish refuses after its scan, the select path runs on the same
+  // buffers), smooth rows (the rank finish and the sieve taken), outliers
+  // (refused).
+  const std::vector<tk::TopkPlan> fresh = {
+      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4},  {tk::Kernel::select_512, 1},
+      {tk::Kernel::select_256, 1},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
   run_case(rng, {4, 20001, 512, Fill::heavy_ties, true, false}, fresh, false);
   run_case(rng, {2, 30000, 256, Fill::gauss, false, false}, fresh, false);
   run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, fresh, false);
   // More rows than resident CTAs: a CTA takes a second row after the first.
-  run_case(rng, {140, 3001, 256, Fill::ties, true, false},
-           {{tk::Kernel::resident_512, 1, tk::Tail::select}}, false);
-  run_case(rng, {140, 3001, 256, Fill::gauss, true, false},
-           {{tk::Kernel::resident_512, 1, tk::Tail::rank}}, false);
+  run_case(rng, {140, 3001, 256, Fill::ties, true, false}, {{tk::Kernel::resident_512, 1}}, false);
+  run_case(rng, {140, 3001, 256, Fill::gauss, true, false}, {{tk::Kernel::resident_512, 1}}, false);
 }
 
 // 100 calls of `plans` on R rows of N logits of `fill` (the last row a sawtooth)
@@ -366,21 +341,15 @@ TEST(TopkGpu, RepeatedCallsBitIdentical) {
   Rng rng(1905);
   expect_repeatable(rng, 8, 131072,
                     {{tk::Kernel::select_1024, 4},
-                     {tk::Kernel::select_512, 1, tk::Tail::select, false},
-                     {tk::Kernel::select_1024, 1, tk::Tail::rank},
+                     {tk::Kernel::select_512, 1},
+                     {tk::Kernel::select_1024, 1},
                      {tk::Kernel::resident_512, 4}},
                     Fill::ties);
-  expect_repeatable(rng, 8, 131072,
-                    {{tk::Kernel::select_1024, 1, tk::Tail::rank, true},
-                     {tk::Kernel::select_1024, 4, tk::Tail::rank, true}},
+  expect_repeatable(rng, 8, 131072, {{tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4}},
                     Fill::gauss);
-  expect_repeatable(rng, 300, 32768,
-                    {{tk::Kernel::resident_512, 1, tk::Tail::rank},
-                     {tk::Kernel::resident_512, 1, tk::Tail::select}},
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}, {tk::Kernel::select_512, 1}},
                     Fill::ties);
-  expect_repeatable(rng, 300, 32768,
-                    {{tk::Kernel::resident_512, 1, tk::Tail::rank},
-                     {tk::Kernel::select_512, 1, tk::Tail::rank, true}},
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}, {tk::Kernel::select_512, 1}},
                     Fill::gauss);
 }
 
