@@ -47,8 +47,7 @@ template <class T>
 __device__ uint32_t own_k_best(Smem<T>& s, uint32_t fill, uint32_t k, const RankScratch& scratch) {
   if (fill <= k) return fill;  // uniform; the caller's barrier made the buffer stable
   Cut cut;
-  if (!rank_cut<T>(s, fill, k, scratch, &cut))
-    cut = select_cut<T>(s, fill, k, k, false);
+  if (!rank_cut<T>(s, fill, k, scratch, &cut)) cut = select_cut<T>(s, fill, k, k, false);
   return cut.kept < fill ? compact<T>(s, fill, cut.thr, cut.need) : fill;
 }
 

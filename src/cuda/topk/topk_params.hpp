@@ -140,11 +140,12 @@ struct TopkPlan {
   int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
 };
 
-// At least two rows per SM whose segments the sieve takes on the 512-thread
-// tile: that tile, one CTA per row, two per SM (one row's sample and finish
-// overlap the other's read; per row a few instructions per logit, where the
-// resident kernel's compaction and load alone measured ~100 per 16-byte vector,
-// docs/perf-log.md). Else k up to 2048, rows that fill the GPU and a row that
+// Rows that fill the GPU and that the sieve takes: rows up to 64K logits (two
+// per SM at least) on the 512-thread tile, two CTAs per SM (one row's sample
+// and finish overlap the other's read; measured 1.4x the 1024-thread tile and
+// 1.6x the resident kernel at 4096 x 32K), longer rows on the 1024-thread tile
+// (1.15x the 512-thread one at 4096 x 128K: the stream dominates). Else k up
+// to 2048, rows that fill the GPU and a row that
 // fits one CTA's shared memory: the resident kernel, one CTA per row (one read,
 // one pass over the keys in shared memory per row, no compactions). A row split over a cluster
 // runs the streaming kernel instead: the resident kernel's cluster merge (a
@@ -158,9 +159,11 @@ struct TopkPlan {
 // merge of the CTAs' selections stays small against the read).
 constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   TopkPlan plan;
-  if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count &&
+  if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count && width <= 65536 &&
       sieve_takes(Kernel::select_512, width, 1, k))
     return TopkPlan{Kernel::select_512, 1};
+  if (rows >= sm_count && width > 65536 && sieve_takes(Kernel::select_1024, width, 1, k))
+    return TopkPlan{Kernel::select_1024, 1};
   if (k <= max_k(Kernel::resident_512) && rows >= sm_count && fits(Kernel::resident_512, width, 1))
     return TopkPlan{Kernel::resident_512, 1};
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)

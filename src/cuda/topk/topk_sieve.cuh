@@ -39,10 +39,11 @@ namespace mla::cuda::topk {
 inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
 // Steps per L2 prefetch: a warp's lane 0 asks L2 for steps [0, 2P) of its
 // range before its first loads, then at step j (a multiple of P) for steps
-// [j + P, j + 2P): 4-8 steps (8-16 KB per warp) ahead of the ring. The
-// measured rate of the ring alone was ~12 GB/s per SM (loads from HBM, 8 16-byte
-// vectors per lane in flight); from L2 the same ring waits a shorter latency.
-inline constexpr uint32_t kSievePrefetchSteps = 4;
+// [j + P, j + 2P): 2-4 steps (4-8 KB per warp, at most 256 KB per SM, 33 MB
+// over the GPU: inside L2) ahead of the ring. The measured rate of the ring
+// alone was ~12 GB/s per SM (loads from HBM, 8 16-byte vectors per lane in
+// flight); from L2 the same ring waits a shorter latency.
+inline constexpr uint32_t kSievePrefetchSteps = 2;
 
 __device__ __forceinline__ float4 neg_inf4() {
   return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);

@@ -388,7 +388,8 @@ TEST(TopkGpu, ChooseSplitsFewLongRows) {
   EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 1);
-  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(4096, 8192, 2048, 132).kernel,
             tk::Kernel::resident_512);  // too short to sieve
   EXPECT_EQ(tk::choose(200, 32768, 2048, 132).kernel, tk::Kernel::resident_512);  // < 2 rows per SM
