@@ -37,13 +37,16 @@ namespace mla::cuda::topk {
 // Larger rings measured no more spills at compile time; the kernel's spills
 // (40-byte frame) do not grow with the ring.
 inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
-// Steps per L2 prefetch: a warp's lane 0 asks L2 for steps [0, 2P) of its
-// range before its first loads, then at step j (a multiple of P) for steps
-// [j + P, j + 2P): 2-4 steps (4-8 KB per warp, at most 256 KB per SM, 33 MB
-// over the GPU: inside L2) ahead of the ring. The measured rate of the ring
-// alone was ~12 GB/s per SM (loads from HBM, 8 16-byte vectors per lane in
-// flight); from L2 the same ring waits a shorter latency.
-inline constexpr uint32_t kSievePrefetchSteps = 2;
+// L2 prefetch: a warp's lane 0 asks L2 for steps [0, 2P) of its range before
+// its first loads, then at step j (a multiple of P) for steps [j + P, j + 2P):
+// P to 2P steps (2 KB each per warp) ahead of the ring. The measured rate of
+// the ring alone was ~12 GB/s per SM (loads from HBM, 8 16-byte vectors per
+// lane in flight); from L2 the same ring waits a shorter latency. P is the
+// largest power of two (2 to 64) that keeps the whole grid's prefetched-ahead
+// bytes (grid x warps x 2P x 2 KB) within kSievePrefetchBytes, a share of L2:
+// a few CTAs (one row over a cluster) prefetch their whole segments at once,
+// a full GPU (128 x 128K: P = 2, 256 KB per SM) a window.
+inline constexpr uint64_t kSievePrefetchBytes = 32ull << 20;
 
 __device__ __forceinline__ float4 neg_inf4() {
   return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
@@ -76,7 +79,9 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
     const uint32_t v = w0 + (step * U + uint32_t(u)) * 32u + uint32_t(lane);
     return v < w1 ? load_vec(g, v) : neg_inf4();
   };
-  constexpr uint32_t P = kSievePrefetchSteps;
+  uint32_t P = 2;
+  while (P < 64u && uint64_t(gridDim.x) * W * (4u * P) * (32u * U * 16u) <= kSievePrefetchBytes)
+    P *= 2;
   const auto prefetch = [&](uint32_t s0, uint32_t s1) {  // steps [s0, s1) of this warp
     if (lane == 0) prefetch_vecs_l2(g, min(w1, w0 + s0 * U * 32u), min(w1, w0 + s1 * U * 32u));
   };
@@ -124,7 +129,7 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
       // with step j + D after (the other steps stay in flight meanwhile; no
       // second copy in registers).
       if (j >= steps || over) break;
-      if (j % P == 0u && j > 0u) prefetch(j + P, j + 2u * P);
+      if ((j & (P - 1u)) == 0u && j > 0u) prefetch(j + P, j + 2u * P);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const float e[4] = {ring[d][u].x, ring[d][u].y, ring[d][u].z, ring[d][u].w};
