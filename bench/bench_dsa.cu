@@ -341,13 +341,15 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
+  p.l2_prefetch = use.l2_prefetch;
   const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
   const double us = tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
                tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
-               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
+               (use.l2_prefetch ? "" : " no-prefetch") + (best_first ? "" : " by-position") +
+               (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -636,7 +638,15 @@ int main(int argc, char** argv) {
     const std::pair<int64_t, int64_t> shapes[] = {{128, 131072}, {4096, 32768}, {1, 1048576},
                                                   {128, 32768},  {8, 131072},   {1, 262144}};
     for (const auto& [R, N] : shapes)
-      for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+      for (bool best_first : {true, false}) {
+        bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+        // The same plan without the sieve's L2 prefetch (switchable until measured).
+        int sms = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        tk::TopkPlan bare = tk::choose(R, N, 2048, sms);
+        bare.l2_prefetch = false;
+        bench_topk(tm, R, N, 2048, true, &bare, best_first);
+      }
     bench_topk(tm, 128, 131072, 8192);
     for (const auto& [R, N] :
          {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}, {4096, 131072}})

@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   // The sieve when its sample says the candidates fit, else (or when it finds
   // out they do not) the chunk stream from the start. Each finds the segment
   // itself: nothing of it stays live (in registers) across the other.
-  if (!sieve_stream<T>(s, segment_of(p, row, cs, rank), k, &fill))
+  if (!sieve_stream<T>(s, segment_of(p, row, cs, rank), k, p.l2_prefetch, &fill))
     fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
   __syncthreads();
 

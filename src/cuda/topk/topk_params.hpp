@@ -34,6 +34,9 @@ struct TopkParams {
   int32_t* out = nullptr;
   int64_t out_stride = 0;
   bool best_first = true;  // false: the same set in ascending position
+  // The sieve's L2 prefetch ahead of its loads (topk_sieve.cuh); a plan
+  // choice (TopkPlan::l2_prefetch), kept switchable until the GPU measures it.
+  bool l2_prefetch = true;
 };
 
 // Two kernels. The streaming threshold select (topk_kernel.cuh) in three
@@ -137,7 +140,8 @@ constexpr bool fits(Kernel kernel, int64_t width, int cluster) {
 
 struct TopkPlan {
   Kernel kernel = Kernel::select_1024;
-  int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
+  int cluster = 1;          // CTAs per row: 1, 2, 4 or 8
+  bool l2_prefetch = true;  // the sieve prefetches its range into L2 ahead of its loads
 };
 
 // Rows that fill the GPU and that the sieve takes: rows up to 64K logits (two

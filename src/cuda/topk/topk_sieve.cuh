@@ -58,7 +58,8 @@ __device__ __forceinline__ float4 neg_inf4() {
 // barrier): the caller must stream the segment another way; key/pos, key2/pos2,
 // hist and the CTA scratch hold nothing it needs.
 template <class T>
-__device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t* fill) {
+__device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_prefetch,
+                             uint32_t* fill) {
   constexpr int W = T::kWarps, U = kSieveVecs, D = kSieveDepth;
   constexpr uint32_t kSlice = uint32_t(T::kCap / W);
   static_assert(4 * kSieveSampleVecs * T::kThreads <= T::kCap, "the sample fits key");
@@ -83,7 +84,8 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, uint32_t*
   while (P < 64u && uint64_t(gridDim.x) * W * (4u * P) * (32u * U * 16u) <= kSievePrefetchBytes)
     P *= 2;
   const auto prefetch = [&](uint32_t s0, uint32_t s1) {  // steps [s0, s1) of this warp
-    if (lane == 0) prefetch_vecs_l2(g, min(w1, w0 + s0 * U * 32u), min(w1, w0 + s1 * U * 32u));
+    if (l2_prefetch && lane == 0)
+      prefetch_vecs_l2(g, min(w1, w0 + s0 * U * 32u), min(w1, w0 + s1 * U * 32u));
   };
   prefetch(0u, 2u * P);
   // The first steps' loads go out before the sample's select, which they do

@@ -37,7 +37,8 @@ std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
 }
 
 std::string plan_name(tk::TopkPlan p) {
-  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster) +
+         (p.l2_prefetch ? "" : " no-prefetch");
 }
 
 enum class Fill {
@@ -257,6 +258,8 @@ TEST(TopkGpu, SieveMatchesReference) {
   std::vector<tk::TopkPlan> plans;
   for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
     for (int cs : {1, 2, 8}) plans.push_back({kern, cs});
+  plans.push_back({tk::Kernel::select_1024, 1, false});  // without the L2 prefetch
+  plans.push_back({tk::Kernel::select_1024, 8, false});
   for (Fill f : kAllFills) run_case(rng, {3, 131072, 2048, f, true, false}, plans, false);
   run_case(rng, {4, 131075, 64, Fill::gauss, true, true}, plans, true);
   run_case(rng, {2, 262147, 4096, Fill::uniform, false, false}, plans, false);
