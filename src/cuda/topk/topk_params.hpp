@@ -85,7 +85,7 @@ constexpr int buffer_cap(Kernel k) {
 // threads, a buffer of `cap` entries and a gather room of `cap2`: it samples
 // `samples` logits (kSieveSampleVecs vectors per thread) and bounds the
 // segment at the sample's m-th best, m the expected count of samples at or
-// above the segment's k-th best plus 3 standard deviations and 4; `expect`
+// above the segment's k-th best plus 4 standard deviations and 4; `expect`
 // entries are expected to enter. It takes the segment when that is at most
 // half of each warp's slice (cap / warps) and 0.8 of cap2, and the segment
 // holds at least 8k logits. Integer arithmetic: the device and choose() agree.
@@ -112,7 +112,7 @@ constexpr SievePlan sieve_plan(int threads, int cap, int cap2, int64_t n, int k)
   sp.samples = uint32_t(4 * kSieveSampleVecs * threads);
   const uint64_t nn = n > 0 ? uint64_t(n) : 1u;
   const uint32_t mean = uint32_t(uint64_t(k) * sp.samples / nn);
-  sp.m = mean + 3u * isqrt32(mean) + 4u;
+  sp.m = mean + 4u * isqrt32(mean) + 4u;
   sp.expect = uint64_t(sp.m) * nn / sp.samples;
   const uint64_t warps = uint64_t(threads / 32), slice = uint64_t(cap) / warps;
   sp.takes = nn >= 8u * uint64_t(k) && sp.m <= sp.samples / 4u && sp.expect <= slice / 2u * warps &&

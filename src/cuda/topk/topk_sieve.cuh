@@ -5,9 +5,10 @@
 //   sample  kSieveSampleVecs 16-byte vectors per thread, spread over the
 //           segment, in linear bins (topk_rank.cuh); the bin of the sample's
 //           m-th best, m = the expected count of samples at or above the
-//           segment's k-th best plus 3 standard deviations and 4, gives the
+//           segment's k-th best plus 4 standard deviations and 4, gives the
 //           bound: a logit enters when its key reaches that bin's low end
-//           (fewer than k enter in ~0.1% of random rows: a second read).
+//           (fewer than k enter in ~1e-5 of random rows: a second read, which
+//           in a late CTA would lengthen the whole launch).
 //           The bound is a guess: nothing below relies on it being right.
 //   stream  warp w reads its own contiguous range of the segment (kSieveVecs
 //           vectors per lane per step, kSieveDepth steps in flight) and
