@@ -343,13 +343,15 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const tk::TopkPlan use = plan ? *plan : tk::choose(R, N, k, sms);
+  p.l2_prefetch = use.l2_prefetch;
   const auto run = [&] { BENCH_OK(tk::launch_topk(p, use.kernel, use.cluster, nullptr)); };
   const double us = tm.time(run);
   if (print)
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
                tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
-               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
+               (use.l2_prefetch ? "" : " no-prefetch") + (best_first ? "" : " by-position") +
+               (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -635,24 +637,33 @@ int main(int argc, char** argv) {
   }
   if (want("topk")) {
     // The automatic plan on the issue's targets (128 x 128K, 4096 x 32K, 1 x 1M) and the DSA
-    // decode shapes, both orders; then every kernel and cluster size on the targets. The SM
-    // clock read before and after.
+    // decode shapes, both orders; then every kernel and cluster size on the targets (and 4096 x
+    // 128K, the long prefill chunk). The SM clock read before and after.
     namespace tk = mla::cuda::topk;
     std::printf("sm clock before: %.0f MHz\n", sm_clock_mhz());
     warm_gpu(200);
     const std::pair<int64_t, int64_t> shapes[] = {{128, 131072}, {4096, 32768}, {1, 1048576},
                                                   {128, 32768},  {8, 131072},   {1, 262144}};
     for (const auto& [R, N] : shapes)
-      for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+      for (bool best_first : {true, false}) {
+        bench_topk(tm, R, N, 2048, true, nullptr, best_first);
+        // The same plan without the sieve's L2 prefetch (switchable until measured).
+        int sms = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        tk::TopkPlan bare = tk::choose(R, N, 2048, sms);
+        bare.l2_prefetch = false;
+        bench_topk(tm, R, N, 2048, true, &bare, best_first);
+      }
     bench_topk(tm, 128, 131072, 8192);
     for (const auto& [R, N] :
-         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}})
+         {std::pair<int64_t, int64_t>{128, 131072}, {4096, 32768}, {1, 1048576}, {4096, 131072}})
       for (tk::Kernel kern : tk::kKernels)
         for (int cs : {1, 2, 4, 8}) {
-          if (cs > 1 && R * cs > 1024) continue;  // rows already fill the GPU
-          if (!tk::fits(kern, N, cs)) continue;   // a segment past the resident kernel's capacity
+          if (cs > 1 && R >= 64)
+            continue;  // rows fill the GPU: a split loses (measured 2026-12-06)
+          if (!tk::fits(kern, N, cs)) continue;  // a segment past the resident kernel's capacity
           const tk::TopkPlan plan{kern, cs};
-          bench_topk(tm, R, N, 2048, true, &plan);
+          for (bool best_first : {true, false}) bench_topk(tm, R, N, 2048, true, &plan, best_first);
         }
     std::printf("sm clock at the end: %.0f MHz\n", sm_clock_mhz());
   }

@@ -22,6 +22,7 @@ Status topk_indices(const TopkArgs& a, const ExecContext& ctx, topk::TopkPlan pl
   p.width = a.logits.shape[1];
   p.k = a.k;
   p.best_first = a.order == TopkOrder::best_first;
+  p.l2_prefetch = plan.l2_prefetch;
   if (a.k > topk::max_k(plan.kernel))
     return error(Errc::invalid_value, "k = {} is past {}, the largest the {} top-k kernel takes",
                  a.k, topk::max_k(plan.kernel), topk::kernel_name(plan.kernel));

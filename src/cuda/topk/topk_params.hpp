@@ -34,6 +34,9 @@ struct TopkParams {
   int32_t* out = nullptr;
   int64_t out_stride = 0;
   bool best_first = true;  // false: the same set in ascending position
+  // The sieve's L2 prefetch ahead of its loads (topk_sieve.cuh); a plan
+  // choice (TopkPlan::l2_prefetch), kept switchable until the GPU measures it.
+  bool l2_prefetch = true;
 };
 
 // Two kernels. The streaming threshold select (topk_kernel.cuh) in three
@@ -66,6 +69,63 @@ constexpr int max_k(Kernel k) {
 constexpr int ctas_per_sm(Kernel k) {
   return k == Kernel::select_512 ? 2 : k == Kernel::select_256 ? 4 : 1;
 }
+// Threads per CTA and candidate-buffer entries of a kernel's tile
+// (topk_common.cuh checks its tiles against these).
+constexpr int threads_of(Kernel k) {
+  return k == Kernel::select_1024 ? 1024 : k == Kernel::select_256 ? 256 : 512;
+}
+constexpr int buffer_cap(Kernel k) {
+  return k == Kernel::select_1024  ? 16384
+         : k == Kernel::select_512 ? 8192
+         : k == Kernel::select_256 ? 4096
+                                   : 6144;
+}
+
+// The sieve (topk_sieve.cuh) on a segment of n logits, for a tile of `threads`
+// threads, a buffer of `cap` entries and a gather room of `cap2`: it samples
+// `samples` logits (kSieveSampleVecs vectors per thread) and bounds the
+// segment at the sample's m-th best, m the expected count of samples at or
+// above the segment's k-th best plus 4 standard deviations and 4; `expect`
+// entries are expected to enter. It takes the segment when that is at most
+// half of each warp's slice (cap / warps) and 0.8 of cap2, and the segment
+// holds at least 8k logits. Integer arithmetic: the device and choose() agree.
+inline constexpr int kSieveSampleVecs = 2;
+struct SievePlan {
+  uint32_t samples, m;
+  uint64_t expect;
+  bool takes;
+};
+constexpr uint32_t isqrt32(uint32_t x) {
+  uint32_t r = 0;
+  for (uint32_t bit = 1u << 30; bit != 0; bit >>= 2) {
+    if (x >= r + bit) {
+      x -= r + bit;
+      r = (r >> 1) + bit;
+    } else {
+      r >>= 1;
+    }
+  }
+  return r;
+}
+constexpr SievePlan sieve_plan(int threads, int cap, int cap2, int64_t n, int k) {
+  SievePlan sp{};
+  sp.samples = uint32_t(4 * kSieveSampleVecs * threads);
+  const uint64_t nn = n > 0 ? uint64_t(n) : 1u;
+  const uint32_t mean = uint32_t(uint64_t(k) * sp.samples / nn);
+  sp.m = mean + 4u * isqrt32(mean) + 4u;
+  sp.expect = uint64_t(sp.m) * nn / sp.samples;
+  const uint64_t warps = uint64_t(threads / 32), slice = uint64_t(cap) / warps;
+  sp.takes = nn >= 8u * uint64_t(k) && sp.m <= sp.samples / 4u && sp.expect <= slice / 2u * warps &&
+             5u * sp.expect <= 4u * uint64_t(cap2);
+  return sp;
+}
+// Whether the sieve takes rows of `width` logits split over `cluster` CTAs.
+constexpr bool sieve_takes(Kernel kernel, int64_t width, int cluster, int k) {
+  return kernel != Kernel::resident_512 &&
+         sieve_plan(threads_of(kernel), buffer_cap(kernel), max_k(kernel),
+                    (width + cluster - 1) / cluster, k)
+             .takes;
+}
 
 // The resident kernel's segment capacity: logits per CTA held in shared memory.
 inline constexpr int64_t kResidentFloats = 36864;
@@ -80,12 +140,18 @@ constexpr bool fits(Kernel kernel, int64_t width, int cluster) {
 
 struct TopkPlan {
   Kernel kernel = Kernel::select_1024;
-  int cluster = 1;  // CTAs per row: 1, 2, 4 or 8
+  int cluster = 1;          // CTAs per row: 1, 2, 4 or 8
+  bool l2_prefetch = true;  // the sieve prefetches its range into L2 ahead of its loads
 };
 
-// k up to 2048, rows that fill the GPU and a row that fits one CTA's shared
-// memory: the resident kernel, one CTA per row (one read, one pass over the
-// keys in shared memory per row, no compactions). A row split over a cluster
+// Rows that fill the GPU and that the sieve takes: rows up to 64K logits (two
+// per SM at least) on the 512-thread tile, two CTAs per SM (one row's sample
+// and finish overlap the other's read; measured 1.4x the 1024-thread tile and
+// 1.6x the resident kernel at 4096 x 32K), longer rows on the 1024-thread tile
+// (1.15x the 512-thread one at 4096 x 128K: the stream dominates). Else k up
+// to 2048, rows that fill the GPU and a row that
+// fits one CTA's shared memory: the resident kernel, one CTA per row (one read,
+// one pass over the keys in shared memory per row, no compactions). A row split over a cluster
 // runs the streaming kernel instead: the resident kernel's cluster merge (a
 // select over the ranks' histograms through distributed shared memory, then
 // the leader's sort while the other ranks wait) measured slower than a
@@ -97,6 +163,11 @@ struct TopkPlan {
 // merge of the CTAs' selections stays small against the read).
 constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   TopkPlan plan;
+  if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count && width <= 65536 &&
+      sieve_takes(Kernel::select_512, width, 1, k))
+    return TopkPlan{Kernel::select_512, 1};
+  if (rows >= sm_count && width > 65536 && sieve_takes(Kernel::select_1024, width, 1, k))
+    return TopkPlan{Kernel::select_1024, 1};
   if (k <= max_k(Kernel::resident_512) && rows >= sm_count && fits(Kernel::resident_512, width, 1))
     return TopkPlan{Kernel::resident_512, 1};
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)

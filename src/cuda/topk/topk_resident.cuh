@@ -40,20 +40,6 @@ constexpr size_t resident_smem_bytes() {
 static_assert(resident_smem_bytes<TileOf<Kernel::resident_512>::type>() <= 227 * 1024,
               "the resident tile's buffers and kResidentFloats keys fit one SM's shared memory");
 
-// Warms L2 with the segment's whole 16-byte vectors (inside the row, so the
-// prefetch never touches memory outside it). One thread calls it.
-__device__ __forceinline__ void prefetch_segment_l2(const Segment& g) {
-  const uint32_t a = max(g.v0, g.vf0), b = min(g.v1, g.vf1);
-  if (a >= b) return;
-  size_t addr = __cvta_generic_to_global(g.vec + a);
-  uint32_t bytes = (b - a) * 16u;
-  while (bytes > 0) {
-    const uint32_t n = min(bytes, 32768u);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(addr), "r"(n) : "memory");
-    addr += n, bytes -= n;
-  }
-}
-
 // Reads the segment's vectors [v0, v1) into rk[0 .. v1 - v0) as keys and
 // counts the candidates' top-11-bit digits in s.hist (cleared by the caller,
 // with a barrier after). Returns this thread's count of candidates.
@@ -153,7 +139,6 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
     const uint4 q = i < b1 ? rk[i] : make_uint4(0u, 0u, 0u, 0u);  // key 0 is never kept
     const uint32_t key[4] = {q.x, q.y, q.z, q.w};
     bool keep[4];
-    uint32_t kb[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) keep[j] = key[j] > thr;
     if (need > 0u) {  // uniform over the CTA: the cut ended on a tie key
@@ -172,12 +157,10 @@ __device__ uint32_t compact_resident(Smem<T>& s, const uint4* rk, uint32_t nv, u
       }
       eq_before += all;
     }
-    uint32_t o = out;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      kb[j] = __ballot_sync(0xffffffffu, keep[j]);
-      o += __popc(kb[j] & lt), out += __popc(kb[j]);
-    }
+    uint32_t below;
+    const uint32_t all_kept = ballot_slots4(keep, lt, &below);
+    uint32_t o = out + below;
+    out += all_kept;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (keep[j]) s.key[o] = key[j], s.pos[o] = pos0 + 4u * i + uint32_t(j), ++o;
@@ -219,7 +202,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) resident_kernel(const TopkPara
     const uint32_t pos0 = 4u * g.v0 - uint32_t(g.mis);  // wraps for vector 0 of a shifted row:
     // its entries before the row are key 0, never kept
     const uint32_t fill = compact_resident<T>(s, rk, nv, pos0, cut.thr, cut.need);
-    finish_row<T>(s, fill, p, row, NoProbe{});
+    // The resident keys are free once compacted: the rank finish's scratch.
+    uint32_t* tk = reinterpret_cast<uint32_t*>(rk);
+    constexpr uint32_t kHalf = uint32_t(kResidentFloats / 2);
+    finish_row<T>(s, fill, p, row, RankScratch{tk, tk + kHalf, kHalf}, NoProbe{});
     // The next row rewrites hist, rk and (ranks) the leader's buffers.
     sync_scope(cs > 1);
   }

@@ -37,7 +37,8 @@ std::vector<tk::TopkPlan> plans_for(int k, int64_t n) {
 }
 
 std::string plan_name(tk::TopkPlan p) {
-  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster);
+  return std::string(tk::kernel_name(p.kernel)) + " cluster " + std::to_string(p.cluster) +
+         (p.l2_prefetch ? "" : " no-prefetch");
 }
 
 enum class Fill {
@@ -51,6 +52,9 @@ enum class Fill {
   neg_inf_tail,  // the second half -inf
   nan_mix,       // 30% NaN, 10% -inf, a few +inf, -0 and +0
   one_huge,      // one 1e30, the rest tiny
+  gauss,         // smooth logits (sum of uniforms): the rank finish's usual case
+  outliers,      // smooth logits and a far outlier every 5000 positions
+  near_ties,     // smooth logits on a coarse grid: ties in bins the rank finish takes
 };
 
 const char* fill_name(Fill f) {
@@ -65,6 +69,9 @@ const char* fill_name(Fill f) {
     case Fill::neg_inf_tail: return "neg_inf_tail";
     case Fill::nan_mix: return "nan_mix";
     case Fill::one_huge: return "one_huge";
+    case Fill::gauss: return "gauss";
+    case Fill::outliers: return "outliers";
+    case Fill::near_ties: return "near_ties";
   }
   return "?";
 }
@@ -104,6 +111,13 @@ HostTensor make_logits(Rng& rng, int64_t R, int64_t N, Fill f) {
           break;
         }
         case Fill::one_huge: v = p == (r * 7919) % N ? 1e30 : rng.uniform(-1e-3, 1e-3); break;
+        case Fill::gauss:
+        case Fill::outliers:
+        case Fill::near_ties:
+          v = (v + rng.uniform(-10, 10) + rng.uniform(-10, 10)) / 3;
+          if (f == Fill::outliers && p % 5000 == 3) v = 1e4;
+          if (f == Fill::near_ties) v = std::round(v * 4096) / 4096;
+          break;
       }
       t.set(r * N + p, v);
     }
@@ -176,13 +190,34 @@ void run_case(Rng& rng, const Case& c, const std::vector<tk::TopkPlan>& plans, b
   }
 }
 
+constexpr Fill kAllFills[] = {
+    Fill::uniform,   Fill::ties,        Fill::heavy_ties,   Fill::all_equal, Fill::one_bucket,
+    Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix,   Fill::one_huge,
+    Fill::gauss,     Fill::outliers,    Fill::near_ties};
+
 // Every fill on moderate rows, every kernel and cluster size.
 TEST(TopkGpu, AdversarialRowsMatchReference) {
   Rng rng(1901);
-  for (Fill f :
-       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
-        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
+  for (Fill f : kAllFills)
     run_case(rng, {5, 40000, 2048, f, true, false}, plans_for(2048, 40000), true);
+}
+
+// The rank finish on one CTA per row: every fill (the ones whose bins overflow
+// take the select path), k 64 to 8192 (8192: the gathered entries may pass the
+// streaming tiles' scratch), rows shorter than k, 128K rows with lengths.
+TEST(TopkGpu, RankFinishMatchesReference) {
+  Rng rng(1908);
+  std::vector<tk::TopkPlan> plans;
+  for (tk::Kernel kern : tk::kKernels) plans.push_back({kern, 1});
+  for (Fill f : kAllFills) {
+    run_case(rng, {3, 30000, 2048, f, true, false}, plans, false);
+    run_case(rng, {2, 30000, 64, f, false, true}, plans, false);
+  }
+  for (Fill f : {Fill::uniform, Fill::gauss, Fill::near_ties, Fill::sorted_up})
+    run_case(rng, {2, 131072, 8192, f, true, false}, {{tk::Kernel::select_1024, 1}}, false);
+  run_case(rng, {4, 131072, 2048, Fill::gauss, true, true},
+           {{tk::Kernel::select_1024, 1}, {tk::Kernel::select_512, 1}}, true);
+  run_case(rng, {6, 1500, 2048, Fill::gauss, true, false}, plans, false);  // every row below k
 }
 
 // Rows of 1K to 256K (odd widths: rows not 16-byte aligned), k 64 to 8192,
@@ -213,18 +248,38 @@ TEST(TopkGpu, MillionLogitRow) {
            {{tk::Kernel::select_1024, 8}, {tk::Kernel::select_512, 1}}, true);
 }
 
+// The sieve (streaming tiles): rows it takes (uniform, smooth, -inf tails,
+// lengths), rows whose slices overflow or whose sample bound admits fewer
+// than k (sorted rows, ties, one bucket: the chunk loop reruns the segment),
+// the cluster split (each CTA's own sample), rows not 16-byte aligned, k 64
+// to 4096.
+TEST(TopkGpu, SieveMatchesReference) {
+  Rng rng(1909);
+  std::vector<tk::TopkPlan> plans;
+  for (tk::Kernel kern : {tk::Kernel::select_1024, tk::Kernel::select_512})
+    for (int cs : {1, 2, 8}) plans.push_back({kern, cs});
+  plans.push_back({tk::Kernel::select_1024, 1, false});  // without the L2 prefetch
+  plans.push_back({tk::Kernel::select_1024, 8, false});
+  for (Fill f : kAllFills) run_case(rng, {3, 131072, 2048, f, true, false}, plans, false);
+  run_case(rng, {4, 131075, 64, Fill::gauss, true, true}, plans, true);
+  run_case(rng, {2, 262147, 4096, Fill::uniform, false, false}, plans, false);
+  run_case(rng, {2, 200001, 1024, Fill::neg_inf_tail, false, false}, plans, false);
+  // Many rows: the automatic plan (the 512-thread tile with the sieve, two CTAs
+  // per SM), smooth rows and rows the sieve refuses, with lengths.
+  run_case(rng, {300, 32768, 2048, Fill::gauss, true, false}, {{tk::Kernel::select_512, 1}}, true);
+  run_case(rng, {300, 32771, 2048, Fill::sorted_up, false, true}, {{tk::Kernel::select_512, 1}},
+           true);
+}
+
 // The resident kernel on many rows (more rows than resident CTAs, so a CTA
 // takes several rows in turn): every fill (all equal, one bucket and heavy
 // ties need the extra digit rounds over the resident keys), rows not 16-byte
 // aligned, k 64, lengths, the transform.
 TEST(TopkGpu, ResidentManyRowsMatchReference) {
   Rng rng(1906);
-  const std::vector<tk::TopkPlan> plans = {{tk::Kernel::resident_512, 1},
-                                           {tk::Kernel::resident_512, 2}};
-  for (Fill f :
-       {Fill::uniform, Fill::ties, Fill::heavy_ties, Fill::all_equal, Fill::one_bucket,
-        Fill::sorted_up, Fill::sorted_down, Fill::neg_inf_tail, Fill::nan_mix, Fill::one_huge})
-    run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
+  const std::vector<tk::TopkPlan> plans = {
+      {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
+  for (Fill f : kAllFills) run_case(rng, {140, 32768, 2048, f, true, false}, plans, false);
   run_case(rng, {263, 20001, 2048, Fill::uniform, true, true}, plans, true);
   run_case(rng, {140, 36861, 64, Fill::ties, false, true}, {{tk::Kernel::resident_512, 1}}, true);
 }
@@ -235,19 +290,33 @@ TEST(TopkGpu, ResidentManyRowsMatchReference) {
 TEST(TopkGpu, SmallForSanitizer) {
   Rng rng(1904);
   const std::vector<tk::TopkPlan> plans = {
-      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4},  {tk::Kernel::select_512, 2},
-      {tk::Kernel::select_256, 2},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
-  run_case(rng, {2, 30000, 256, Fill::sorted_up, true, true}, plans, false);
-  run_case(rng, {3, 20001, 512, Fill::heavy_ties, true, false}, plans, false);
+      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 2},
+      {tk::Kernel::select_256, 2},  {tk::Kernel::select_256, 1},  {tk::Kernel::resident_512, 1},
+      {tk::Kernel::resident_512, 2}};
+  // Lengths 0, k/2, k, N and random: every plan (compactions on sorted rows;
+  // the sieve refuses them after its stream).
+  run_case(rng, {5, 30000, 256, Fill::sorted_up, true, true}, plans, false);
+  // The rank finish and the sieve on fewer plans (racecheck is slow): ties
+  // (the rank finish refuses after its scan, the select path runs on the same
+  // buffers), smooth rows (the rank finish and the sieve taken), outliers
+  // (refused).
+  const std::vector<tk::TopkPlan> fresh = {
+      {tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4},  {tk::Kernel::select_512, 1},
+      {tk::Kernel::select_256, 1},  {tk::Kernel::resident_512, 1}, {tk::Kernel::resident_512, 2}};
+  run_case(rng, {4, 20001, 512, Fill::heavy_ties, true, false}, fresh, false);
+  run_case(rng, {2, 30000, 256, Fill::gauss, false, false}, fresh, false);
+  run_case(rng, {2, 20001, 512, Fill::outliers, false, false}, fresh, false);
   // More rows than resident CTAs: a CTA takes a second row after the first.
   run_case(rng, {140, 3001, 256, Fill::ties, true, false}, {{tk::Kernel::resident_512, 1}}, false);
+  run_case(rng, {140, 3001, 256, Fill::gauss, true, false}, {{tk::Kernel::resident_512, 1}}, false);
 }
 
-// 100 calls of `plans` on R rows of N tied logits (the last row a sawtooth)
+// 100 calls of `plans` on R rows of N logits of `fill` (the last row a sawtooth)
 // give the same bytes, both orders.
-void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::TopkPlan>& plans) {
+void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::TopkPlan>& plans,
+                       Fill fill) {
   const int k = 2048;
-  HostTensor logits = make_logits(rng, R, N, Fill::ties);
+  HostTensor logits = make_logits(rng, R, N, fill);
   for (int64_t p = 0; p < N; ++p) logits.set(R * N - N + p, double(p % 977));  // a sawtooth row
   DeviceBuffer dl(logits);
   HostTensor first(DType::i32, {R, k}), got(DType::i32, {R, k});
@@ -273,10 +342,18 @@ void expect_repeatable(Rng& rng, int64_t R, int64_t N, const std::vector<tk::Top
 // CTA taking several rows in turn).
 TEST(TopkGpu, RepeatedCallsBitIdentical) {
   Rng rng(1905);
-  expect_repeatable(
-      rng, 8, 131072,
-      {{tk::Kernel::select_1024, 4}, {tk::Kernel::select_512, 1}, {tk::Kernel::resident_512, 4}});
-  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}});
+  expect_repeatable(rng, 8, 131072,
+                    {{tk::Kernel::select_1024, 4},
+                     {tk::Kernel::select_512, 1},
+                     {tk::Kernel::select_1024, 1},
+                     {tk::Kernel::resident_512, 4}},
+                    Fill::ties);
+  expect_repeatable(rng, 8, 131072, {{tk::Kernel::select_1024, 1}, {tk::Kernel::select_1024, 4}},
+                    Fill::gauss);
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}, {tk::Kernel::select_512, 1}},
+                    Fill::ties);
+  expect_repeatable(rng, 300, 32768, {{tk::Kernel::resident_512, 1}, {tk::Kernel::select_512, 1}},
+                    Fill::gauss);
 }
 
 TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
@@ -305,13 +382,25 @@ TEST(TopkGpu, RejectsWhatAKernelCannotTake) {
   EXPECT_NE(st.message().find("order = 7"), std::string::npos) << st.message();
 }
 
-// The plan: rows that fill the GPU and fit one CTA's shared memory run the
-// resident kernel, one CTA per row; otherwise (never a resident cluster) rows
-// that fill the GPU run one streaming CTA each, and few long rows are split.
+// The plan: two rows per SM whose segments the sieve takes run the 512-thread
+// streaming tile; else rows that fill the GPU and fit one CTA's shared memory
+// run the resident kernel, one CTA per row; otherwise (never a resident
+// cluster) rows that fill the GPU run one streaming CTA each, and few long rows
+// are split.
 TEST(TopkGpu, ChooseSplitsFewLongRows) {
-  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::resident_512);
-  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_256);
+  EXPECT_EQ(tk::choose(4096, 32768, 2048, 132).kernel, tk::Kernel::select_512);
+  EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).kernel, tk::Kernel::select_512);
   EXPECT_EQ(tk::choose(4096, 65536, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
+  EXPECT_EQ(tk::choose(4096, 131072, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(4096, 8192, 2048, 132).kernel,
+            tk::Kernel::resident_512);  // too short to sieve
+  EXPECT_EQ(tk::choose(200, 32768, 2048, 132).kernel, tk::Kernel::resident_512);  // < 2 rows per SM
+  EXPECT_TRUE(tk::sieve_takes(tk::Kernel::select_1024, 131072, 1, 2048));
+  EXPECT_TRUE(tk::sieve_takes(tk::Kernel::select_1024, 1 << 20, 8, 2048));
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::select_256, 32768, 1, 2048));    // no room to gather
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::select_1024, 131072, 1, 8192));  // slices too full
+  EXPECT_FALSE(tk::sieve_takes(tk::Kernel::resident_512, 32768, 1, 2048));
   EXPECT_EQ(tk::choose(128, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(128, 131072, 2048, 132).cluster, 1);
   EXPECT_EQ(tk::choose(128, 32768, 2048, 132).kernel, tk::Kernel::select_1024);
