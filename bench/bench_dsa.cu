@@ -350,8 +350,8 @@ double bench_topk(Timer& tm, int64_t R, int64_t N, int k, bool print = true,
     report("topk",
            std::to_string(R) + " x " + std::to_string(N / 1024) + "K k" + std::to_string(k) + " " +
                tk::kernel_name(use.kernel) + " c" + std::to_string(use.cluster) +
-               (use.l2_prefetch ? "" : " no-prefetch") + (best_first ? "" : " by-position") +
-               (plan ? "" : " (auto)"),
+               (use.l2_prefetch ? " prefetch" : " no-prefetch") +
+               (best_first ? "" : " by-position") + (plan ? "" : " (auto)"),
            us, 0, double(R) * N * 4, false, 0);
   cudaFree(logits), cudaFree(out);
   return us;
@@ -647,12 +647,13 @@ int main(int argc, char** argv) {
     for (const auto& [R, N] : shapes)
       for (bool best_first : {true, false}) {
         bench_topk(tm, R, N, 2048, true, nullptr, best_first);
-        // The same plan without the sieve's L2 prefetch (switchable until measured).
+        // The same plan with the sieve's L2 prefetch the other way (choose()'s
+        // prefetch_pays, checked on each run).
         int sms = 0;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        tk::TopkPlan bare = tk::choose(R, N, 2048, sms);
-        bare.l2_prefetch = false;
-        bench_topk(tm, R, N, 2048, true, &bare, best_first);
+        tk::TopkPlan flipped = tk::choose(R, N, 2048, sms);
+        flipped.l2_prefetch = !flipped.l2_prefetch;
+        bench_topk(tm, R, N, 2048, true, &flipped, best_first);
       }
     bench_topk(tm, 128, 131072, 8192);
     for (const auto& [R, N] :

@@ -305,6 +305,11 @@ __device__ Cut select_cut(Smem<T>& s, uint32_t n, uint32_t k, uint32_t limit, bo
     Cut cut;
     if (take_bin(s, shift, bins, limit, prefix, prefix_mask, above, width, &cut)) return cut;
   }
+  // All candidates equal (width 0 from the start: the loop, whose first barrier
+  // orders the reads of warp_a/b above, never ran): every warp must be past
+  // those reads before the caller's warp_offsets writes them (racecheck,
+  // 2026-12-06). Uniform: lo, hi and width are the same in every thread.
+  __syncthreads();
   return Cut{prefix, k - above, k, prefix};
 }
 

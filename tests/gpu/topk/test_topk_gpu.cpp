@@ -407,6 +407,12 @@ TEST(TopkGpu, ChooseSplitsFewLongRows) {
   EXPECT_EQ(tk::choose(132, 36861, 2048, 132).kernel, tk::Kernel::resident_512);
   EXPECT_EQ(tk::choose(132, 36862, 2048, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(8, 131072, 2048, 132).kernel, tk::Kernel::select_1024);
+  // The L2 prefetch where CTAs stream several rows or a row is split, not one row per CTA.
+  EXPECT_TRUE(tk::choose(4096, 32768, 2048, 132).l2_prefetch);
+  EXPECT_TRUE(tk::choose(4096, 131072, 2048, 132).l2_prefetch);
+  EXPECT_TRUE(tk::choose(1, 1 << 20, 2048, 132).l2_prefetch);
+  EXPECT_FALSE(tk::choose(128, 131072, 2048, 132).l2_prefetch);
+  EXPECT_FALSE(tk::choose(128, 32768, 2048, 132).l2_prefetch);
   EXPECT_TRUE(tk::fits(tk::Kernel::resident_512, 36861, 1));
   EXPECT_FALSE(tk::fits(tk::Kernel::resident_512, 36862, 1));
   EXPECT_EQ(tk::choose(4096, 32768, 4096, 132).kernel, tk::Kernel::select_512);
