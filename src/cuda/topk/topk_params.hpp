@@ -161,29 +161,15 @@ struct TopkPlan {
 // than CTA slots: the 1024-thread tile, and a row split over a cluster while
 // that still fills more of the GPU (each CTA keeps at least 8K logits, so the
 // merge of the CTAs' selections stays small against the read).
-// The sieve's L2 prefetch (TopkPlan::l2_prefetch) pays where a CTA streams
-// several rows in turn or a row is split over a cluster, and costs where each
-// CTA streams one row of its own (H100, 2026-12-06: 4096 x 32K 381 vs 421 us,
-// 1 x 1M on 8 CTAs 46.2 vs 48.7 us; 128 x 128K 51.6 vs 47.2 us, 128 x 32K 24.4
-// vs 23.2 us; docs/perf-log.md, top-k).
-constexpr bool prefetch_pays(int64_t rows, const TopkPlan& plan, int sm_count) {
-  return plan.cluster > 1 || rows > int64_t(sm_count) * ctas_per_sm(plan.kernel);
-}
-
-constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
-  TopkPlan plan;
+constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm_count) {
   if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count && width <= 65536 &&
-      sieve_takes(Kernel::select_512, width, 1, k)) {
-    plan.kernel = Kernel::select_512;
-    plan.l2_prefetch = prefetch_pays(rows, plan, sm_count);
-    return plan;
-  }
-  if (rows >= sm_count && width > 65536 && sieve_takes(Kernel::select_1024, width, 1, k)) {
-    plan.l2_prefetch = prefetch_pays(rows, plan, sm_count);
-    return plan;
-  }
+      sieve_takes(Kernel::select_512, width, 1, k))
+    return TopkPlan{Kernel::select_512, 1};
+  if (rows >= sm_count && width > 65536 && sieve_takes(Kernel::select_1024, width, 1, k))
+    return TopkPlan{Kernel::select_1024, 1};
   if (k <= max_k(Kernel::resident_512) && rows >= sm_count && fits(Kernel::resident_512, width, 1))
     return TopkPlan{Kernel::resident_512, 1};
+  TopkPlan plan;
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
     plan.kernel = Kernel::select_256;
   else if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count)
@@ -193,6 +179,20 @@ constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
   const int64_t slots = int64_t(sm_count) * ctas_per_sm(plan.kernel);
   while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width / (plan.cluster * 2) >= 8192)
     plan.cluster *= 2;
+  return plan;
+}
+// The sieve's L2 prefetch (TopkPlan::l2_prefetch) pays where a CTA streams
+// several rows in turn or a row is split over a cluster, and costs where each
+// CTA streams one row of its own (H100, 2026-12-06: 4096 x 32K 381 vs 421 us,
+// 1 x 1M on 8 CTAs 46.2 vs 48.7 us; 128 x 128K 51.6 vs 47.2 us, 128 x 32K 24.4
+// vs 23.2 us; docs/perf-log.md, top-k).
+constexpr bool prefetch_pays(int64_t rows, const TopkPlan& plan, int sm_count) {
+  return plan.cluster > 1 || rows > int64_t(sm_count) * ctas_per_sm(plan.kernel);
+}
+
+// The plan: the kernel and cluster above, the prefetch where it pays.
+constexpr TopkPlan choose(int64_t rows, int64_t width, int k, int sm_count) {
+  TopkPlan plan = kernel_and_cluster(rows, width, k, sm_count);
   plan.l2_prefetch = prefetch_pays(rows, plan, sm_count);
   return plan;
 }
