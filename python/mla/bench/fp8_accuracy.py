@@ -14,6 +14,7 @@ relative L2 (||o - r|| / ||r|| over the whole output), with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -55,13 +56,14 @@ class Keys:
         self.slot_of = (self.block_table.long()[:, pos // PAGE] * PAGE + pos % PAGE)  # [B, L']
         self.k_scale = (torch.cat([self.c_kv, self.k_rope], 1).abs().max() / 448).view(1)
 
+    def scale(self, mla, fmt: str):
+        """The per-tensor scale an fp8_e4m3 cache is written and read with."""
+        return mla.kv_scale(self.k_scale) if fmt == "fp8_e4m3" else contextlib.nullcontext()
+
     def cache(self, torch, mla, fmt: str):
         c = mla.empty_kv_cache(self.n_pages, PAGE, fmt, like=self.c_kv)
         slots = torch.arange(self.n_pages * PAGE, device="cuda", dtype=torch.int64)
-        if fmt == "fp8_e4m3":
-            with mla.kv_scale(self.k_scale):
-                mla.append_kv(self.c_kv, self.k_rope, slots, c, fmt)
-        else:
+        with self.scale(mla, fmt):
             mla.append_kv(self.c_kv, self.k_rope, slots, c, fmt)
         return c
 
@@ -103,13 +105,9 @@ def run_case(torch, mla, case, seed: int) -> dict:
 
         for fmt in ("bf16", "fp8_ds_mla", "fp8_e4m3"):
             cache = keys.cache(torch, mla, fmt)
-            if fmt == "fp8_e4m3":
-                with mla.kv_scale(keys.k_scale):
-                    outs[f"mla {fmt}"] = mla.mla_decode(q, cache, keys.block_table, lens, SCALE,
-                                                        True, kv_format=fmt)[0]
-            else:
-                outs[f"mla {fmt}"] = mla.mla_decode(q, cache, keys.block_table, lens, SCALE,
-                                                    True, kv_format=fmt)[0]
+            with keys.scale(mla, fmt):
+                outs[f"mla {fmt}"] = mla.mla_decode(q, cache, keys.block_table, lens, SCALE, True,
+                                                    kv_format=fmt)[0]
     else:
         pos = torch.rand(B * s_q, L, generator=g, device="cuda").topk(topk).indices
         req = torch.arange(B, device="cuda").repeat_interleave(s_q)[:, None]
@@ -120,13 +118,8 @@ def run_case(torch, mla, case, seed: int) -> dict:
 
         for fmt in ("bf16", "fp8_ds_mla", "fp8_e4m3"):
             cache = keys.cache(torch, mla, fmt)
-            if fmt == "fp8_e4m3":
-                with mla.kv_scale(keys.k_scale):
-                    outs[f"mla {fmt}"] = mla.sparse_decode(q, cache, indices, SCALE,
-                                                           kv_format=fmt)[0]
-            else:
-                outs[f"mla {fmt}"] = mla.sparse_decode(q, cache, indices, SCALE,
-                                                       kv_format=fmt)[0]
+            with keys.scale(mla, fmt):
+                outs[f"mla {fmt}"] = mla.sparse_decode(q, cache, indices, SCALE, kv_format=fmt)[0]
             if fmt == "fp8_ds_mla":
                 try:
                     outs["flashmla fp8_ds_mla"] = flashmla_sparse_fp8(torch, q, cache, indices)
