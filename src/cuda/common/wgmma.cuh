@@ -36,6 +36,15 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t
   return d;
 }
 
+// A descriptor moved by `bytes` along its operand: the start address is the
+// low 14 bits (address / 16), and a shared window below 256 KB never carries
+// out of them. Kernels build one descriptor per tile and step it with
+// compile-time offsets, so each wgmma costs one add instead of the masks and
+// shifts of desc_sw128.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
 // Issue order and completion: fence before the first wgmma that reads
 // registers written by ordinary instructions (the accumulators), commit to
 // close a group, wait until at most N groups are pending.

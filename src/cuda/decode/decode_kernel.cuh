@@ -97,6 +97,11 @@ __device__ __forceinline__ uint32_t tile_off_x(uint32_t rx, int q) {
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kb, int k4) {
   return wgmma::desc_sw128(tile + kb * kBlockBytes + row0 * 128 + k4 * 32, 16, 1024);
 }
+// The same operand's step to block kb, k16 step k4, in bytes (desc_advance).
+__host__ __device__ constexpr uint32_t kmajor_step(int kb, int k4) {
+  return uint32_t(kb * kBlockBytes + k4 * 32);
+}
+static_assert(kSmemBytes < 256 * 1024, "desc_advance: addresses stay below 256 KB");
 //   V (B of P.V): MN-major, 256 columns from col0 (a multiple of 64), keys kk*16..+16.
 __device__ __forceinline__ uint64_t desc_v(uint32_t tile, int col0, int kk) {
   return wgmma::desc_sw128(tile + (col0 / 64) * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
@@ -728,7 +733,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ================= math warpgroups =================
   wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
-  const int wg = tid / 128;  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O
+  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O. Read through a
+  // shuffle from lane 0 so that ptxas knows it is warp-uniform and builds the
+  // wgmma descriptors that depend on it in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int r0 = 16 * wi + g;  // this thread's rows r0 and r0 + 8 of the 64
@@ -777,13 +785,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
       float sacc[4][4];
+      const uint64_t dQ = desc_kmajor(aQ, 0, 0, 0), dK = desc_kmajor(aTile, wg * 32, 0, 0);
       wgmma::fence();
 #pragma unroll
       for (int kb = 0; kb < kBlocks; ++kb)
 #pragma unroll
         for (int k4 = 0; k4 < 4; ++k4)
-          wgmma::mma_ss<kElem, 32>(sacc, desc_kmajor(aQ, 0, kb, k4),
-                                   desc_kmajor(aTile, wg * 32, kb, k4), kb + k4 > 0);
+          wgmma::mma_ss<kElem, 32>(sacc, wgmma::desc_advance(dQ, kmajor_step(kb, k4)),
+                                   wgmma::desc_advance(dK, kmajor_step(kb, k4)), kb + k4 > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_regs(sacc);
@@ -881,11 +890,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[i][2] *= alpha[1];
         o[i][3] *= alpha[1];
       }
+      const uint64_t dP = desc_kmajor(aP, 0, 0, 0), dV = desc_v(aTile, wg * 256, 0);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk)
-        wgmma::mma_ss<kElem, 256, true>(o, desc_kmajor(aP, 0, 0, kk), desc_v(aTile, wg * 256, kk),
-                                        true);
+        wgmma::mma_ss<kElem, 256, true>(o, wgmma::desc_advance(dP, kmajor_step(0, kk)),
+                                        wgmma::desc_advance(dV, kk * 16 * 128), true);
       wgmma::commit();
       // Wait here rather than at the next tile: the stage is handed back to
       // the producer as early as possible, which matters more on the
