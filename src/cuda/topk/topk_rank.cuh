@@ -154,6 +154,9 @@ __device__ __forceinline__ uint32_t rank_slot(const Smem<T>& s, const RankBins& 
   const uint32_t start = !r.best ? r.above : d + 1 < uint32_t(T::kBins) ? s.hist[d + 1] : 0u;
   const uint32_t end = s.hist[d];
   uint32_t rank = 0, t = 0;
+  // Bins hold ~1-3 entries and the warp runs its longest bin: a plain loop
+  // (unrolled, its remainder and checks cost more than they save).
+#pragma unroll 1
   for (uint32_t m = start - r.base; m < end - r.base; ++m) {
     const uint32_t mk = tmp.key[m], mp = tmp.pos[m];
     const uint32_t tie = uint32_t(mk == key && mp < pos);

@@ -207,7 +207,8 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
         const bool ok = whole(j, u);
         const float e[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int q = 0; q < 4; ++q) enter |= uint32_t(ok && e[q] > bound) << (8 * u + q);
+        for (int q = 0; q < 4; ++q)
+          if (ok && e[q] > bound) enter |= 1u << (8 * u + q);
       }
       uint32_t packed = enter - ((enter >> 1) & 0x55555555u);
       packed = (packed & 0x33333333u) + ((packed >> 2) & 0x33333333u);
