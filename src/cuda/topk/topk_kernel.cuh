@@ -96,17 +96,19 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
 // After the stream: this CTA's candidates are key/pos[0..fill), in position
 // order, and hold its k best (or all its candidates); the buffer is stable (a
 // barrier since the last write). Selects the row's k best (over the cluster
-// when the row is split) and writes the row.
+// when the row is split) and writes the row. range_ready: the sieve left the
+// candidates' key range for the rank finish (count_linear_bins).
 template <class T, class Probe>
 __device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64_t row,
-                           const RankScratch& scratch, const Probe& probe) {
+                           const RankScratch& scratch, const Probe& probe,
+                           bool range_ready = false) {
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int tid = threadIdx.x;
   const uint32_t k = uint32_t(p.k);
 
   // ---- one CTA per row: the rank finish when its bins are small enough.
-  if (cs == 1 && rank_finish<T>(s, fill, scratch, p, row)) {
+  if (cs == 1 && rank_finish<T>(s, fill, scratch, p, row, range_ready)) {
     probe.mark(2), probe.mark(3), probe.mark(4);
     return;
   }
@@ -274,12 +276,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   // The sieve when its sample says the candidates fit, else (or when it finds
   // out they do not) the chunk stream from the start. Each finds the segment
   // itself: nothing of it stays live (in registers) across the other.
-  if (!sieve_stream<T>(s, segment_of(p, row, cs, rank), k, p.l2_prefetch, &fill))
-    fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
+  const bool sieved = sieve_stream<T>(s, segment_of(p, row, cs, rank), k, p.l2_prefetch, &fill);
+  if (!sieved) fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
   __syncthreads();
 
   probe.mark(1), probe.add(7, fill);
-  finish_row<T>(s, fill, p, row, RankScratch{s.key2, s.pos2, uint32_t(T::kCap2)}, probe);
+  finish_row<T>(s, fill, p, row, RankScratch{s.key2, s.pos2, uint32_t(T::kCap2)}, probe, sieved);
 }
 
 }  // namespace mla::cuda::topk

@@ -49,25 +49,35 @@ struct LinearBins {
 // Counts the nonzero keys of keys[0..n) in s.hist, in linear bins over their
 // range. Starts after a barrier past every earlier reader of hist, warp_a/b and
 // chunk_count[1]; two barriers, the second after the counts (so the caller may
-// read hist, and write the key range, at once).
+// read hist, and write the key range, at once). `range_ready` (uniform): the
+// caller already cleared hist and left each warp's min and max key in
+// warp_a/b (every key nonzero; a barrier since), as the sieve's gather does:
+// one pass and one barrier.
 template <class T>
-__device__ LinearBins count_linear_bins(Smem<T>& s, const uint32_t* keys, uint32_t n) {
+__device__ LinearBins count_linear_bins(Smem<T>& s, const uint32_t* keys, uint32_t n,
+                                        bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint32_t lo = 0xffffffffu, hi = 0u, cnt = 0u;
-#pragma unroll 4
-  for (uint32_t i = tid; i < n; i += T::kThreads) {
-    const uint32_t key = keys[i];
-    if (key != 0u) lo = min(lo, key), hi = max(hi, key), ++cnt;
-  }
-  for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
-  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
-  cnt = __reduce_add_sync(0xffffffffu, cnt);
-  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi, s.chunk_count[1][warp] = cnt;
-  __syncthreads();
+  uint32_t hi;
   LinearBins lb;
+  if (range_ready) {
+    lb.count = n;
+  } else {
+    uint32_t lo = 0xffffffffu, cnt = 0u;
+    hi = 0u;
+#pragma unroll 4
+    for (uint32_t i = tid; i < n; i += T::kThreads) {
+      const uint32_t key = keys[i];
+      if (key != 0u) lo = min(lo, key), hi = max(hi, key), ++cnt;
+    }
+    for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
+    lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+    cnt = __reduce_add_sync(0xffffffffu, cnt);
+    if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi, s.chunk_count[1][warp] = cnt;
+    __syncthreads();
+    lb.count = __reduce_add_sync(0xffffffffu, lane < T::kWarps ? s.chunk_count[1][lane] : 0u);
+  }
   lb.lo = __reduce_min_sync(0xffffffffu, lane < T::kWarps ? s.warp_a[lane] : 0xffffffffu);
   hi = __reduce_max_sync(0xffffffffu, lane < T::kWarps ? s.warp_b[lane] : 0u);
-  lb.count = __reduce_add_sync(0xffffffffu, lane < T::kWarps ? s.chunk_count[1][lane] : 0u);
   lb.shift = lb.count == 0u ? 0 : max(0, 32 - __clz(hi - lb.lo) - T::kDigitBits);
 #pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) {
@@ -95,9 +105,9 @@ struct RankBins {
 // hist[d] is the end of bin d's slots for every gathered bin.
 template <class T>
 __device__ bool rank_gather(Smem<T>& s, uint32_t n, uint32_t kk, bool best, const RankScratch& tmp,
-                            RankBins* rb) {
+                            RankBins* rb, bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const LinearBins lb = count_linear_bins<T>(s, s.key, n);
+  const LinearBins lb = count_linear_bins<T>(s, s.key, n, range_ready);
   // Scan from the top bin (thread 0 owns the highest kPer): hist becomes each
   // bin's first slot; the bin of slot kk - 1 and the largest bin at or above it.
   constexpr int kPer = T::kBins / T::kThreads;
@@ -186,12 +196,12 @@ __device__ bool rank_cut(Smem<T>& s, uint32_t n, uint32_t kk, const RankScratch&
 }
 
 // Starts after a barrier that made key/pos[0..n) complete (and every earlier
-// reader of hist, warp_a/b, chunk_count[1] and found_* passed). Returns true
-// when the row is written; false (uniform over the CTA, after a barrier,
-// nothing written) when the bins are too full.
+// reader of hist, warp_a/b, chunk_count[1] and found_* passed; range_ready:
+// count_linear_bins'). Returns true when the row is written; false (uniform
+// over the CTA, after a barrier, nothing written) when the bins are too full.
 template <class T>
 __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, const TopkParams& p,
-                            int64_t row) {
+                            int64_t row, bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t k = uint32_t(p.k), kk = min(k, n);
   const bool best = p.best_first;
@@ -201,7 +211,7 @@ __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, cons
     return true;
   }
   RankBins r;
-  if (!rank_gather<T>(s, n, kk, best, tmp, &r)) return false;
+  if (!rank_gather<T>(s, n, kk, best, tmp, &r, range_ready)) return false;
   for (uint32_t j = tid; j < r.gathered; j += T::kThreads) {
     uint32_t ties;
     const uint32_t slot = rank_slot<T>(s, r, tmp, j, &ties);

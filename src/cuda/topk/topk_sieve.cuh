@@ -54,13 +54,14 @@ inline constexpr uint64_t kSievePrefetchBytes = 32ull << 20;
 
 // p[Off] through the read-only path, the offset an immediate of the load:
 // the compiler otherwise keeps one 64-bit pointer per ring slot live across
-// the stream loop (spilled at 64 registers).
+// the stream loop (spilled at 64 registers). Volatile: never executed ahead
+// of the caller's bounds check.
 template <int Off>
 __device__ __forceinline__ float4 ldg_at(const float4* p) {
   float4 x;
-  asm("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4 + %5];"
-      : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
-      : "l"(p), "n"(Off * 16));
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4 + %5];"
+               : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+               : "l"(p), "n"(Off * 16));
   return x;
 }
 
@@ -80,7 +81,8 @@ __device__ __forceinline__ float4 neg_inf4() {
 
 // Runs the sieve over segment g. True: the segment's candidates above the
 // bound (at least k, all its k best among them) are in key/pos[0..*fill), in
-// position order, after a barrier. False (uniform over the CTA, after a
+// position order, after a barrier; hist is clear and warp_a/b hold the warps'
+// min and max keys (count_linear_bins' range_ready). False (uniform over the CTA, after a
 // barrier): the caller must stream the segment another way; key/pos, key2/pos2,
 // hist and the CTA scratch hold nothing it needs.
 template <class T>
@@ -261,9 +263,19 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
     __syncthreads();  // chunk_count read everywhere before the chunk loop writes it
     return false;
   }
+  // Each warp's min and max key to warp_a/b and hist cleared, for the rank
+  // finish (count_linear_bins' range_ready): their readers in find_bin passed
+  // its last barrier.
   const uint32_t start = __shfl_sync(0xffffffffu, incl - c, warp);
-  for (uint32_t i = lane; i < cnt; i += 32)
-    s.key2[start + i] = topk_key(__uint_as_float(sk[i])), s.pos2[start + i] = sp[i];
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  for (uint32_t i = lane; i < cnt; i += 32) {
+    const uint32_t key = topk_key(__uint_as_float(sk[i]));
+    lo = min(lo, key), hi = max(hi, key);
+    s.key2[start + i] = key, s.pos2[start + i] = sp[i];
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
+  for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
   __syncthreads();
   for (uint32_t i = tid; i < total; i += T::kThreads) s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
   __syncthreads();
