@@ -82,7 +82,7 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
   }
   cluster.sync();  // the leader's key/pos[0..total) complete, in position order
   probe.mark(3);
-  if (rank == 0 && !rank_finish<T>(s, total, scratch, p, row)) {
+  if (rank == 0 && !rank_finish<T>(s, Entries{s.key, s.pos}, total, scratch, p, row)) {
     const Cut cut = select_cut<T>(s, total, k, k, false);
     if (cut.kept < total) total = compact<T>(s, total, cut.thr, cut.need);
     if (p.best_first)
@@ -93,24 +93,34 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
   probe.mark(4);
 }
 
-// After the stream: this CTA's candidates are key/pos[0..fill), in position
-// order, and hold its k best (or all its candidates); the buffer is stable (a
-// barrier since the last write). Selects the row's k best (over the cluster
-// when the row is split) and writes the row. range_ready: the sieve left the
-// candidates' key range for the rank finish (count_linear_bins).
+// After the stream: this CTA's candidates are key/pos[0..fill) (sieved:
+// key2/pos2[0..fill), with their key range left for the rank finish,
+// count_linear_bins' range_ready), in position order, and hold its k best (or
+// all its candidates); the buffer is stable (a barrier since the last write).
+// Selects the row's k best (over the cluster when the row is split) and
+// writes the row.
 template <class T, class Probe>
 __device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64_t row,
-                           const RankScratch& scratch, const Probe& probe,
-                           bool range_ready = false) {
+                           const RankScratch& scratch, const Probe& probe, bool sieved = false) {
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int tid = threadIdx.x;
   const uint32_t k = uint32_t(p.k);
 
-  // ---- one CTA per row: the rank finish when its bins are small enough.
-  if (cs == 1 && rank_finish<T>(s, fill, scratch, p, row, range_ready)) {
+  // ---- one CTA per row: the rank finish when its bins are small enough
+  // (sieved: over key2/pos2, key/pos its scratch).
+  if (cs == 1 &&
+      (sieved ? rank_finish<T>(s, Entries{s.key2, s.pos2}, fill,
+                               RankScratch{s.key, s.pos, uint32_t(T::kCap)}, p, row, true)
+              : rank_finish<T>(s, Entries{s.key, s.pos}, fill, scratch, p, row))) {
     probe.mark(2), probe.mark(3), probe.mark(4);
     return;
+  }
+  // Every other finish reads key/pos: the sieve's entries move there (a rank
+  // finish that refused wrote nothing but hist and the scan words).
+  if (sieved) {
+    for (uint32_t i = tid; i < fill; i += T::kThreads) s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
+    __syncthreads();
   }
   // ---- a cluster whose CTAs' k best fit the leader's buffer: gather them
   // there and finish on the leader alone.

@@ -22,8 +22,8 @@
 //           CTA returns false: the caller streams the segment again with the
 //           chunk loop (compactions), which needs no guess. A bad row costs a
 //           second read, never a wrong set.
-//   gather  the slices, in warp (so position) order, to key/pos[0..fill)
-//           through key2/pos2, the bits mapped to keys (topk_key) on the way.
+//   gather  the slices, in warp (so position) order, to key2/pos2[0..fill),
+//           the bits mapped to keys (topk_key) on the way.
 //
 // Every hand-over is behind a CTA barrier; slices are written by their warp
 // alone; the bound depends only on the sampled logits, so the entries (and
@@ -80,7 +80,7 @@ __device__ __forceinline__ float4 neg_inf4() {
 }
 
 // Runs the sieve over segment g. True: the segment's candidates above the
-// bound (at least k, all its k best among them) are in key/pos[0..*fill), in
+// bound (at least k, all its k best among them) are in key2/pos2[0..*fill), in
 // position order, after a barrier; hist is clear and warp_a/b hold the warps'
 // min and max keys (count_linear_bins' range_ready). False (uniform over the CTA, after a
 // barrier): the caller must stream the segment another way; key/pos, key2/pos2,
@@ -238,7 +238,6 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
             dst[0] = __float_as_uint(e[q]), dst[T::kCap] = p0 + q, ++dst;
       }
       cnt += step_total;
-#pragma unroll
       {
         // One pointer and one offset per step (immediate offsets per vector):
         // no per-vector address kept live across the loop.
@@ -276,8 +275,6 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
   lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
   if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
   for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
-  __syncthreads();
-  for (uint32_t i = tid; i < total; i += T::kThreads) s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
   __syncthreads();
   *fill = total;
   return true;
