@@ -13,7 +13,9 @@ too full must report the fallback (None) and nothing else. Also the rank cut
 (the k-th best's key and its tie count, for compact()) and a cluster's gather
 (each rank's own k best, concatenated in rank order, then the rank finish), and
 the sieve's indexing: the sample, the bound, each warp's range, step and lane
-order, the slices and the gather, on rows not 16-byte aligned: its entries must
+order, each entry's slot (the lanes' per-vector counts packed one byte per
+vector, one warp scan per step; a partial first or last vector appended by lane
+0), the slices and the gather, on rows not 16-byte aligned: its entries must
 be every logit at or above its bound, in position order, holding the k best. Standard library only.
 """
 import math
@@ -217,23 +219,70 @@ def sieve(logits, mis, k, threads, cap, cap2, U=4, D=2, bins_bits=11):
     W = threads // 32
     slice_ = cap // W
     per = ((nv + W - 1) // W + 31) & ~31
+    vf0, vf1 = (1 if mis > 0 else 0), (length + mis) // 4
+    bound_ok = lambda x: topk_key(x) >= low and topk_key(x) > 0  # x > bound as a float
     slices = []
     for w in range(W):
         w0, w1 = min(nv, w * per), min(nv, (w + 1) * per)
         steps = (w1 - w0 + 32 * U - 1) // (32 * U)
-        out = []
+        f0 = min(max(w0, vf0), w1)
+        f1 = max(f0, min(w1, vf1))
+        r_lo, r_n = f0 - w0, f1 - f0
+        sl = [None] * slice_  # the warp's slice, written at the kernel's slots
+        cnt = 0
+
+        def edges(a, b):  # append_edges: the partial vectors, lane 0 writes
+            nonlocal cnt
+            for v in range(a, b):
+                x = vec(v)
+                ins = [e for e in range(4) if bound_ok(x[e])]
+                if cnt + len(ins) > slice_:
+                    return False
+                for e in ins:
+                    sl[cnt] = (topk_key(x[e]), 4 * v - mis + e)
+                    cnt += 1
+            return True
+
+        if not edges(w0, f0):
+            return None
         for j in range(steps):
-            for u in range(U):
-                lanes = [w0 + (j * U + u) * 32 + lane for lane in range(32)]
-                got = []
-                for v in lanes:
-                    x = vec(v) if v < w1 else [-math.inf] * 4
-                    got += [(topk_key(x[e]), 4 * v - mis + e) for e in range(4)
-                            if topk_key(x[e]) >= low and topk_key(x[e]) > 0]
-                if len(out) + len(got) > slice_:
-                    return None  # a slice overflows
-                out += got
-        slices.append(out)
+            # enter bits 8u + q per lane; packed byte counts; the warp's scan
+            enter, packed = [], []
+            for lane in range(32):
+                m = 0
+                for u in range(U):
+                    r = (j * U + u) * 32 + lane
+                    ok = ((r - r_lo) & 0xffffffff) < r_n
+                    x = vec(w0 + r) if ok else [-math.inf] * 4
+                    for q in range(4):
+                        if ok and bound_ok(x[q]):
+                            m |= 1 << (8 * u + q)
+                enter.append(m)
+                c = m - ((m >> 1) & 0x55555555)
+                packed.append((c & 0x33333333) + ((c >> 2) & 0x33333333))
+            incl = [sum(packed[:lane + 1]) & 0xffffffff for lane in range(32)]
+            tot = incl[31]
+            pairs = (tot & 0x00ff00ff) + ((tot >> 8) & 0x00ff00ff)
+            step_total = (pairs & 0xffff) + (pairs >> 16)
+            if cnt + step_total > slice_:
+                return None  # a slice overflows
+            for lane in range(32):
+                excl = (incl[lane] - packed[lane]) & 0xffffffff
+                first = cnt
+                for u in range(U):
+                    o = first + ((excl >> (8 * u)) & 0xff)
+                    first += (tot >> (8 * u)) & 0xff
+                    v = w0 + (j * U + u) * 32 + lane
+                    for q in range(4):
+                        if enter[lane] >> (8 * u + q) & 1:
+                            assert sl[o] is None, "two entries on one slot"
+                            sl[o] = (topk_key(vec(v)[q]), 4 * v - mis + q)
+                            o += 1
+            cnt += step_total
+        if not edges(f1, w1):
+            return None
+        assert all(e is not None for e in sl[:cnt]), "a slot left empty"
+        slices.append(sl[:cnt])
     total = sum(len(x) for x in slices)
     if total < k or total > cap2:
         return None
@@ -356,7 +405,9 @@ def main():
     for fill in fills:
         for n, mis, k, threads, cap, cap2 in [(32768, 0, 2048, 512, 8192, 4096),
                                               (40001, 3, 256, 1024, 16384, 8192),
-                                              (20003, 1, 512, 512, 8192, 4096)]:
+                                              (20003, 1, 512, 512, 8192, 4096),
+                                              (32771, 0, 2048, 512, 8192, 4096),
+                                              (40002, 1, 256, 1024, 16384, 8192)]:
             logits = row(rng, n, fill)
             got = sieve(logits, mis, k, threads, cap, cap2)
             if got is None:

@@ -379,7 +379,10 @@ __device__ uint32_t compact(Smem<T>& s, uint32_t n, uint32_t thr, uint32_t need)
 // The position's output value: itself, or its global cache slot.
 __device__ __forceinline__ int32_t output_value(const TopkParams& p, int64_t row, uint32_t pos) {
   if (p.block_table == nullptr) return int32_t(pos);
-  const int32_t* bt = p.block_table + (row / p.rows_per_request) * p.block_table_stride;
+  // 32-bit quotient (row < 2^31: rows fit the grid; rows_per_request >= 1): the
+  // compiler hoists it out of the callers' loops, taken or not.
+  const uint32_t request = uint32_t(row) / uint32_t(p.rows_per_request);
+  const int32_t* bt = p.block_table + int64_t(request) * p.block_table_stride;
   const uint32_t page = pos / uint32_t(p.page_size);
   if (page >= p.max_pages) return -1;  // past the row: no slot (mla/topk.hpp)
   return bt[page] * p.page_size + int32_t(pos % uint32_t(p.page_size));

@@ -82,7 +82,7 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
   }
   cluster.sync();  // the leader's key/pos[0..total) complete, in position order
   probe.mark(3);
-  if (rank == 0 && !rank_finish<T>(s, total, scratch, p, row)) {
+  if (rank == 0 && !rank_finish<T>(s, Entries{s.key, s.pos}, total, scratch, p, row)) {
     const Cut cut = select_cut<T>(s, total, k, k, false);
     if (cut.kept < total) total = compact<T>(s, total, cut.thr, cut.need);
     if (p.best_first)
@@ -93,22 +93,34 @@ __device__ void gather_finish(Smem<T>& s, uint32_t fill, const TopkParams& p, in
   probe.mark(4);
 }
 
-// After the stream: this CTA's candidates are key/pos[0..fill), in position
-// order, and hold its k best (or all its candidates); the buffer is stable (a
-// barrier since the last write). Selects the row's k best (over the cluster
-// when the row is split) and writes the row.
+// After the stream: this CTA's candidates are key/pos[0..fill) (sieved:
+// key2/pos2[0..fill), with their key range left for the rank finish,
+// count_linear_bins' range_ready), in position order, and hold its k best (or
+// all its candidates); the buffer is stable (a barrier since the last write).
+// Selects the row's k best (over the cluster when the row is split) and
+// writes the row.
 template <class T, class Probe>
 __device__ void finish_row(Smem<T>& s, uint32_t fill, const TopkParams& p, int64_t row,
-                           const RankScratch& scratch, const Probe& probe) {
+                           const RankScratch& scratch, const Probe& probe, bool sieved = false) {
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int tid = threadIdx.x;
   const uint32_t k = uint32_t(p.k);
 
-  // ---- one CTA per row: the rank finish when its bins are small enough.
-  if (cs == 1 && rank_finish<T>(s, fill, scratch, p, row)) {
+  // ---- one CTA per row: the rank finish when its bins are small enough
+  // (sieved: over key2/pos2, key/pos its scratch).
+  if (cs == 1 &&
+      (sieved ? rank_finish<T>(s, Entries{s.key2, s.pos2}, fill,
+                               RankScratch{s.key, s.pos, uint32_t(T::kCap)}, p, row, true)
+              : rank_finish<T>(s, Entries{s.key, s.pos}, fill, scratch, p, row))) {
     probe.mark(2), probe.mark(3), probe.mark(4);
     return;
+  }
+  // Every other finish reads key/pos: the sieve's entries move there (a rank
+  // finish that refused wrote nothing but hist and the scan words).
+  if (sieved) {
+    for (uint32_t i = tid; i < fill; i += T::kThreads) s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
+    __syncthreads();
   }
   // ---- a cluster whose CTAs' k best fit the leader's buffer: gather them
   // there and finish on the leader alone.
@@ -274,12 +286,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
   // The sieve when its sample says the candidates fit, else (or when it finds
   // out they do not) the chunk stream from the start. Each finds the segment
   // itself: nothing of it stays live (in registers) across the other.
-  if (!sieve_stream<T>(s, segment_of(p, row, cs, rank), k, p.l2_prefetch, &fill))
-    fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
+  const bool sieved = sieve_stream<T>(s, segment_of(p, row, cs, rank), k, p.l2_prefetch, &fill);
+  if (!sieved) fill = chunk_stream<T>(s, segment_of(p, row, cs, rank), k, probe);
   __syncthreads();
 
   probe.mark(1), probe.add(7, fill);
-  finish_row<T>(s, fill, p, row, RankScratch{s.key2, s.pos2, uint32_t(T::kCap2)}, probe);
+  finish_row<T>(s, fill, p, row, RankScratch{s.key2, s.pos2, uint32_t(T::kCap2)}, probe, sieved);
 }
 
 }  // namespace mla::cuda::topk

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mla/status.hpp"
 
@@ -95,7 +96,18 @@ struct SievePlan {
   uint64_t expect;
   bool takes;
 };
+// floor(sqrt(x)). Every warp of a sieving CTA evaluates sieve_plan at run
+// time: there a float square root and one correction each way give the same
+// value as the 16 digit steps (float(x) and sqrtf land within one of the root).
 constexpr uint32_t isqrt32(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  if (!std::is_constant_evaluated()) {
+    uint32_t r = uint32_t(sqrtf(float(x)));
+    if (uint64_t(r) * r > x) --r;
+    if (uint64_t(r + 1u) * (r + 1u) <= x) ++r;
+    return r;
+  }
+#endif
   uint32_t r = 0;
   for (uint32_t bit = 1u << 30; bit != 0; bit >>= 2) {
     if (x >= r + bit) {
@@ -111,7 +123,10 @@ constexpr SievePlan sieve_plan(int threads, int cap, int cap2, int64_t n, int k)
   SievePlan sp{};
   sp.samples = uint32_t(4 * kSieveSampleVecs * threads);
   const uint64_t nn = n > 0 ? uint64_t(n) : 1u;
-  const uint32_t mean = uint32_t(uint64_t(k) * sp.samples / nn);
+  // k * samples / n in 32 bits when both fit (always, for the tiles' k and
+  // samples): the same quotient without a 64-bit division on the device.
+  const uint64_t ks = uint64_t(k) * sp.samples;
+  const uint32_t mean = (ks | nn) >> 32 == 0 ? uint32_t(ks) / uint32_t(nn) : uint32_t(ks / nn);
   sp.m = mean + 4u * isqrt32(mean) + 4u;
   sp.expect = uint64_t(sp.m) * nn / sp.samples;
   const uint64_t warps = uint64_t(threads / 32), slice = uint64_t(cap) / warps;

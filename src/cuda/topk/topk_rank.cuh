@@ -35,6 +35,12 @@ struct RankScratch {
   uint32_t* pos;
   uint32_t cap;
 };
+// The candidates the rank finish reads: key/pos[0..n) of one buffer (s.key/pos,
+// or key2/pos2 where the sieve leaves them).
+struct Entries {
+  const uint32_t* key;
+  const uint32_t* pos;
+};
 
 // Keys in kBins linear bins over their range [lo, hi]: bin (key - lo) >> shift,
 // shift the least that keeps (hi - lo) >> shift below kBins. Keys grow with the
@@ -49,25 +55,35 @@ struct LinearBins {
 // Counts the nonzero keys of keys[0..n) in s.hist, in linear bins over their
 // range. Starts after a barrier past every earlier reader of hist, warp_a/b and
 // chunk_count[1]; two barriers, the second after the counts (so the caller may
-// read hist, and write the key range, at once).
+// read hist, and write the key range, at once). `range_ready` (uniform): the
+// caller already cleared hist and left each warp's min and max key in
+// warp_a/b (every key nonzero; a barrier since), as the sieve's gather does:
+// one pass and one barrier.
 template <class T>
-__device__ LinearBins count_linear_bins(Smem<T>& s, const uint32_t* keys, uint32_t n) {
+__device__ LinearBins count_linear_bins(Smem<T>& s, const uint32_t* keys, uint32_t n,
+                                        bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint32_t lo = 0xffffffffu, hi = 0u, cnt = 0u;
-#pragma unroll 4
-  for (uint32_t i = tid; i < n; i += T::kThreads) {
-    const uint32_t key = keys[i];
-    if (key != 0u) lo = min(lo, key), hi = max(hi, key), ++cnt;
-  }
-  for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
-  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
-  cnt = __reduce_add_sync(0xffffffffu, cnt);
-  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi, s.chunk_count[1][warp] = cnt;
-  __syncthreads();
+  uint32_t hi;
   LinearBins lb;
+  if (range_ready) {
+    lb.count = n;
+  } else {
+    uint32_t lo = 0xffffffffu, cnt = 0u;
+    hi = 0u;
+#pragma unroll 4
+    for (uint32_t i = tid; i < n; i += T::kThreads) {
+      const uint32_t key = keys[i];
+      if (key != 0u) lo = min(lo, key), hi = max(hi, key), ++cnt;
+    }
+    for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
+    lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+    cnt = __reduce_add_sync(0xffffffffu, cnt);
+    if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi, s.chunk_count[1][warp] = cnt;
+    __syncthreads();
+    lb.count = __reduce_add_sync(0xffffffffu, lane < T::kWarps ? s.chunk_count[1][lane] : 0u);
+  }
   lb.lo = __reduce_min_sync(0xffffffffu, lane < T::kWarps ? s.warp_a[lane] : 0xffffffffu);
   hi = __reduce_max_sync(0xffffffffu, lane < T::kWarps ? s.warp_b[lane] : 0u);
-  lb.count = __reduce_add_sync(0xffffffffu, lane < T::kWarps ? s.chunk_count[1][lane] : 0u);
   lb.shift = lb.count == 0u ? 0 : max(0, 32 - __clz(hi - lb.lo) - T::kDigitBits);
 #pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) {
@@ -86,18 +102,18 @@ struct RankBins {
   bool best;                     // every bin from tbin up gathered (else tbin alone)
 };
 
-// Phases "bins" and "gather" for the kk (1 <= kk <= n) best of key/pos[0..n):
-// best first gathers the bins from the kk-th's up, otherwise that bin alone.
-// Starts after a barrier that made key/pos[0..n) complete (and every earlier
+// Phases "bins" and "gather" for the kk (1 <= kk <= n) best of in[0..n) (tmp
+// elsewhere): best first gathers the bins from the kk-th's up, otherwise that
+// bin alone. Starts after a barrier that made in[0..n) complete (and every earlier
 // reader of hist, warp_a/b, chunk_count[1] and found_* passed); ends with a
 // barrier. Returns false (uniform, nothing gathered) when a bin holds more than
 // kRankMaxBin entries or the gathered entries pass tmp.cap; afterwards
 // hist[d] is the end of bin d's slots for every gathered bin.
 template <class T>
-__device__ bool rank_gather(Smem<T>& s, uint32_t n, uint32_t kk, bool best, const RankScratch& tmp,
-                            RankBins* rb) {
+__device__ bool rank_gather(Smem<T>& s, const Entries& in, uint32_t n, uint32_t kk, bool best,
+                            const RankScratch& tmp, RankBins* rb, bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const LinearBins lb = count_linear_bins<T>(s, s.key, n);
+  const LinearBins lb = count_linear_bins<T>(s, in.key, n, range_ready);
   // Scan from the top bin (thread 0 owns the highest kPer): hist becomes each
   // bin's first slot; the bin of slot kk - 1 and the largest bin at or above it.
   constexpr int kPer = T::kBins / T::kThreads;
@@ -131,10 +147,10 @@ __device__ bool rank_gather(Smem<T>& s, uint32_t n, uint32_t kk, bool best, cons
   }
 #pragma unroll 4
   for (uint32_t i = tid; i < n; i += T::kThreads) {
-    const uint32_t key = s.key[i], d = lb.bin(key);
+    const uint32_t key = in.key[i], d = lb.bin(key);
     if (d == r.tbin || (best && d > r.tbin)) {
       const uint32_t slot = atomicAdd(&s.hist[d], 1u) - r.base;
-      tmp.key[slot] = key, tmp.pos[slot] = s.pos[i];
+      tmp.key[slot] = key, tmp.pos[slot] = in.pos[i];
     }
   }
   __syncthreads();
@@ -154,6 +170,9 @@ __device__ __forceinline__ uint32_t rank_slot(const Smem<T>& s, const RankBins& 
   const uint32_t start = !r.best ? r.above : d + 1 < uint32_t(T::kBins) ? s.hist[d + 1] : 0u;
   const uint32_t end = s.hist[d];
   uint32_t rank = 0, t = 0;
+  // Bins hold ~1-3 entries and the warp runs its longest bin: a plain loop
+  // (unrolled, its remainder and checks cost more than they save).
+#pragma unroll 1
   for (uint32_t m = start - r.base; m < end - r.base; ++m) {
     const uint32_t mk = tmp.key[m], mp = tmp.pos[m];
     const uint32_t tie = uint32_t(mk == key && mp < pos);
@@ -171,7 +190,7 @@ __device__ __forceinline__ uint32_t rank_slot(const Smem<T>& s, const RankBins& 
 template <class T>
 __device__ bool rank_cut(Smem<T>& s, uint32_t n, uint32_t kk, const RankScratch& tmp, Cut* cut) {
   RankBins r;
-  if (!rank_gather<T>(s, n, kk, false, tmp, &r)) return false;
+  if (!rank_gather<T>(s, Entries{s.key, s.pos}, n, kk, false, tmp, &r)) return false;
   for (uint32_t j = threadIdx.x; j < r.gathered; j += T::kThreads) {
     uint32_t ties;
     if (rank_slot<T>(s, r, tmp, j, &ties) == kk - 1)
@@ -182,13 +201,15 @@ __device__ bool rank_cut(Smem<T>& s, uint32_t n, uint32_t kk, const RankScratch&
   return true;
 }
 
-// Starts after a barrier that made key/pos[0..n) complete (and every earlier
-// reader of hist, warp_a/b, chunk_count[1] and found_* passed). Returns true
-// when the row is written; false (uniform over the CTA, after a barrier,
-// nothing written) when the bins are too full.
+// The row's output from the candidates in[0..n) (position order), tmp
+// elsewhere. Starts after a barrier that made in[0..n) complete (and every
+// earlier reader of hist, warp_a/b, chunk_count[1] and found_* passed;
+// range_ready: count_linear_bins'). Returns true when the row is written;
+// false (uniform over the CTA, after a barrier, nothing written, in[] intact)
+// when the bins are too full.
 template <class T>
-__device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, const TopkParams& p,
-                            int64_t row) {
+__device__ bool rank_finish(Smem<T>& s, const Entries& in, uint32_t n, const RankScratch& tmp,
+                            const TopkParams& p, int64_t row, bool range_ready = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t k = uint32_t(p.k), kk = min(k, n);
   const bool best = p.best_first;
@@ -198,7 +219,7 @@ __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, cons
     return true;
   }
   RankBins r;
-  if (!rank_gather<T>(s, n, kk, best, tmp, &r)) return false;
+  if (!rank_gather<T>(s, in, n, kk, best, tmp, &r, range_ready)) return false;
   for (uint32_t j = tid; j < r.gathered; j += T::kThreads) {
     uint32_t ties;
     const uint32_t slot = rank_slot<T>(s, r, tmp, j, &ties);
@@ -221,8 +242,8 @@ __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, cons
   uint32_t mine = 0;
 #pragma unroll 4
   for (uint32_t i = b0 + lane; i < b1; i += 32) {
-    const uint32_t key = s.key[i];
-    mine += key > kth || (key == kth && s.pos[i] <= kpos);
+    const uint32_t key = in.key[i];
+    mine += key > kth || (key == kth && in.pos[i] <= kpos);
   }
   mine = __reduce_add_sync(0xffffffffu, mine);
   uint32_t unused, slot;
@@ -230,7 +251,7 @@ __device__ bool rank_finish(Smem<T>& s, uint32_t n, const RankScratch& tmp, cons
 #pragma unroll 4
   for (uint32_t b = b0; b < b1; b += 32) {
     const uint32_t i = b + lane;
-    const uint32_t key = i < b1 ? s.key[i] : 0u, pos = i < b1 ? s.pos[i] : 0u;
+    const uint32_t key = i < b1 ? in.key[i] : 0u, pos = i < b1 ? in.pos[i] : 0u;
     const bool keep = i < b1 && (key > kth || (key == kth && pos <= kpos));
     const uint32_t kb = __ballot_sync(0xffffffffu, keep);
     if (keep) out[slot + __popc(kb & lt)] = output_value(p, row, pos);

@@ -12,17 +12,18 @@
 //           The bound is a guess: nothing below relies on it being right.
 //   stream  warp w reads its own contiguous range of the segment (kSieveVecs
 //           vectors per lane per step, kSieveDepth steps in flight) and
-//           appends the entering logits to its own slice of key/pos (kCap /
-//           kWarps entries), at slots from four ballots per vector: no CTA
-//           barrier until the end, entries in position order in each slice.
+//           appends the entering logits (raw bits) to its own slice of
+//           key/pos (kCap / kWarps entries), at slots from one warp scan per
+//           step of the lanes' counts (one byte per vector): no CTA barrier
+//           until the end, entries in position order in each slice.
 //   check   every logit above the bound entered, so when at least k did, the
 //           segment's k best are among them. A slice that would overflow, fewer
 //           than k entries, or more than kCap2 (the gather's room), and the
 //           CTA returns false: the caller streams the segment again with the
 //           chunk loop (compactions), which needs no guess. A bad row costs a
 //           second read, never a wrong set.
-//   gather  the slices, in warp (so position) order, to key/pos[0..fill)
-//           through key2/pos2.
+//   gather  the slices, in warp (so position) order, to key2/pos2[0..fill),
+//           the bits mapped to keys (topk_key) on the way.
 //
 // Every hand-over is behind a CTA barrier; slices are written by their warp
 // alone; the bound depends only on the sampled logits, so the entries (and
@@ -33,11 +34,13 @@
 
 namespace mla::cuda::topk {
 
-// Vectors per lane per load step, and steps in flight: 8 float4 registers, 4
+// Vectors per lane per load step (one count byte each in the step's scan),
+// and steps in flight: 8 float4 registers, 4
 // KB in flight per warp, 128 KB per SM at 1024 threads (the chunk loop: 64 KB).
 // Larger rings measured no more spills at compile time; the kernel's spills
 // (40-byte frame) do not grow with the ring.
 inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
+static_assert(kSieveVecs <= 4, "a step's per-vector counts are the bytes of one word");
 // L2 prefetch: a warp's lane 0 asks L2 for steps [0, 2P) of its range before
 // its first loads, then at step j (a multiple of P) for steps [j + P, j + 2P):
 // P to 2P steps (2 KB each per warp) ahead of the ring. The measured rate of
@@ -49,13 +52,37 @@ inline constexpr int kSieveVecs = 4, kSieveDepth = 2;
 // a full GPU (128 x 128K: P = 2, 256 KB per SM) a window.
 inline constexpr uint64_t kSievePrefetchBytes = 32ull << 20;
 
+// p[Off] through the read-only path, the offset an immediate of the load:
+// the compiler otherwise keeps one 64-bit pointer per ring slot live across
+// the stream loop (spilled at 64 registers). Volatile: never executed ahead
+// of the caller's bounds check.
+template <int Off>
+__device__ __forceinline__ float4 ldg_at(const float4* p) {
+  float4 x;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4 + %5];"
+               : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+               : "l"(p), "n"(Off * 16));
+  return x;
+}
+
+// A step's vectors u = I.. of one lane: src[32 u] where rr + 32 u < n.
+template <int I, int U>
+__device__ __forceinline__ void ldg_step(float4 (&x)[U], const float4* src, uint32_t rr,
+                                         uint32_t n) {
+  if constexpr (I < U) {
+    if (rr + uint32_t(I) * 32u < n) x[I] = ldg_at<I * 32>(src);
+    ldg_step<I + 1>(x, src, rr, n);
+  }
+}
+
 __device__ __forceinline__ float4 neg_inf4() {
   return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
 }
 
 // Runs the sieve over segment g. True: the segment's candidates above the
-// bound (at least k, all its k best among them) are in key/pos[0..*fill), in
-// position order, after a barrier. False (uniform over the CTA, after a
+// bound (at least k, all its k best among them) are in key2/pos2[0..*fill), in
+// position order, after a barrier; hist is clear and warp_a/b hold the warps'
+// min and max keys (count_linear_bins' range_ready). False (uniform over the CTA, after a
 // barrier): the caller must stream the segment another way; key/pos, key2/pos2,
 // hist and the CTA scratch hold nothing it needs.
 template <class T>
@@ -73,13 +100,19 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
   const uint32_t kSamples = plan.samples, m = plan.m;
   if (!plan.takes) return false;  // uniform: no shared memory touched, no barrier needed
 
-  // Warp w's vectors [w0, w1): step j holds w0 + (j * U + u) * 32 + lane.
+  // Warp w's vectors [w0, w1): step j holds w0 + (j * U + u) * 32 + lane. The
+  // ring takes the whole vectors [f0, f1) with no per-element bounds; a
+  // partial first or last vector of the row (at most one each, at the ends of
+  // the range) is appended before and after the stream (append_edges).
   const uint32_t per = ((nv + W - 1) / W + 31u) & ~31u;
   const uint32_t w0 = g.v0 + min(nv, uint32_t(warp) * per), w1 = g.v0 + min(nv, (warp + 1u) * per);
   const uint32_t steps = (w1 - w0 + 32u * U - 1u) / (32u * U);
-  const auto load = [&](uint32_t step, int u) {
-    const uint32_t v = w0 + (step * U + uint32_t(u)) * 32u + uint32_t(lane);
-    return v < w1 ? load_vec(g, v) : neg_inf4();
+  const uint32_t f0 = min(max(w0, g.vf0), w1), f1 = max(f0, min(w1, g.vf1));
+  // Offset r of a lane's vector from w0 is in the ring iff r - (f0 - w0) < f1 - f0.
+  const uint32_t r_lo = f0 - w0, r_n = f1 - f0;
+  const float4* wvec = g.vec + w0 + uint32_t(lane);
+  const auto whole = [&](uint32_t step, int u) {
+    return (step * U + uint32_t(u)) * 32u + uint32_t(lane) - r_lo < r_n;
   };
   uint32_t P = 2;
   while (P < 64u && uint64_t(gridDim.x) * W * (4u * P) * (32u * U * 16u) <= kSievePrefetchBytes)
@@ -91,11 +124,15 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
   prefetch(0u, 2u * P);
   // The first steps' loads go out before the sample's select, which they do
   // not depend on.
+  // A slot outside [f0, f1) keeps an old value: the compare masks it (whole).
   float4 ring[D][U];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) ring[d][u] = load(uint32_t(d), u);
+    for (int u = 0; u < U; ++u) {
+      ring[d][u] = neg_inf4();
+      if (whole(uint32_t(d), u)) ring[d][u] = __ldg(wvec + uint32_t(d * U + u) * 32u);
+    }
   }
 
   // ---- sample and bound.
@@ -117,12 +154,42 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
   const uint32_t low = lb.lo + (s.found_bin << lb.shift);  // >= a candidate key
   const float bound = key_bound_as_float(low - 1u);        // enters iff key >= low
 
-  // ---- stream into the warp's slice.
+  // ---- stream into the warp's slice (raw logit bits: the gather maps the
+  // entries to keys). Per step, each lane's entering counts for its U vectors
+  // packed one byte per vector (at most 4 each, 128 over the warp: no carry
+  // between bytes) and one warp scan of the packed word give every vector's
+  // first slot: the slots of the warp's vectors u' < u, then of lanes below,
+  // then the elements before, in the vector. Lane order in a vector, then
+  // vector order, is position order.
+  static_assert(offsetof(Smem<T>, pos) == offsetof(Smem<T>, key) + 4 * T::kCap,
+                "a slice's positions lie kCap words past its keys");
   uint32_t* sk = s.key + uint32_t(warp) * kSlice;
   uint32_t* sp = s.pos + uint32_t(warp) * kSlice;
-  const uint32_t lt = lanemask_lt();
   uint32_t cnt = 0;
   bool over = false;
+  // The partial vectors [a, b) (at most one) in position order after the
+  // slice's entries so far: every lane loads the same vector, lane 0 writes.
+  const auto append_edges = [&](uint32_t a, uint32_t b) {
+    for (uint32_t v = a; v < b && !over; ++v) {
+      const float4 x = load_vec(g, v);
+      const float e[4] = {x.x, x.y, x.z, x.w};
+      uint32_t n = 0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) n += e[q] > bound;
+      if (cnt + n > kSlice) {
+        over = true;
+        break;
+      }
+      const uint32_t p0 = 4u * v - uint32_t(g.mis);
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (e[q] > bound) {
+          if (lane == 0) sk[cnt] = __float_as_uint(e[q]), sp[cnt] = p0 + uint32_t(q);
+          ++cnt;
+        }
+    }
+  };
+  append_edges(w0, f0);
 #pragma unroll 1
   for (uint32_t j0 = 0; j0 < steps && !over; j0 += D) {
 #pragma unroll
@@ -131,32 +198,58 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
       // Uniform over the warp. Step j comes from the ring; its slot refills
       // with step j + D after (the other steps stay in flight meanwhile; no
       // second copy in registers).
-      if (j >= steps || over) break;
+      if (j >= steps) break;
       if ((j & (P - 1u)) == 0u && j > 0u) prefetch(j + P, j + 2u * P);
+      // Bit 8u + q of `enter`: element q of vector u enters (one register, not
+      // sixteen predicates); each byte's popcount is that vector's count.
+      uint32_t enter = 0;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float e[4] = {ring[d][u].x, ring[d][u].y, ring[d][u].z, ring[d][u].w};
-        const bool in[4] = {e[0] > bound, e[1] > bound, e[2] > bound, e[3] > bound};
-        uint32_t below;
-        const uint32_t all = ballot_slots4(in, lt, &below);
-        if (all == 0u) continue;
-        if (cnt + all > kSlice) {
-          over = true;
-          break;
-        }
-        // Lane order then element order is position order.
-        uint32_t o = cnt + below;
-        const uint32_t p0 =
-            4u * (w0 + (j * U + uint32_t(u)) * 32u + uint32_t(lane)) - uint32_t(g.mis);
+        const float4 x = ring[d][u];
+        const bool ok = whole(j, u);
+        const float e[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          if (in[q]) sk[o] = topk_key(e[q]), sp[o] = p0 + uint32_t(q), ++o;
-        cnt += all;
+          if (ok && e[q] > bound) enter |= 1u << (8 * u + q);
       }
+      uint32_t packed = enter - ((enter >> 1) & 0x55555555u);
+      packed = (packed & 0x33333333u) + ((packed >> 2) & 0x33333333u);
+      const uint32_t incl = warp_inclusive_sum(packed);
+      const uint32_t tot = __shfl_sync(0xffffffffu, incl, 31);
+      const uint32_t pairs = (tot & 0x00ff00ffu) + ((tot >> 8) & 0x00ff00ffu);
+      const uint32_t step_total = (pairs & 0xffffu) + (pairs >> 16);
+      if (cnt + step_total > kSlice) {
+        over = true;
+        break;
+      }
+      const uint32_t excl = incl - packed;
+      uint32_t first = cnt;  // the slot of vector u's first entry over the warp
 #pragma unroll
-      for (int u = 0; u < U; ++u) ring[d][u] = load(j + D, u);
+      for (int u = 0; u < U; ++u) {
+        // One pointer per vector: the key slot, its position kCap words on.
+        uint32_t* dst = sk + first + ((excl >> (8 * u)) & 0xffu);
+        first += (tot >> (8 * u)) & 0xffu;
+        const uint32_t p0 =
+            4u * (w0 + (j * U + uint32_t(u)) * 32u + uint32_t(lane)) - uint32_t(g.mis);
+        const float e[4] = {ring[d][u].x, ring[d][u].y, ring[d][u].z, ring[d][u].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (enter >> (8 * u + q) & 1u)
+            dst[0] = __float_as_uint(e[q]), dst[T::kCap] = p0 + q, ++dst;
+      }
+      cnt += step_total;
+      {
+        // One pointer and one offset per step (immediate offsets per vector):
+        // no per-vector address kept live across the loop.
+        const uint32_t jn = (j + D) * (U * 32u);
+        const float4* src = wvec + jn;
+        const uint32_t rr = jn + uint32_t(lane) - r_lo;
+        ldg_step<0>(ring[d], src, rr, r_n);
+      }
     }
   }
+
+  append_edges(f1, w1);
 
   // ---- check and gather.
   if (lane == 0) s.chunk_count[0][warp] = over ? 0xffffffffu : cnt;
@@ -169,10 +262,19 @@ __device__ bool sieve_stream(Smem<T>& s, const Segment& g, uint32_t k, bool l2_p
     __syncthreads();  // chunk_count read everywhere before the chunk loop writes it
     return false;
   }
+  // Each warp's min and max key to warp_a/b and hist cleared, for the rank
+  // finish (count_linear_bins' range_ready): their readers in find_bin passed
+  // its last barrier.
   const uint32_t start = __shfl_sync(0xffffffffu, incl - c, warp);
-  for (uint32_t i = lane; i < cnt; i += 32) s.key2[start + i] = sk[i], s.pos2[start + i] = sp[i];
-  __syncthreads();
-  for (uint32_t i = tid; i < total; i += T::kThreads) s.key[i] = s.key2[i], s.pos[i] = s.pos2[i];
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  for (uint32_t i = lane; i < cnt; i += 32) {
+    const uint32_t key = topk_key(__uint_as_float(sk[i]));
+    lo = min(lo, key), hi = max(hi, key);
+    s.key2[start + i] = key, s.pos2[start + i] = sp[i];
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) s.warp_a[warp] = lo, s.warp_b[warp] = hi;
+  for (int i = tid; i < T::kBins; i += T::kThreads) s.hist[i] = 0u;
   __syncthreads();
   *fill = total;
   return true;
