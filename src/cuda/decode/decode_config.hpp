@@ -75,7 +75,12 @@ inline constexpr size_t kAlphaOff = kMaxOff;          // f32 [64]
 inline constexpr size_t kFinMaxOff = kMaxOff + 256;   // f32 [64]
 inline constexpr size_t kFinBadOff = kMaxOff + 512;   // i32
 inline constexpr size_t kHandBarOff = kMaxOff + 768;  // u64 p_ready, p_free
-static_assert(kHandBarOff + 16 <= kLOff, "the hand-over fits the max buffer");
+// ... and the piece hand-overs: q_ready (WG1 loaded the piece's Q), q_free
+// (WG0's last read of the piece's Q), fin_ready (WG0 wrote the row totals),
+// fin_free (WG1 read them).
+inline constexpr size_t kPieceBarOff =
+    kHandBarOff + 16;  // u64 q_ready, q_free, fin_ready, fin_free
+static_assert(kPieceBarOff + 32 <= kLOff, "the hand-over fits the max buffer");
 static_assert(kBarOff % 8 == 0 && kHandBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
@@ -87,7 +92,8 @@ static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper bl
 inline constexpr int kKeyShiftMax = 15;
 
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
-// math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).
-inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarProd = 6;
+// math warpgroups; kBarQ1: WG1's threads loading Q (one-way form); kBarProd:
+// the producer warpgroup's threads (TMA kernel).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarQ1 = 4, kBarProd = 6;
 
 }  // namespace mla::cuda::decode

@@ -523,11 +523,12 @@ __device__ __forceinline__ void produce_bf16(const DecodeParams& p, const CUtens
 
 // ---- pieces of the math warpgroups ----
 // Q rows of row block `row_block` of request b into sQ (rows past `rows` are
-// zero), by all 256 math threads; returns after their named barrier. kF16:
+// zero), by kLoaders threads (tid < kLoaders: the 256 math threads, or the
+// one-way form's WG1); returns after their named barrier kBar. kF16:
 // then converted in place to f16, row r times 2^t_r (its max |q| into
 // [2^14, 2^15)), and sQScale[r] = 2^-t_r qk_scale for the row's softmax
 // scale (qk_scale: the fp8_e4m3 cache's d_k, else 1).
-template <class KeySrc, bool kF16>
+template <class KeySrc, bool kF16, int kLoaders = kMathThreads, int kBar = kBarQ>
 __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, float* sQScale,
                                             int b, int row_block, int tid, float qk_scale) {
   auto issue = [&](int idx) {
@@ -543,25 +544,27 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
   };
   if constexpr (kF16) {  // not unrolled: its hoisted addresses spilled in the f16 kernel
 #pragma unroll 1
-    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kLoaders) issue(idx);
   } else {
-    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kLoaders) issue(idx);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   if constexpr (kF16) {
-    ptx::named_barrier_sync(kBarQ, kMathThreads);  // every thread's bf16 chunks landed
-    // 4 threads (adjacent lanes) per row, chunks part, part + 4, ...
-    const int r = tid / 4, part = tid % 4;
+    ptx::named_barrier_sync(kBar, kLoaders);  // every thread's bf16 chunks landed
+    // kParts threads (adjacent lanes) per row, chunks part, part + kParts, ...
+    constexpr int kParts = kLoaders / kM;
+    static_assert(kParts == 2 || kParts == 4, "2 or 4 threads per row");
+    const int r = tid / kParts, part = tid % kParts;
     float m = 0.f;
 #pragma unroll 1
-    for (int j = 0; j < kChunksPerRow / 4; ++j) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sQ + tile_off(r, part + 4 * j));
+    for (int j = 0; j < kChunksPerRow / kParts; ++j) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sQ + tile_off(r, part + kParts * j));
       m = fmaxf(m, fmaxf(fmaxf(bf16x2_absmax(v.x), bf16x2_absmax(v.y)),
                          fmaxf(bf16x2_absmax(v.z), bf16x2_absmax(v.w))));
     }
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    if constexpr (kParts == 4) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
     int t = 0;  // zero or non-finite max: unshifted (NaN/inf propagate)
     if (m > 0.f && m <= 3.4e38f) {
       int e;
@@ -570,8 +573,8 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
     }
     const float f = exp2i(t);
 #pragma unroll 1
-    for (int j = 0; j < kChunksPerRow / 4; ++j) {
-      uint4* at = reinterpret_cast<uint4*>(sQ + tile_off(r, part + 4 * j));
+    for (int j = 0; j < kChunksPerRow / kParts; ++j) {
+      uint4* at = reinterpret_cast<uint4*>(sQ + tile_off(r, part + kParts * j));
       const uint4 v = *at;
       *at = make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
                        bf16x2_to_f16x2(v.w, f));
@@ -579,7 +582,7 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
     if (part == 0) sQScale[r] = exp2i(-t) * qk_scale;
   }
   wgmma::fence_proxy_async();
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
+  ptx::named_barrier_sync(kBar, kLoaders);
 }
 
 // Key limit of this thread's rows r0 and r0 + 8 (causal among the s_q new
@@ -603,42 +606,52 @@ __device__ __forceinline__ void row_key_limits(const DecodeParams& p, const Piec
 // wg*256..+256 of rows r0 and r0 + 8. v_scale: the values' factor (the
 // fp8_e4m3 cache's d_k, else 1).
 //   seesaw: each warpgroup holds the sum over the keys it exponentiated, and
-//     both the same m_run and `bad`;
+//     both the same m_run and `bad`; they meet at kBarQ;
 //   one-way (kOneWay): WG0 alone holds l, m_run and `bad`, and hands them to
-//     WG1 through shared memory (kLOff, kFinMaxOff, kFinBadOff).
+//     WG1 through shared memory (kLOff, kFinMaxOff, kFinBadOff) by the
+//     mbarriers fin_ready / fin_free (phase pk: the worker's piece count).
 template <class KeySrc, bool kOneWay>
 __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece& pc, int b,
                                              int row_block, int wg, int r0, int c,
                                              const float (&o)[32][4], const float (&m_run)[2],
                                              float (&l_part)[2], bool bad, uint8_t* smem,
-                                             float v_scale) {
+                                             float v_scale, uint32_t pk) {
   const float kNegInf = -INFINITY;
   float* sL = reinterpret_cast<float*>(smem + kLOff);
   float* sFinMax = reinterpret_cast<float*>(smem + kFinMaxOff);
   int* sFinBad = reinterpret_cast<int*>(smem + kFinBadOff);
+  uint64_t* fin_ready = reinterpret_cast<uint64_t*>(smem + kPieceBarOff) + 2;
+  uint64_t* fin_free = fin_ready + 1;
+  float m_row[2] = {m_run[0], m_run[1]}, l_row[2] = {0.f, 0.f};
   if (!kOneWay || wg == 0) {
+    if constexpr (kOneWay) ptx::mbar_wait(fin_free, (pk & 1) ^ 1);  // WG1 read the last ones
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
       l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
+      l_row[h] = l_part[h];
       if (c == 0) sL[(kOneWay ? 0 : wg * kM) + r0 + 8 * h] = l_part[h];
       if (kOneWay && c == 0) sFinMax[r0 + 8 * h] = m_run[h];
     }
     if (kOneWay && r0 == 0 && c == 0) *sFinBad = bad ? 1 : 0;
-  }
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
-  float m_row[2] = {m_run[0], m_run[1]};
-  if constexpr (kOneWay) {
+    if constexpr (kOneWay) ptx::mbar_arrive(fin_ready);
+  } else {  // one-way WG1
+    ptx::mbar_wait(fin_ready, pk & 1);
     bad = *sFinBad != 0;
-    m_row[0] = sFinMax[r0];
-    m_row[1] = sFinMax[r0 + 8];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_row[h] = sFinMax[r0 + 8 * h];
+      l_row[h] = sL[r0 + 8 * h];
+    }
+    ptx::mbar_arrive(fin_free);
   }
+  if constexpr (!kOneWay) ptx::named_barrier_sync(kBarQ, kMathThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int lr = r0 + 8 * h;
     const int rr = row_block * kM + lr;
     if (rr >= p.rows) continue;
-    const float l = kOneWay ? sL[lr] : sL[lr] + sL[kM + lr];
+    const float l = kOneWay ? l_row[h] : sL[lr] + sL[kM + lr];
     float inv = l > 0.f ? v_scale / l : 0.f;
     float lse = l > 0.f ? (m_row[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
     if (bad) inv = lse = NAN;
@@ -880,6 +893,8 @@ __device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* s
   uint64_t* empty = full + kStages;
   uint64_t* p_ready = reinterpret_cast<uint64_t*>(smem + kHandBarOff);  // one-way only
   uint64_t* p_free = p_ready + 1;
+  uint64_t* q_ready = reinterpret_cast<uint64_t*>(smem + kPieceBarOff);  // one-way only
+  uint64_t* q_free = q_ready + 1;
   const int row_block = blockIdx.y;
   // 0 or 1: seesaw, keys wg*32..+32 of S; both forms, value columns
   // wg*256..+256 of O. Seesaw: read through a shuffle from lane 0 so that
@@ -896,8 +911,21 @@ __device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* s
   for (int pi = piece_begin; pi < piece_end; ++pi) {
     const Piece pc = p.pieces[pi];
     const PieceInfo in = piece_info(p, pc);
-    // The previous piece's wgmmas all completed (waited before its epilogue barrier).
-    load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid, key_scale<kFormat>(p));
+    const uint32_t pk = uint32_t(pi - piece_begin);  // the one-way piece barriers' phase
+    if constexpr (!kOneWay) {
+      // The previous piece's wgmmas all completed (waited before its epilogue barrier).
+      load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid, key_scale<kFormat>(p));
+    } else if constexpr (kWg == 1) {
+      // One-way: WG1 loads Q, the first piece's here, the next ones at the end
+      // of the previous piece (below), while WG0 finishes it.
+      if (pi == piece_begin) {
+        load_q_rows<KeySrc, kFp8, 128, kBarQ1>(p, sQ, sQScale, in.b, row_block, wtid,
+                                               key_scale<kFormat>(p));
+        ptx::mbar_arrive(q_ready);
+      }
+    } else {
+      ptx::mbar_wait(q_ready, pk & 1);
+    }
     int lim[2];
     row_key_limits(p, in, row_block, r0, lim);
 
@@ -1048,8 +1076,18 @@ __device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* s
       }
     }
 
+    if constexpr (kOneWay && kWg == 0) ptx::mbar_arrive(q_free);  // its S reads of sQ completed
+    if constexpr (kOneWay && kWg == 1) {
+      // The next piece's Q into sQ once WG0's last S of this piece is done.
+      if (pi + 1 < piece_end) {
+        ptx::mbar_wait(q_free, pk & 1);
+        load_q_rows<KeySrc, kFp8, 128, kBarQ1>(p, sQ, sQScale, p.pieces[pi + 1].b, row_block, wtid,
+                                               key_scale<kFormat>(p));
+        ptx::mbar_arrive(q_ready);
+      }
+    }
     finish_piece<KeySrc, kOneWay>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, smem,
-                                  key_scale<kFormat>(p));
+                                  key_scale<kFormat>(p), pk);
   }
 }
 
@@ -1096,6 +1134,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOneWay) {
       ptx::mbar_init(p_ready, 128);  // every WG0 thread, after its P stores
       ptx::mbar_init(p_free, 128);   // every WG1 thread, after its P.V completed
+      uint64_t* piece_bars = reinterpret_cast<uint64_t*>(smem + kPieceBarOff);
+      for (int i = 0; i < 4; ++i) ptx::mbar_init(&piece_bars[i], 128);  // q_*, fin_*: one WG
     }
     ptx::mbar_fence_init();
   }
