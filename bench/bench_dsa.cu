@@ -443,8 +443,10 @@ void bench_topk_probe(int64_t R, int64_t N, int cs, bool best_first = true, int 
 }
 
 // sparse decode (paged) or prefill (flat kv = one page); returns microseconds
+// kernel: the backend's choice (automatic) or a forced one (named in the row).
 double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t L, int topk,
-                    bool fp8, bool print = true) {
+                    bool fp8, bool print = true,
+                    mla::cuda::sparse::Kernel kernel = mla::cuda::sparse::Kernel::automatic) {
   const int64_t entry = fp8 ? 656 : 1152;
   const int64_t slots = int64_t(B) * L;
   auto* kv = static_cast<uint8_t*>(dalloc(slots * entry));
@@ -471,11 +473,12 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
   a.softmax_scale = 0.1352f;
   a.out = mla::TensorView::make(out, mla::DType::bf16, {B, s_q, h, 512}, dev);
   a.lse = mla::TensorView::make(lse, mla::DType::f32, {B, h, s_q}, dev);
+  const mla::cuda::sparse::Options opts{.kernel = kernel};
   size_t wsb = 0;
-  BENCH_OK(mla::cuda::sparse_decode_workspace_size(a, &wsb));
+  BENCH_OK(mla::cuda::sparse_decode_workspace_size(a, &wsb, opts));
   void* ws = wsb ? dalloc(wsb) : nullptr;
   const double us = tm.time([&] {
-    BENCH_OK(mla::cuda::sparse_decode(a, mla::Workspace{ws, wsb}, {}));
+    BENCH_OK(mla::cuda::sparse_decode(a, mla::Workspace{ws, wsb}, {}, opts));
   });
   const double queries = double(B) * s_q;
   const double flops = 2.0 * h * topk * (576 + 512) * queries;
@@ -483,10 +486,14 @@ double bench_sparse(Timer& tm, const char* suite, int B, int s_q, int h, int64_t
       queries * topk * entry + queries * h * (576 + 512) * 2;  // each listed entry once per query
   if (print)
     report(suite,
-           // "wgmma": automatic runs the decode kernel on dense [B, s_q, topk] lists
-           std::string("wgmma ") + (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" +
-               std::to_string(s_q) + " h" + std::to_string(h) + " s_kv" + std::to_string(L / 1024) +
-               "K top" + std::to_string(topk),
+           // "wgmma": automatic runs the decode kernel on dense [B, s_q, topk] lists;
+           // a forced kernel is named
+           (kernel == mla::cuda::sparse::Kernel::automatic
+                ? std::string("wgmma ")
+                : std::string(mla::cuda::sparse::kernel_name(kernel)) + " ") +
+               (fp8 ? "fp8 " : "bf16 ") + "b" + std::to_string(B) + " s_q" + std::to_string(s_q) +
+               " h" + std::to_string(h) + " s_kv" + std::to_string(L / 1024) + "K top" +
+               std::to_string(topk),
            us, flops, bytes, h >= 64, kBf16TF);
   cudaFree(kv), cudaFree(q), cudaFree(idx), cudaFree(out), cudaFree(lse), cudaFree(ws);
   return us;
@@ -709,6 +716,14 @@ int main(int argc, char** argv) {
       }
     for (int h : {64, 32, 16}) bench_sparse(tm, "sparse-decode", 128, 1, h, 32768, 2048, false);
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true);
+    // The decode kernel's one-way math form (not chosen automatically), same run.
+    const auto oneway = mla::cuda::sparse::Kernel::decode_oneway;
+    for (bool fp8 : {true, false})
+      for (int s_q : {1, 2}) {
+        bench_sparse(tm, "sparse-decode", 128, s_q, 128, 32768, 2048, fp8, true, oneway);
+        bench_sparse(tm, "sparse-decode", 64, s_q, 128, 32768, 2048, fp8, true, oneway);
+      }
+    bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true, true, oneway);
   }
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048; h_q 64; s_q 16K):
   // the automatic choice (the prefill kernel) and the decode kernel it

@@ -46,6 +46,7 @@
 #include "bench/bench_check.hpp"
 #include "bench/bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
+#include "cuda/decode/decode_cuda.hpp"
 #endif
 
 namespace mla::cli {
@@ -56,6 +57,9 @@ struct BenchOptions {
   std::string json;
   int reps = 30;
   bool batch_invariant = false;
+  // The decode backend's kernel by name (cuda::decode::kernel_name); "automatic":
+  // the public mla_decode. A kernel that cannot run a shape fails the run.
+  std::string kernel = "automatic";
   BenchCeilings peaks;            // measured at the start unless given
   std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
@@ -166,8 +170,14 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     std::exit(1);
   }
   DeviceBuffer ws(ws_bytes);
+  cuda::decode::Kernel kernel = cuda::decode::Kernel::automatic;
+  for (cuda::decode::Kernel k : cuda::decode::kKernels)
+    if (o.kernel == cuda::decode::kernel_name(k)) kernel = k;
   const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
-    BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+    if (kernel == cuda::decode::Kernel::automatic)
+      BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+    else
+      BENCH_OK(cuda::mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}, kernel));
   });
   const double t_us = t.median_us;
   const double spread_us = t.p90_us - t.p10_us;
@@ -194,6 +204,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   j["page_size"] = kPage;
   j["lengths_sum"] = std::accumulate(s.lengths.begin(), s.lengths.end(), int64_t(0));
   j["batch_invariant"] = o.batch_invariant;
+  j["kernel"] = o.kernel;
   j["time_us"] = t_us;
   j["spread_p10_p90_us"] = spread_us;
   j["tflops"] = flops / (t_us * 1e-6) / 1e12;
@@ -507,6 +518,17 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::Range(5, 10000))
       ->capture_default_str();
   dec->add_flag("--batch-invariant", o->batch_invariant, "DecodeOptions::batch_invariant");
+  std::vector<std::string> kernel_names = {"automatic"};
+#ifdef MLA_HAS_CUDA
+  kernel_names.clear();
+  for (cuda::decode::Kernel k : cuda::decode::kKernels)
+    kernel_names.push_back(cuda::decode::kernel_name(k));
+#endif
+  dec->add_option("--kernel", o->kernel,
+                  "the decode kernel to force (a one-way form or a seesaw kernel); automatic: "
+                  "the public mla_decode's choice")
+      ->check(CLI::IsMember(kernel_names))
+      ->capture_default_str();
   dec->add_option("--only", o->only,
                   "run only the shapes whose \"<name> <format>\" contains one of these "
                   "(e.g. \"b128 h128 s_q1 L32K bf16\"; repeatable)");

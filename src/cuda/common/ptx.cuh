@@ -52,6 +52,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(smem)));
 }
+// stmatrix (sm_90): the store of ldmatrix_x4's layout: lanes 8i..8i+7 give the
+// row addresses of matrix i, and lane l's r[i] holds row l/4, elements
+// 2(l%4), 2(l%4)+1 of matrix i (an mma / wgmma accumulator pair, packed).
+__device__ __forceinline__ void stmatrix_x4(void* smem, const uint32_t (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(smem)),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+}
 
 // The operands of the two mma.sync below: c accumulated in place, a's four and b's two registers.
 #define MLA_MMA_16X8_F32(instr)                                                 \

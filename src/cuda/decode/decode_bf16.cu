@@ -4,11 +4,9 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false>(const DecodeParams&,
-                                                                            int, cudaStream_t,
-                                                                            const CUtensorMap&);
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true>(const DecodeParams&, int,
-                                                                           cudaStream_t,
-                                                                           const CUtensorMap&);
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false, false>(
+    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true, false>(
+    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -34,11 +34,16 @@ inline constexpr int kFp8RopeOffset = Fp8DsMlaLayout::kRopeOffset;    // 528
 // spills twice as many). The bf16 producers need few registers. Chosen by
 // ptxas -v.
 inline constexpr int kLaunchRegs = 65536 / 384 / 8 * 8;  // 168
-template <bool kFp8>
+// The one-way form (kOneWay, decode_kernel.cuh) gives the math warpgroups
+// different budgets: WG0 holds O's half, all of S (32) and P's fragments (16)
+// for its register-A P.V; WG1 only O's half and addressing. fp8: 192/160,
+// which leaves the producer 152 ((192 - 168) + (160 - 168) = 168 - 152).
+template <bool kFp8, bool kOneWay = false>
 struct Regs {
-  static constexpr int kMath = kFp8 ? 184 : 232;
-  static constexpr int kProducer = kFp8 ? 136 : 40;
-  static_assert(2 * (kMath - kLaunchRegs) <= kLaunchRegs - kProducer,
+  static constexpr int kMath0 = kOneWay && kFp8 ? 192 : kFp8 ? 184 : 232;  // WG 0
+  static constexpr int kMath1 = kOneWay && kFp8 ? 160 : kFp8 ? 184 : 232;  // WG 1
+  static constexpr int kProducer = kOneWay && kFp8 ? 152 : kFp8 ? 136 : 40;
+  static_assert((kMath0 - kLaunchRegs) + (kMath1 - kLaunchRegs) <= kLaunchRegs - kProducer,
                 "the producer must free what the math warpgroups take");
 };
 
@@ -61,7 +66,22 @@ inline constexpr size_t kQScaleOff = kBarOff + 2 * kStages * 8;              // 
 inline constexpr size_t kKeyFacOff = kQScaleOff + kM * 4;                    // f32 [kStages][64]
 inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // i32 [kStages][4]
 inline constexpr size_t kSmemBytes = kKeyFlagOff + kStages * 4 * 4;
-static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+// The one-way form has no max exchange; its 1 KB holds instead WG0's
+// hand-over to WG1: per tile the rows' rescale factors, at a piece's end the
+// row maxima and the bad flag (the row sums go to kLOff), and the two
+// mbarriers of the P hand-over (p_ready: WG0 wrote P and the factors; p_free:
+// WG1's P.V that read them completed).
+inline constexpr size_t kAlphaOff = kMaxOff;          // f32 [64]
+inline constexpr size_t kFinMaxOff = kMaxOff + 256;   // f32 [64]
+inline constexpr size_t kFinBadOff = kMaxOff + 512;   // i32
+inline constexpr size_t kHandBarOff = kMaxOff + 768;  // u64 p_ready, p_free
+// ... and the piece hand-overs: q_ready (WG1 loaded the piece's Q), q_free
+// (WG0's last read of the piece's Q), fin_ready (WG0 wrote the row totals),
+// fin_free (WG1 read them).
+inline constexpr size_t kPieceBarOff =
+    kHandBarOff + 16;  // u64 q_ready, q_free, fin_ready, fin_free
+static_assert(kPieceBarOff + 32 <= kLOff, "the hand-over fits the max buffer");
+static_assert(kBarOff % 8 == 0 && kHandBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
 // fp8 caches in f16: a key whose values exceed f16's range is stored as
@@ -72,7 +92,8 @@ static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper bl
 inline constexpr int kKeyShiftMax = 15;
 
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
-// math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).
-inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarProd = 6;
+// math warpgroups; kBarQ1: WG1's threads loading Q (one-way form); kBarProd:
+// the producer warpgroup's threads (TMA kernel).
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarQ1 = 4, kBarProd = 6;
 
 }  // namespace mla::cuda::decode

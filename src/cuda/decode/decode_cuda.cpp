@@ -121,16 +121,34 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_tma: return "wgmma_tma";
     case Kernel::wgmma_cp_async: return "wgmma_cp_async";
     case Kernel::wgmma_fp8: return "wgmma_fp8";
+    case Kernel::wgmma_tma_oneway: return "wgmma_tma_oneway";
+    case Kernel::wgmma_cp_async_oneway: return "wgmma_cp_async_oneway";
+    case Kernel::wgmma_fp8_oneway: return "wgmma_fp8_oneway";
   }
   return "?";
 }
 
+Kernel seesaw_of(Kernel k) {
+  switch (k) {
+    case Kernel::wgmma_tma_oneway: return Kernel::wgmma_tma;
+    case Kernel::wgmma_cp_async_oneway: return Kernel::wgmma_cp_async;
+    case Kernel::wgmma_fp8_oneway: return Kernel::wgmma_fp8;
+    default: return k;
+  }
+}
+
+bool is_oneway(Kernel k) {
+  return seesaw_of(k) != k;
+}
+
 bool kernel_takes(Kernel k, const Problem& problem) {
+  k = seesaw_of(k);
   switch (k) {
     case Kernel::automatic: return true;
     case Kernel::wgmma_tma: return !problem.fp8 && problem.tma_map;
     case Kernel::wgmma_cp_async: return !problem.fp8;
     case Kernel::wgmma_fp8: return problem.fp8;
+    default: break;  // the one-way forms: mapped above
   }
   return false;
 }
@@ -138,6 +156,28 @@ bool kernel_takes(Kernel k, const Problem& problem) {
 Kernel choose_kernel(const Problem& problem) {
   if (problem.fp8) return Kernel::wgmma_fp8;
   return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
+}
+
+// The main kernel of seesaw kernel k (not automatic), in its one-way math
+// form if kOneWay.
+template <bool kOneWay>
+cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int row_blocks,
+                         cudaStream_t stream, const CUtensorMap& kv_map) {
+  switch (k) {
+    case Kernel::wgmma_tma:
+      return launch_decode_kernel<PagedKeys, KvFormat::bf16, true, kOneWay>(p, row_blocks, stream,
+                                                                            kv_map);
+    case Kernel::wgmma_cp_async:
+      return launch_decode_kernel<PagedKeys, KvFormat::bf16, false, kOneWay>(p, row_blocks, stream,
+                                                                             kv_map);
+    case Kernel::wgmma_fp8:  // one kernel, the producer of the cache's format
+      return format == KvFormat::fp8_e4m3
+                 ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kOneWay>(
+                       p, row_blocks, stream, kv_map)
+                 : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kOneWay>(
+                       p, row_blocks, stream, kv_map);
+    default: return cudaErrorInvalidValue;  // resolved by the caller
+  }
 }
 
 }  // namespace decode
@@ -261,25 +301,10 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   if (kernel == Kernel::automatic) kernel = choose_kernel(problem);
   if (!kernel_takes(kernel, problem))
     return refuse(" (the driver rejects its layout as a TMA map)");
-  cudaError_t launched = cudaErrorInvalidValue;
-  switch (kernel) {
-    case Kernel::wgmma_tma:
-      launched =
-          launch_decode_kernel<PagedKeys, KvFormat::bf16, true>(p, g.row_blocks, stream, kv_map);
-      break;
-    case Kernel::wgmma_cp_async:
-      launched =
-          launch_decode_kernel<PagedKeys, KvFormat::bf16, false>(p, g.row_blocks, stream, kv_map);
-      break;
-    case Kernel::wgmma_fp8:  // one kernel, the producer of the cache's format
-      launched = a.kv.format == KvFormat::fp8_e4m3
-                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false>(p, g.row_blocks,
-                                                                                  stream, kv_map)
-                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false>(p, g.row_blocks,
-                                                                                    stream, kv_map);
-      break;
-    case Kernel::automatic: break;  // resolved above
-  }
+  const cudaError_t launched =
+      is_oneway(kernel)
+          ? launch_paged<true>(seesaw_of(kernel), a.kv.format, p, g.row_blocks, stream, kv_map)
+          : launch_paged<false>(kernel, a.kv.format, p, g.row_blocks, stream, kv_map);
   MLA_CUDA_TRY(launched, "decode_kernel launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();

@@ -14,9 +14,16 @@ enum class Kernel {
   wgmma_tma,       // bf16 cache, page_size % 64 == 0: full tiles by TMA
   wgmma_cp_async,  // bf16 cache, any page size: cp.async
   wgmma_fp8,       // fp8 caches (fp8_ds_mla, fp8_e4m3): converted in registers, next tile in flight
+  // The same three with the math warpgroups' one-way form (decode_kernel.cuh)
+  // instead of the seesaw; not chosen automatically until measured.
+  wgmma_tma_oneway,
+  wgmma_cp_async_oneway,
+  wgmma_fp8_oneway,
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::wgmma_tma, Kernel::wgmma_cp_async,
-                                      Kernel::wgmma_fp8};
+inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
+                                      Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
+                                      Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
+                                      Kernel::wgmma_fp8_oneway};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.
@@ -30,6 +37,10 @@ struct Problem {
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);
+// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones),
+// and whether k is a one-way form.
+Kernel seesaw_of(Kernel k);
+bool is_oneway(Kernel k);
 
 }  // namespace mla::cuda::decode
 

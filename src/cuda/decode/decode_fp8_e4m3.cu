@@ -3,8 +3,7 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false>(const DecodeParams&,
-                                                                                int, cudaStream_t,
-                                                                                const CUtensorMap&);
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, false>(
+    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -523,11 +523,12 @@ __device__ __forceinline__ void produce_bf16(const DecodeParams& p, const CUtens
 
 // ---- pieces of the math warpgroups ----
 // Q rows of row block `row_block` of request b into sQ (rows past `rows` are
-// zero), by all 256 math threads; returns after their named barrier. kF16:
+// zero), by kLoaders threads (tid < kLoaders: the 256 math threads, or the
+// one-way form's WG1); returns after their named barrier kBar. kF16:
 // then converted in place to f16, row r times 2^t_r (its max |q| into
 // [2^14, 2^15)), and sQScale[r] = 2^-t_r qk_scale for the row's softmax
 // scale (qk_scale: the fp8_e4m3 cache's d_k, else 1).
-template <class KeySrc, bool kF16>
+template <class KeySrc, bool kF16, int kLoaders = kMathThreads, int kBar = kBarQ>
 __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, float* sQScale,
                                             int b, int row_block, int tid, float qk_scale) {
   auto issue = [&](int idx) {
@@ -543,25 +544,27 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
   };
   if constexpr (kF16) {  // not unrolled: its hoisted addresses spilled in the f16 kernel
 #pragma unroll 1
-    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kLoaders) issue(idx);
   } else {
-    for (int idx = tid; idx < kM * kChunksPerRow; idx += kMathThreads) issue(idx);
+    for (int idx = tid; idx < kM * kChunksPerRow; idx += kLoaders) issue(idx);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   if constexpr (kF16) {
-    ptx::named_barrier_sync(kBarQ, kMathThreads);  // every thread's bf16 chunks landed
-    // 4 threads (adjacent lanes) per row, chunks part, part + 4, ...
-    const int r = tid / 4, part = tid % 4;
+    ptx::named_barrier_sync(kBar, kLoaders);  // every thread's bf16 chunks landed
+    // kParts threads (adjacent lanes) per row, chunks part, part + kParts, ...
+    constexpr int kParts = kLoaders / kM;
+    static_assert(kParts == 2 || kParts == 4, "2 or 4 threads per row");
+    const int r = tid / kParts, part = tid % kParts;
     float m = 0.f;
 #pragma unroll 1
-    for (int j = 0; j < kChunksPerRow / 4; ++j) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sQ + tile_off(r, part + 4 * j));
+    for (int j = 0; j < kChunksPerRow / kParts; ++j) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sQ + tile_off(r, part + kParts * j));
       m = fmaxf(m, fmaxf(fmaxf(bf16x2_absmax(v.x), bf16x2_absmax(v.y)),
                          fmaxf(bf16x2_absmax(v.z), bf16x2_absmax(v.w))));
     }
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    if constexpr (kParts == 4) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
     int t = 0;  // zero or non-finite max: unshifted (NaN/inf propagate)
     if (m > 0.f && m <= 3.4e38f) {
       int e;
@@ -570,8 +573,8 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
     }
     const float f = exp2i(t);
 #pragma unroll 1
-    for (int j = 0; j < kChunksPerRow / 4; ++j) {
-      uint4* at = reinterpret_cast<uint4*>(sQ + tile_off(r, part + 4 * j));
+    for (int j = 0; j < kChunksPerRow / kParts; ++j) {
+      uint4* at = reinterpret_cast<uint4*>(sQ + tile_off(r, part + kParts * j));
       const uint4 v = *at;
       *at = make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
                        bf16x2_to_f16x2(v.w, f));
@@ -579,7 +582,7 @@ __device__ __forceinline__ void load_q_rows(const DecodeParams& p, uint8_t* sQ, 
     if (part == 0) sQScale[r] = exp2i(-t) * qk_scale;
   }
   wgmma::fence_proxy_async();
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
+  ptx::named_barrier_sync(kBar, kLoaders);
 }
 
 // Key limit of this thread's rows r0 and r0 + 8 (causal among the s_q new
@@ -598,33 +601,59 @@ __device__ __forceinline__ void row_key_limits(const DecodeParams& p, const Piec
   }
 }
 
-// The end of a piece: l over the quad and both warpgroups (each holds the
-// sum over the keys it exponentiated); O / l and lse into out/lse or the
-// piece's fp32 partial. Warpgroup wg holds value columns wg*256..+256 of
-// rows r0 and r0 + 8; both hold the same m_run and `bad`. v_scale: the
-// values' factor (the fp8_e4m3 cache's d_k, else 1).
-template <class KeySrc>
+// The end of a piece: l over the quad and the warpgroups; O / l and lse into
+// out/lse or the piece's fp32 partial. Warpgroup wg holds value columns
+// wg*256..+256 of rows r0 and r0 + 8. v_scale: the values' factor (the
+// fp8_e4m3 cache's d_k, else 1).
+//   seesaw: each warpgroup holds the sum over the keys it exponentiated, and
+//     both the same m_run and `bad`; they meet at kBarQ;
+//   one-way (kOneWay): WG0 alone holds l, m_run and `bad`, and hands them to
+//     WG1 through shared memory (kLOff, kFinMaxOff, kFinBadOff) by the
+//     mbarriers fin_ready / fin_free (phase pk: the worker's piece count).
+template <class KeySrc, bool kOneWay>
 __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece& pc, int b,
                                              int row_block, int wg, int r0, int c,
                                              const float (&o)[32][4], const float (&m_run)[2],
-                                             float (&l_part)[2], bool bad, float* sL,
-                                             float v_scale) {
+                                             float (&l_part)[2], bool bad, uint8_t* smem,
+                                             float v_scale, uint32_t pk) {
   const float kNegInf = -INFINITY;
+  float* sL = reinterpret_cast<float*>(smem + kLOff);
+  float* sFinMax = reinterpret_cast<float*>(smem + kFinMaxOff);
+  int* sFinBad = reinterpret_cast<int*>(smem + kFinBadOff);
+  uint64_t* fin_ready = reinterpret_cast<uint64_t*>(smem + kPieceBarOff) + 2;
+  uint64_t* fin_free = fin_ready + 1;
+  float m_row[2] = {m_run[0], m_run[1]}, l_row[2] = {0.f, 0.f};
+  if (!kOneWay || wg == 0) {
+    if constexpr (kOneWay) ptx::mbar_wait(fin_free, (pk & 1) ^ 1);  // WG1 read the last ones
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
-    l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
-    if (c == 0) sL[wg * kM + r0 + 8 * h] = l_part[h];
+    for (int h = 0; h < 2; ++h) {
+      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 1);
+      l_part[h] += __shfl_xor_sync(0xffffffffu, l_part[h], 2);
+      l_row[h] = l_part[h];
+      if (c == 0) sL[(kOneWay ? 0 : wg * kM) + r0 + 8 * h] = l_part[h];
+      if (kOneWay && c == 0) sFinMax[r0 + 8 * h] = m_run[h];
+    }
+    if (kOneWay && r0 == 0 && c == 0) *sFinBad = bad ? 1 : 0;
+    if constexpr (kOneWay) ptx::mbar_arrive(fin_ready);
+  } else {  // one-way WG1
+    ptx::mbar_wait(fin_ready, pk & 1);
+    bad = *sFinBad != 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_row[h] = sFinMax[r0 + 8 * h];
+      l_row[h] = sL[r0 + 8 * h];
+    }
+    ptx::mbar_arrive(fin_free);
   }
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
+  if constexpr (!kOneWay) ptx::named_barrier_sync(kBarQ, kMathThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int lr = r0 + 8 * h;
     const int rr = row_block * kM + lr;
     if (rr >= p.rows) continue;
-    const float l = sL[lr] + sL[kM + lr];
+    const float l = kOneWay ? l_row[h] : sL[lr] + sL[kM + lr];
     float inv = l > 0.f ? v_scale / l : 0.f;
-    float lse = l > 0.f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
+    float lse = l > 0.f ? (m_row[h] + log2f(l)) * 0.69314718055994531f : kNegInf;
     if (bad) inv = lse = NAN;
     const int hh = rr % p.h_q;
     int tb, s;
@@ -655,10 +684,10 @@ __device__ __forceinline__ void finish_piece(const DecodeParams& p, const Piece&
   }
 }
 
-// fp8: the factors 2^e_key of key columns 8i + 2c, +1 of warpgroup wg's 32
-// keys in stage st.
-__device__ __forceinline__ float2 key_factors(const float* sKeyFac, int st, int wg, int i, int c) {
-  return *reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + wg * 32 + 8 * i + 2 * c);
+// fp8: the factors 2^e_key of key columns key0 + 8i + 2c, +1 in stage st.
+__device__ __forceinline__ float2 key_factors(const float* sKeyFac, int st, int key0, int i,
+                                              int c) {
+  return *reinterpret_cast<const float2*>(sKeyFac + st * kTileKeys + key0 + 8 * i + 2 * c);
 }
 
 // The fp8_e4m3 cache's per-tensor scale d_k (decode_params.hpp), else 1.
@@ -671,72 +700,207 @@ __device__ __forceinline__ float key_scale(const DecodeParams& p) {
     return 1.f;
 }
 
-// KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
-// decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
-// converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full tiles by TMA through
-// kv_map (unread otherwise).
-template <class KeySrc, KvFormat kFormat, bool kTma>
-__global__ void __launch_bounds__(kThreads, 1)
-    decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
+// ---- the tile's math, shared by the seesaw and the one-way form ----
+// A warpgroup's S covers kN keys (32: seesaw, one half each; 64: one-way WG0)
+// from key0 of the tile; the accumulator layout is wgmma.cuh's.
+
+// S[64 x kN] = Q K[key0..+kN]^T over the 576 dims, completed.
+template <wgmma::Elem kElem, int kN>
+__device__ __forceinline__ void mma_s(float (&sacc)[kN / 8][4], uint32_t aQ, uint32_t aTile,
+                                      int key0) {
+  const uint64_t dQ = desc_kmajor(aQ, 0, 0, 0), dK = desc_kmajor(aTile, key0, 0, 0);
+  wgmma::fence();
+#pragma unroll
+  for (int kb = 0; kb < kBlocks; ++kb)
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4)
+      wgmma::mma_ss<kElem, kN>(sacc, wgmma::desc_advance(dQ, kmajor_step(kb, k4)),
+                               wgmma::desc_advance(dK, kmajor_step(kb, k4)), kb + k4 > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_regs(sacc);
+}
+
+// The stage's flag words for keys key0..+kN (producer warp w wrote keys
+// 16w..+16): Indexed, the valid-key ballots into valid_bits (bit 2k: the
+// warp's key k); Paged, a bad page id into `bad`. fp8_ds_mla: `bad` if a key
+// needed more than kKeyShiftMax, and whether one of them is stored shifted.
+template <class KeySrc, bool kKeyShift, int kN>
+__device__ __forceinline__ bool read_stage_flags(const int* sFlag, const int* sKeyFlag, int st,
+                                                 int key0, uint32_t (&valid_bits)[kN / 16],
+                                                 bool& bad) {
+#pragma unroll
+  for (int j = 0; j < kN / 16; ++j) valid_bits[j] = 0u;
+  if constexpr (KeySrc::kIndexed) {
+#pragma unroll
+    for (int j = 0; j < kN / 16; ++j) valid_bits[j] = uint32_t(sFlag[st * 4 + key0 / 16 + j]);
+  } else {
+    bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
+  }
+  bool key_shifted = false;
+  if constexpr (kKeyShift) {
+    int kf = 0;
+#pragma unroll
+    for (int j = 0; j < kN / 16; ++j) kf |= sKeyFlag[st * 4 + key0 / 16 + j];
+    bad |= (kf & 2) != 0;
+    key_shifted = (kf & 1) != 0;
+  }
+  return key_shifted;
+}
+
+// S's entries into scaled log2-domain scores: columns times 2^e_key
+// (fp8_ds_mla, exact: powers of two), masked to -inf past lim / invalid,
+// times the row's softmax scale; mx: this thread's row maxima (before the
+// quad reduction). key_base: the tile's first key + key0.
+template <class KeySrc, bool kKeyShift, int kN>
+__device__ __forceinline__ void scores(float (&sacc)[kN / 8][4], const float* sKeyFac, int st,
+                                       int key0, bool key_shifted,
+                                       const uint32_t (&valid_bits)[kN / 16], int key_base,
+                                       const int (&lim)[2], const float (&row_scale)[2], int c,
+                                       float (&mx)[2]) {
+  if constexpr (kKeyShift) {
+    if (key_shifted) {
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+        const float2 f = key_factors(sKeyFac, st, key0, i, c);
+        sacc[i][0] *= f.x;
+        sacc[i][1] *= f.y;
+        sacc[i][2] *= f.x;
+        sacc[i][3] *= f.y;
+      }
+    }
+  }
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int key = key_base + 8 * i + 2 * c + (e & 1);
+      bool keep = key < lim[h];
+      if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the kN: lane 2 * (that % 16)
+        keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
+      const float s = keep ? sacc[i][e] * row_scale[h] : -INFINITY;
+      sacc[i][e] = s;
+      mx[h] = fmaxf(mx[h], s);
+    }
+}
+
+// P = exp2(S - m_use), the row sums l += P, then P's columns times 2^e_key
+// (fp8_ds_mla, against the key's stored 2^-e_key; after the sum, which takes
+// the true P), packed: pk[i][h] = row r0 + 8h, columns 8i + 2c, +1. Without a
+// branch on key_shifted: one here made ptxas serialise the P.V wgmmas (an
+// injected warpgroup.arrive); the factors are 1 for unshifted keys.
+template <bool kKeyShift, bool kF16, int kN>
+__device__ __forceinline__ void exp_pack(const float (&sacc)[kN / 8][4], const float (&m_use)[2],
+                                         float (&l)[2], const float* sKeyFac, int st, int key0,
+                                         int c, uint32_t (&pk)[kN / 8][2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    float pv[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      pv[e] = ptx::fast_exp2(sacc[i][e] - m_use[e / 2]);
+      l[e / 2] += pv[e];
+    }
+    if constexpr (kKeyShift) {
+      const float2 f = key_factors(sKeyFac, st, key0, i, c);
+      pv[0] *= f.x;
+      pv[1] *= f.y;
+      pv[2] *= f.x;
+      pv[3] *= f.y;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      pk[i][h] = kF16 ? ptx::pack_f16x2(pv[2 * h], pv[2 * h + 1])
+                      : ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+  }
+}
+
+// P's packed pairs into sP (64 x 64 16-bit, K-major SW128): columns
+// 8 (chunk0 + i) + 2c of rows r0, r0 + 8.
+template <int kN>
+__device__ __forceinline__ void store_p(uint8_t* sP, const uint32_t (&pk)[kN / 8][2], int chunk0,
+                                        int r0, int c) {
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      *reinterpret_cast<uint32_t*>(sP + r * 128 + (((chunk0 + i) ^ (r & 7)) << 4) + 4 * c) =
+          pk[i][h];
+    }
+}
+
+// All of P (64 x 64, one-way WG0) into sP by stmatrix: 4 per thread instead
+// of 16 32-bit stores. Instruction kk stores the 8x8 matrices (chunk 2kk + j/2,
+// rows 16w + 8(j%2)..+8) for j = 0..3, whose fragments are exactly the
+// register-A operand of P.V step kk; lane l addresses row l%8 of matrix l/8.
+__device__ __forceinline__ void store_p_stmatrix(uint8_t* sP, const uint32_t (&pk)[8][2], int wi,
+                                                 int lane) {
+  const int j = lane / 8, rr = lane % 8;
+  const int row = 16 * wi + 8 * (j & 1) + rr;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0], pk[2 * kk + 1][1]};
+    ptx::stmatrix_x4(sP + row * 128 + (((2 * kk + (j >> 1)) ^ rr) << 4), a);
+  }
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[32][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[i][0] *= alpha[0];
+    o[i][1] *= alpha[0];
+    o[i][2] *= alpha[1];
+    o[i][3] *= alpha[1];
+  }
+}
+
+// O[:, col0..+256] += P V with P from sP, completed.
+template <wgmma::Elem kElem>
+__device__ __forceinline__ void mma_pv_ss(float (&o)[32][4], uint32_t aP, uint32_t aTile,
+                                          int col0) {
+  const uint64_t dP = desc_kmajor(aP, 0, 0, 0), dV = desc_v(aTile, col0, 0);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kTileKeys / 16; ++kk)
+    wgmma::mma_ss<kElem, 256, true>(o, wgmma::desc_advance(dP, kmajor_step(0, kk)),
+                                    wgmma::desc_advance(dV, kk * 16 * 128), true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_regs(o);
+}
+
+// The math warpgroups' loop over the worker's pieces (kWg: -1, the seesaw,
+// both warpgroups; 0 or 1, that warpgroup of the one-way form).
+template <class KeySrc, KvFormat kFormat, bool kOneWay, int kWg>
+__device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* smem,
+                                               int piece_begin, int piece_end, int tid) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
   constexpr bool kKeyShift = kFormat == KvFormat::fp8_ds_mla;  // Fp8Entry::kKeyShift
-  static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
-  static_assert(
-      kFormat == KvFormat::bf16 || kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
-      "a cache format of mla/kv_cache.hpp");
-  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr wgmma::Elem kElem = kFp8 ? wgmma::Elem::kF16 : wgmma::Elem::kBf16;
   uint8_t* sQ = smem + kQOff;
   uint8_t* sKv = smem + kKvOff;
   uint8_t* sP = smem + kPOff;
   float* sMax = reinterpret_cast<float*>(smem + kMaxOff);
-  float* sL = reinterpret_cast<float*>(smem + kLOff);
   int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
   float* sQScale = reinterpret_cast<float*>(smem + kQScaleOff);
   float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
   int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
-  constexpr wgmma::Elem kElem = kFp8 ? wgmma::Elem::kF16 : wgmma::Elem::kBf16;
+  float* sAlpha = reinterpret_cast<float*>(smem + kAlphaOff);  // one-way only
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
   uint64_t* empty = full + kStages;
-
-  const int tid = threadIdx.x;
-  // The swizzle is applied on absolute shared addresses: tiles must be 1024-aligned.
-  if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
-      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
-    }
-    ptx::mbar_fence_init();
-  }
-  __syncthreads();
-  // Launched as a programmatic dependent (split/pdl.hpp): nothing global is
-  // read or written before the wait; the combine may be scheduled from here
-  // (it waits for this grid's completion itself).
-  split::grid_dependency_wait();
-  split::grid_launch_dependents();
-
+  uint64_t* p_ready = reinterpret_cast<uint64_t*>(smem + kHandBarOff);  // one-way only
+  uint64_t* p_free = p_ready + 1;
+  uint64_t* q_ready = reinterpret_cast<uint64_t*>(smem + kPieceBarOff);  // one-way only
+  uint64_t* q_free = q_ready + 1;
   const int row_block = blockIdx.y;
-  const int piece_begin = p.worker_begin[blockIdx.x];
-  const int piece_end = p.worker_begin[blockIdx.x + 1];
-
-  if (tid >= kMathThreads) {
-    // ================= producer warpgroup =================
-    wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
-    const int ptid = tid - kMathThreads;
-    if constexpr (kFp8) {
-      produce_fp8_prefetch<KeySrc, kFormat>(p, smem, piece_begin, piece_end, ptid);
-    } else {
-      produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
-    }
-    return;
-  }
-
-  // ================= math warpgroups =================
-  wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
-  // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O. Read through a
-  // shuffle from lane 0 so that ptxas knows it is warp-uniform and builds the
-  // wgmma descriptors that depend on it in uniform registers.
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  // 0 or 1: seesaw, keys wg*32..+32 of S; both forms, value columns
+  // wg*256..+256 of O. Seesaw: read through a shuffle from lane 0 so that
+  // ptxas knows it is warp-uniform and builds the wgmma descriptors that
+  // depend on it in uniform registers.
+  const int wg = kWg >= 0 ? kWg : __shfl_sync(0xffffffffu, tid / 128, 0);
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int r0 = 16 * wi + g;  // this thread's rows r0 and r0 + 8 of the 64
@@ -747,8 +911,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int pi = piece_begin; pi < piece_end; ++pi) {
     const Piece pc = p.pieces[pi];
     const PieceInfo in = piece_info(p, pc);
-    // The previous piece's wgmmas all completed (waited before its epilogue barrier).
-    load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid, key_scale<kFormat>(p));
+    const uint32_t pk = uint32_t(pi - piece_begin);  // the one-way piece barriers' phase
+    if constexpr (!kOneWay) {
+      // The previous piece's wgmmas all completed (waited before its epilogue barrier).
+      load_q_rows<KeySrc, kFp8>(p, sQ, sQScale, in.b, row_block, tid, key_scale<kFormat>(p));
+    } else if constexpr (kWg == 1) {
+      // One-way: WG1 loads Q, the first piece's here, the next ones at the end
+      // of the previous piece (below), while WG0 finishes it.
+      if (pi == piece_begin) {
+        load_q_rows<KeySrc, kFp8, 128, kBarQ1>(p, sQ, sQScale, in.b, row_block, wtid,
+                                               key_scale<kFormat>(p));
+        ptx::mbar_arrive(q_ready);
+      }
+    } else {
+      ptx::mbar_wait(q_ready, pk & 1);
+    }
     int lim[2];
     row_key_limits(p, in, row_block, r0, lim);
 
@@ -760,162 +937,256 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
 
-    for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
-      const int st = cnt % kStages;
-      const uint32_t aTile = aKv + st * kTileBytes;
-      ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
-      // Indexed: valid-key ballots of the producer warps covering this
-      // warpgroup's keys wg*32..+32 (warp 2wg: +0..15, 2wg+1: +16..31).
-      uint32_t valid_bits[2] = {0u, 0u};
-      if constexpr (KeySrc::kIndexed) {
-        valid_bits[0] = uint32_t(sFlag[st * 4 + 2 * wg]);
-        valid_bits[1] = uint32_t(sFlag[st * 4 + 2 * wg + 1]);
-      } else {
-        bad |= (sFlag[st * 4] | sFlag[st * 4 + 1] | sFlag[st * 4 + 2] | sFlag[st * 4 + 3]) != 0;
-      }
-      // fp8: whether a key of the warpgroup's 32 is stored shifted; its
-      // factors 2^e_key are read where used (no registers held across the
-      // MMAs, whose budget is full).
-      bool key_shifted = false;
-      if constexpr (kKeyShift) {
-        const int kf = sKeyFlag[st * 4 + 2 * wg] | sKeyFlag[st * 4 + 2 * wg + 1];
-        bad |= (kf & 2) != 0;
-        key_shifted = (kf & 1) != 0;
-      }
+    if constexpr (!kOneWay) {
+      for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+        const int st = cnt % kStages;
+        const uint32_t aTile = aKv + st * kTileBytes;
+        ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+        // This warpgroup's keys wg*32..+32 (producer warps 2wg, 2wg+1). fp8:
+        // its factors 2^e_key are read where used (no registers held across
+        // the MMAs, whose budget is full).
+        uint32_t valid_bits[2];
+        const bool key_shifted =
+            read_stage_flags<KeySrc, kKeyShift, 32>(sFlag, sKeyFlag, st, wg * 32, valid_bits, bad);
 
-      // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
-      float sacc[4][4];
-      const uint64_t dQ = desc_kmajor(aQ, 0, 0, 0), dK = desc_kmajor(aTile, wg * 32, 0, 0);
-      wgmma::fence();
-#pragma unroll
-      for (int kb = 0; kb < kBlocks; ++kb)
-#pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4)
-          wgmma::mma_ss<kElem, 32>(sacc, wgmma::desc_advance(dQ, kmajor_step(kb, k4)),
-                                   wgmma::desc_advance(dK, kmajor_step(kb, k4)), kb + k4 > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_regs(sacc);
-      if constexpr (kKeyShift) {  // S's columns times 2^e_key (exact: powers of two)
-        if (key_shifted) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 f = key_factors(sKeyFac, st, wg, i, c);
-            sacc[i][0] *= f.x;
-            sacc[i][1] *= f.y;
-            sacc[i][2] *= f.x;
-            sacc[i][3] *= f.y;
-          }
-        }
-      }
+        // ---- S[64 x 32] = Q K[wg*32..+32]^T over the 576 dims ----
+        float sacc[4][4];
+        mma_s<kElem, 32>(sacc, aQ, aTile, wg * 32);
 
-      // ---- online softmax (log2 domain), row max shared by both warpgroups ----
-      const int tile = pc.tile_begin + it;
-      float mx[2] = {kNegInf, kNegInf};
-      // Softmax scale of rows r0, r0 + 8 (fp8: times 2^-t of Q's row shift).
-      float row_scale[2] = {p.scale_log2, p.scale_log2};
-      if constexpr (kFp8) {
-        row_scale[0] *= sQScale[r0];
-        row_scale[1] *= sQScale[r0 + 8];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int key = tile * kTileKeys + wg * 32 + 8 * i + 2 * c + (e & 1);
-          bool keep = key < lim[h];
-          if constexpr (KeySrc::kIndexed)  // key 8i + 2c + (e&1) of the 32: lane 2 * (that % 16)
-            keep = keep && ((valid_bits[i / 2] >> (2 * (8 * (i & 1) + 2 * c + (e & 1)))) & 1u);
-          const float s = keep ? sacc[i][e] * row_scale[h] : kNegInf;
-          sacc[i][e] = s;
-          mx[h] = fmaxf(mx[h], s);
+        // ---- online softmax (log2 domain), row max shared by both warpgroups ----
+        const int tile = pc.tile_begin + it;
+        // Softmax scale of rows r0, r0 + 8 (fp8: times 2^-t of Q's row shift).
+        float row_scale[2] = {p.scale_log2, p.scale_log2};
+        if constexpr (kFp8) {
+          row_scale[0] *= sQScale[r0];
+          row_scale[1] *= sQScale[r0 + 8];
         }
-      float* maxbuf = sMax + (cnt & 1) * 2 * kM;  // parity-double-buffered: no WAR across tiles
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
-      }
-      // Both warpgroups' P.V of the previous tile completed (each waited
-      // above), so after this barrier sP may be overwritten.
-      ptx::named_barrier_sync(kBarMax, kMathThreads);
-      float alpha[2], m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
-        const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
-        m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
-        alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
-        m_run[h] = m_new;
-        l_part[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pv[e] = ptx::fast_exp2(sacc[i][e] - m_use[e / 2]);
-          l_part[e / 2] += pv[e];
-        }
-        // fp8: P's column times 2^e_key, against the key's stored 2^-e_key
-        // (after the row sum, which takes the true P). Without a branch: one
-        // here made ptxas serialise the P.V wgmmas (an injected
-        // warpgroup.arrive); the factors are 1 for unshifted keys.
-        if constexpr (kKeyShift) {
-          const float2 f = key_factors(sKeyFac, st, wg, i, c);
-          pv[0] *= f.x;
-          pv[1] *= f.y;
-          pv[2] *= f.x;
-          pv[3] *= f.y;
-        }
-        // P[row][wg*32 + 8i + 2c]: chunk wg*4 + i of the 128-byte row, K-major SW128.
+        float mx[2];
+        scores<KeySrc, kKeyShift, 32>(sacc, sKeyFac, st, wg * 32, key_shifted, valid_bits,
+                                      tile * kTileKeys + wg * 32, lim, row_scale, c, mx);
+        float* maxbuf = sMax + (cnt & 1) * 2 * kM;  // parity-double-buffered: no WAR across tiles
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int r = r0 + 8 * h;
-          *reinterpret_cast<uint32_t*>(sP + r * 128 + (((wg * 4 + i) ^ (r & 7)) << 4) + 4 * c) =
-              kFp8 ? ptx::pack_f16x2(pv[2 * h], pv[2 * h + 1])
-                   : ptx::pack_bf16x2(pv[2 * h], pv[2 * h + 1]);
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          if (c == 0) maxbuf[wg * kM + r0 + 8 * h] = mx[h];
         }
-      }
-      wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
-      ptx::named_barrier_sync(kBarP, kMathThreads);
+        // Both warpgroups' P.V of the previous tile completed (each waited
+        // above), so after this barrier sP may be overwritten.
+        ptx::named_barrier_sync(kBarMax, kMathThreads);
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float other = maxbuf[(1 - wg) * kM + r0 + 8 * h];
+          const float m_new = fmaxf(m_run[h], fmaxf(mx[h], other));
+          m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
+          alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
+          m_run[h] = m_new;
+          l_part[h] *= alpha[h];
+        }
+        uint32_t pk[4][2];
+        exp_pack<kKeyShift, kFp8, 32>(sacc, m_use, l_part, sKeyFac, st, wg * 32, c, pk);
+        // P[row][wg*32 + 8i + 2c]: chunk wg*4 + i of the 128-byte row.
+        store_p<32>(sP, pk, wg * 4, r0, c);
+        wgmma::fence_proxy_async();  // P's st.shared before the wgmma reads of both warpgroups
+        ptx::named_barrier_sync(kBarP, kMathThreads);
 
-      // ---- O[:, wg*256..+256] = O * alpha + P V ----
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
+        // ---- O[:, wg*256..+256] = O * alpha + P V ----
+        rescale_o(o, alpha);
+        // Completed here rather than at the next tile: the stage is handed
+        // back to the producer as early as possible, which matters more on
+        // the memory-bound shapes (two stages only) than overlapping P.V with
+        // the next S in the tensor pipe.
+        mma_pv_ss<kElem>(o, aP, aTile, wg * 256);
+        ptx::mbar_arrive(&empty[st]);
       }
-      const uint64_t dP = desc_kmajor(aP, 0, 0, 0), dV = desc_v(aTile, wg * 256, 0);
-      wgmma::fence();
+    } else if constexpr (kWg == 0) {
+      // ---- one-way WG0: S for all 64 keys, the softmax, P.V columns 0..255 ----
+      float row_scale[2] = {p.scale_log2, p.scale_log2};
+      for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+        const int st = cnt % kStages;
+        // Through lane 0: warp-uniform, so K's descriptors stay in uniform registers.
+        const uint32_t aTile = __shfl_sync(0xffffffffu, aKv + st * kTileBytes, 0);
+        ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+        uint32_t valid_bits[4];
+        const bool key_shifted =
+            read_stage_flags<KeySrc, kKeyShift, 64>(sFlag, sKeyFlag, st, 0, valid_bits, bad);
+        float sacc[8][4];
+        mma_s<kElem, 64>(sacc, aQ, aTile, 0);
+        if constexpr (kFp8) {  // Q's row shift 2^-t, read where used
+          row_scale[0] = p.scale_log2 * sQScale[r0];
+          row_scale[1] = p.scale_log2 * sQScale[r0 + 8];
+        }
+        float mx[2];
+        scores<KeySrc, kKeyShift, 64>(sacc, sKeyFac, st, 0, key_shifted, valid_bits,
+                                      (pc.tile_begin + it) * kTileKeys, lim, row_scale, c, mx);
+        float alpha[2], m_use[2];
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk)
-        wgmma::mma_ss<kElem, 256, true>(o, wgmma::desc_advance(dP, kmajor_step(0, kk)),
-                                        wgmma::desc_advance(dV, kk * 16 * 128), true);
-      wgmma::commit();
-      // Wait here rather than at the next tile: the stage is handed back to
-      // the producer as early as possible, which matters more on the
-      // memory-bound shapes (two stages only) than overlapping P.V with the
-      // next S in the tensor pipe.
-      wgmma::wait<0>();
-      wgmma::fence_regs(o);
-      ptx::mbar_arrive(&empty[st]);
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float m_new = fmaxf(m_run[h], mx[h]);
+          m_use[h] = m_new == kNegInf ? 0.f : m_new;  // all masked so far: avoid -inf - -inf
+          alpha[h] = ptx::fast_exp2(m_run[h] - m_use[h]);
+          m_run[h] = m_new;
+          l_part[h] *= alpha[h];
+        }
+        uint32_t pk[8][2];
+        exp_pack<kKeyShift, kFp8, 64>(sacc, m_use, l_part, sKeyFac, st, 0, c, pk);
+        // WG1's P.V of the previous tile completed: sP and sAlpha are free.
+        ptx::mbar_wait(p_free, (cnt & 1) ^ 1);
+        store_p_stmatrix(sP, pk, wi, lane);
+        if (c == 0) {
+          sAlpha[r0] = alpha[0];
+          sAlpha[r0 + 8] = alpha[1];
+        }
+        wgmma::fence_proxy_async();  // P's st.shared before WG1's wgmma reads
+        ptx::mbar_arrive(p_ready);
+        rescale_o(o, alpha);
+        // O[:, 0..256] += P V, P as the register A operand (the m16n8k16 A
+        // fragment is the S accumulator's pairs of columns 16kk.. and 16kk + 8..).
+        const uint64_t dV = desc_v(aTile, 0, 0);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+          const uint32_t a[4] = {pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0],
+                                 pk[2 * kk + 1][1]};
+          wgmma::mma_rs<kElem, 256, true>(o, a, wgmma::desc_advance(dV, kk * 16 * 128), true);
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_regs(o);
+        ptx::mbar_arrive(&empty[st]);
+      }
+    } else {
+      // ---- one-way WG1: P.V columns 256..511 from WG0's P ----
+      for (int it = 0; it < in.n_tiles; ++it, ++cnt) {
+        const int st = cnt % kStages;
+        const uint32_t aTile = __shfl_sync(0xffffffffu, aKv + st * kTileBytes, 0);
+        // The stage's bytes (already complete: WG0 waited for them before
+        // p_ready); waited here too so that this warpgroup's own acquire
+        // orders the producer's writes before its wgmma reads.
+        ptx::mbar_wait(&full[st], (cnt / kStages) & 1);
+        ptx::mbar_wait(p_ready, cnt & 1);
+        const float alpha[2] = {sAlpha[r0], sAlpha[r0 + 8]};
+        rescale_o(o, alpha);
+        mma_pv_ss<kElem>(o, aP, aTile, 256);
+        ptx::mbar_arrive(p_free);
+        ptx::mbar_arrive(&empty[st]);
+      }
     }
 
-    finish_piece<KeySrc>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, sL,
-                         key_scale<kFormat>(p));
+    if constexpr (kOneWay && kWg == 0) ptx::mbar_arrive(q_free);  // its S reads of sQ completed
+    if constexpr (kOneWay && kWg == 1) {
+      // The next piece's Q into sQ once WG0's last S of this piece is done.
+      if (pi + 1 < piece_end) {
+        ptx::mbar_wait(q_free, pk & 1);
+        load_q_rows<KeySrc, kFp8, 128, kBarQ1>(p, sQ, sQScale, p.pieces[pi + 1].b, row_block, wtid,
+                                               key_scale<kFormat>(p));
+        ptx::mbar_arrive(q_ready);
+      }
+    }
+    finish_piece<KeySrc, kOneWay>(p, pc, in.b, row_block, wg, r0, c, o, m_run, l_part, bad, smem,
+                                  key_scale<kFormat>(p), pk);
+  }
+}
+
+// KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
+// decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
+// converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full
+// tiles by TMA through kv_map (unread otherwise). kOneWay: the math
+// warpgroups' one-way form (below) instead of the seesaw.
+//
+// One-way form. WG0 computes S for all 64 keys (m64n64k16), the whole online
+// softmax (row max and sum stay in its registers: no exchange), writes P and
+// the rows' rescale factors to shared memory, signals WG1 (p_ready) and runs
+// its own P.V (value columns 0..255) with P from registers (register-A
+// wgmma). WG1 waits for p_ready, rescales its O (columns 256..511), runs P.V
+// from sP and signals p_free; WG0 waits for p_free before it writes the next
+// tile's P (one tile of slack: WG1's P.V of tile n overlaps WG0's S of tile
+// n + 1). Each warpgroup releases the stage (`empty`) after its own wgmmas
+// that read it completed. Barrier protocol: scripts/models/decode_oneway_barriers.py.
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
+  constexpr bool kFp8 = kv_format_is_fp8(kFormat);
+  using R = Regs<kFp8, kOneWay>;
+  static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
+  static_assert(
+      kFormat == KvFormat::bf16 || kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
+      "a cache format of mla/kv_cache.hpp");
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sKv = smem + kKvOff;
+  int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarOff);
+  uint64_t* empty = full + kStages;
+  uint64_t* p_ready = reinterpret_cast<uint64_t*>(smem + kHandBarOff);  // one-way only
+  uint64_t* p_free = p_ready + 1;
+
+  const int tid = threadIdx.x;
+  // The swizzle is applied on absolute shared addresses: tiles must be 1024-aligned.
+  if ((ptx::smem_addr(smem) & 1023) != 0) __trap();
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
+      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
+    }
+    if constexpr (kOneWay) {
+      ptx::mbar_init(p_ready, 128);  // every WG0 thread, after its P stores
+      ptx::mbar_init(p_free, 128);   // every WG1 thread, after its P.V completed
+      uint64_t* piece_bars = reinterpret_cast<uint64_t*>(smem + kPieceBarOff);
+      for (int i = 0; i < 4; ++i) ptx::mbar_init(&piece_bars[i], 128);  // q_*, fin_*: one WG
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+  // Launched as a programmatic dependent (split/pdl.hpp): nothing global is
+  // read or written before the wait; the combine may be scheduled from here
+  // (it waits for this grid's completion itself).
+  split::grid_dependency_wait();
+  split::grid_launch_dependents();
+
+  const int piece_begin = p.worker_begin[blockIdx.x];
+  const int piece_end = p.worker_begin[blockIdx.x + 1];
+
+  if (tid >= kMathThreads) {
+    // ================= producer warpgroup =================
+    wgmma::setmaxnreg_dec<R::kProducer>();
+    const int ptid = tid - kMathThreads;
+    if constexpr (kFp8) {
+      produce_fp8_prefetch<KeySrc, kFormat>(p, smem, piece_begin, piece_end, ptid);
+    } else {
+      produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
+    }
+    return;
+  }
+
+  // ================= math warpgroups =================
+  // The one-way form's warpgroups take different register budgets, so each
+  // runs its own copy of the loop to its end (code after a join would get the
+  // smaller budget).
+  if constexpr (kOneWay) {
+    if (tid < 128) {
+      wgmma::setmaxnreg_inc<R::kMath0>();
+      math_warpgroup<KeySrc, kFormat, kOneWay, 0>(p, smem, piece_begin, piece_end, tid);
+    } else {
+      if constexpr (R::kMath1 > kLaunchRegs)
+        wgmma::setmaxnreg_inc<R::kMath1>();
+      else
+        wgmma::setmaxnreg_dec<R::kMath1>();
+      math_warpgroup<KeySrc, kFormat, kOneWay, 1>(p, smem, piece_begin, piece_end, tid);
+    }
+  } else {
+    wgmma::setmaxnreg_inc<R::kMath0>();
+    math_warpgroup<KeySrc, kFormat, kOneWay, -1>(p, smem, piece_begin, piece_end, tid);
   }
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma>
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
-  auto* kernel = decode_kernel<KeySrc, kFormat, kTma>;
+  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kOneWay>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

@@ -4,6 +4,8 @@
 //   decode_fp8.cu          PagedKeys, fp8_ds_mla
 //   decode_fp8_e4m3.cu     PagedKeys, fp8_e4m3
 //   sparse/sparse_decode_{bf16,fp8,fp8_e4m3}.cu   IndexedKeys
+// and the math warpgroups' one-way form (kOneWay, decode_kernel.cuh) of each:
+//   decode_oneway_bf16.cu, decode_oneway_fp8.cu, sparse/sparse_decode_oneway.cu
 // Grid (p.num_workers, row_blocks), row_blocks = ceil(rows / kM); it runs
 // after split::launch_schedule and before split::launch_combine.
 #pragma once
@@ -19,13 +21,16 @@ struct PagedKeys;    // decode_keys.cuh
 struct IndexedKeys;  // decode_keys.cuh
 
 // kv_map: the bf16 cache's tensor map when kTma (tma_map.hpp), unread otherwise.
-template <class KeySrc, KvFormat kFormat, bool kTma>
+// kOneWay: the one-way math form instead of the seesaw.
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map);
 
 // One line per instantiation (each defined in the .cu file listed above).
-#define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma)                                     \
-  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma>( \
+#define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma)                                            \
+  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, false>( \
+      const DecodeParams&, int, cudaStream_t, const CUtensorMap&);                          \
+  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, true>(  \
       const DecodeParams&, int, cudaStream_t, const CUtensorMap&)
 MLA_DECODE_EXTERN(PagedKeys, bf16, false);
 MLA_DECODE_EXTERN(PagedKeys, bf16, true);

@@ -233,6 +233,12 @@ Status resolve_kernel(Kernel forced, const SparseAttnParams& p, bool prefill, Ke
 
 // ---- the decode_wgmma kernel ----
 
+// The kernels that run cuda/decode's main kernel (decode_oneway: its one-way
+// math form): same schedule, workspace, plan and combine.
+bool on_decode_kernel(Kernel k) {
+  return k == Kernel::decode_wgmma || k == Kernel::decode_oneway;
+}
+
 struct DecodeGeometry {
   int64_t tokens = 0;  // requests of the decode schedule: batch * s_q
   int row_blocks = 0, num_workers = 0;
@@ -300,9 +306,25 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
 
 // plan: null, or the schedule to read instead of running the schedule kernel
 // (plan_only: run the schedule kernel alone, into the workspace's prefix).
+// kOneWay: the decode kernel's one-way math form.
+template <bool kOneWay>
+cudaError_t launch_indexed(const decode::DecodeParams& p, const SparseAttnParams& sp,
+                           int row_blocks, cudaStream_t stream) {
+  using decode::IndexedKeys;
+  using decode::launch_decode_kernel;
+  const CUtensorMap none{};  // no TMA on indexed keys
+  if (sp.k_scale != nullptr)
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, kOneWay>(p, row_blocks,
+                                                                                 stream, none);
+  if (sp.fp8)
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, kOneWay>(p, row_blocks,
+                                                                                   stream, none);
+  return launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, kOneWay>(p, row_blocks, stream,
+                                                                           none);
+}
 Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream, const DecodePlan* plan = nullptr,
-                         DecodePlan* plan_only = nullptr) {
+                         DecodePlan* plan_only = nullptr, bool oneway = false) {
   DecodeGeometry g;
   MLA_TRY(decode_geometry(sp, &g));
   if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "plan"));
@@ -316,7 +338,6 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   if (g.tokens == 0) return Status::Ok();
   const decode::DecodeParams p =
       decode_params_of(sp, g, workspace, plan != nullptr ? plan->data : nullptr);
-  const CUtensorMap none{};  // no TMA on indexed keys
   if (plan_only != nullptr) {
     MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
     plan_only->data = workspace;
@@ -326,14 +347,8 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   }
   if (plan == nullptr)
     MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
-  using decode::IndexedKeys;
-  const cudaError_t launched =
-      sp.k_scale != nullptr ? decode::launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false>(
-                                  p, g.row_blocks, stream, none)
-      : sp.fp8 ? decode::launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false>(
-                     p, g.row_blocks, stream, none)
-               : decode::launch_decode_kernel<IndexedKeys, KvFormat::bf16, false>(p, g.row_blocks,
-                                                                                  stream, none);
+  const cudaError_t launched = oneway ? launch_indexed<true>(p, sp, g.row_blocks, stream)
+                                      : launch_indexed<false>(p, sp, g.row_blocks, stream);
   MLA_CUDA_TRY(launched, "decode_kernel<IndexedKeys> launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();
@@ -360,7 +375,7 @@ sparse::SparsePrefillParams prefill_kernel_params(const SparseAttnParams& pc) {
 Status workspace_need(Kernel kernel, const SparseAttnParams& p, size_t* bytes) {
   if (kernel == Kernel::prefill) {
     *bytes = 0;
-  } else if (kernel == Kernel::decode_wgmma) {
+  } else if (on_decode_kernel(kernel)) {
     DecodeGeometry g;
     MLA_TRY(decode_geometry(p, &g));
     *bytes = g.layout.total;
@@ -374,7 +389,9 @@ Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream
               const DecodePlan* plan = nullptr) {
   if (kernel == Kernel::prefill)
     return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
-  if (kernel == Kernel::decode_wgmma) return run_decode_kernel(p, ws.data, ws.bytes, stream, plan);
+  if (on_decode_kernel(kernel))
+    return run_decode_kernel(p, ws.data, ws.bytes, stream, plan, nullptr,
+                             kernel == Kernel::decode_oneway);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
 
@@ -431,6 +448,7 @@ const char* kernel_name(Kernel k) {
   switch (k) {
     case Kernel::automatic: return "automatic";
     case Kernel::decode_wgmma: return "decode_wgmma";
+    case Kernel::decode_oneway: return "decode_oneway";
     case Kernel::mma_sync: return "mma_sync";
     case Kernel::prefill: return "prefill";
   }
@@ -443,6 +461,7 @@ bool kernel_takes(Kernel k, const Problem& problem) {
   switch (k) {
     case Kernel::automatic: return true;
     case Kernel::decode_wgmma:
+    case Kernel::decode_oneway:
       return common && problem.page_size <= INT32_MAX && problem.flat_index;
     case Kernel::mma_sync: return common && !problem.fp8_e4m3;  // reads 576 bf16 or 656 B
     case Kernel::prefill: return common && problem.prefill;
@@ -477,7 +496,7 @@ Status sparse_decode(const SparseDecodeArgs& a, Workspace ws, const ExecContext&
     MLA_TRY(workspace_need(kernel, p, &need));
     MLA_TRY(expect_workspace(ws, need, "sparse_workspace_size"));
   }
-  if (a.plan != nullptr && kernel != Kernel::decode_wgmma)
+  if (a.plan != nullptr && !on_decode_kernel(kernel))
     return error(Errc::unsupported, "plan: the {} kernel runs this call, it takes no plan",
                  k::kernel_name(kernel));
   return launch(kernel, p, ws, stream_of(ctx), a.plan);
@@ -489,7 +508,7 @@ Status sparse_decode_plan(const SparseDecodeArgs& a, Workspace ws, DecodePlan* p
   MLA_TRY(decode_params(a, &p));
   Kernel kernel;
   MLA_TRY(resolve_kernel(opts.kernel, p, /*prefill=*/false, &kernel));
-  if (kernel != Kernel::decode_wgmma)
+  if (!on_decode_kernel(kernel))
     return error(Errc::unsupported,
                  "sparse_decode_plan: the {} kernel runs these arguments, it takes no plan",
                  k::kernel_name(kernel));

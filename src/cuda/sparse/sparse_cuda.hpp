@@ -18,9 +18,12 @@ enum class Kernel {
   decode_wgmma,  // the decode kernel (cuda/decode) with indexed keys, on the split schedule
   mma_sync,      // sparse_mma.cu: one CTA per (query, head block, list range)
   prefill,       // sparse_prefill_kernel.cuh: prefill only, gathered key tiles, no workspace
+  // decode_wgmma with the math warpgroups' one-way form (decode_kernel.cuh):
+  // not chosen automatically until measured
+  decode_oneway,
 };
 inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::decode_wgmma, Kernel::mma_sync,
-                                      Kernel::prefill};
+                                      Kernel::prefill, Kernel::decode_oneway};
 const char* kernel_name(Kernel k);
 
 // The most query tokens of one launch: the mma_sync kernel's grid has one

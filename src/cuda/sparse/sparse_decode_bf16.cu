@@ -4,8 +4,7 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false>(const DecodeParams&,
-                                                                              int, cudaStream_t,
-                                                                              const CUtensorMap&);
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, false>(
+    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

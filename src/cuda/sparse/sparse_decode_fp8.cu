@@ -4,7 +4,7 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false>(
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, false>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

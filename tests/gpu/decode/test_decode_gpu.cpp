@@ -86,12 +86,14 @@ bool kernel_takes(const Case& c) {
       c.kernel, {.fp8 = fp8, .page_size = c.page_size, .tma_map = !fp8 && c.page_size % 64 == 0});
 }
 
-// c on kernel k, its cache format and page size changed to ones k runs.
+// c on kernel k, its cache format and page size changed to ones k runs (a
+// one-way form takes what its seesaw kernel takes).
 Case on_kernel(Case c, Kernel k) {
   c.kernel = k;
-  if (k == Kernel::wgmma_fp8 && !kv_format_is_fp8(c.format)) c.format = KvFormat::fp8_ds_mla;
-  if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
-  if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
+  const Kernel s = cuda::decode::seesaw_of(k);
+  if (s == Kernel::wgmma_fp8 && !kv_format_is_fp8(c.format)) c.format = KvFormat::fp8_ds_mla;
+  if (s == Kernel::wgmma_tma || s == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
+  if (s == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
   return c;
 }
 
@@ -676,7 +678,10 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_tma, KvFormat::fp8_e4m3, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_e4m3, 16},
-                    {Kernel::wgmma_fp8, KvFormat::bf16, 64}};
+                    {Kernel::wgmma_fp8, KvFormat::bf16, 64},
+                    {Kernel::wgmma_tma_oneway, KvFormat::bf16, 16},
+                    {Kernel::wgmma_cp_async_oneway, KvFormat::fp8_ds_mla, 64},
+                    {Kernel::wgmma_fp8_oneway, KvFormat::bf16, 64}};
   for (const auto& x : impossible) {
     Case c;
     c.lengths = {100, 200};
@@ -999,6 +1004,84 @@ TEST(DecodeGpuArgs, PlanMadeForOtherShapesIsRefused) {
   st = decode_plan(P.dev_args, o, Workspace{P.d_ws.get(), P.d_ws.bytes()}, &again);
   EXPECT_EQ(st.code(), Errc::invalid_value) << st.to_string();
   cudaDeviceSynchronize();
+}
+
+// The one-way math form (wgmma_*_oneway, decode_kernel.cuh) runs the same
+// MMAs on the same tiles as the seesaw: S per key is the same 576-term dot
+// product (one m64n64 instead of two m64n32 halves), the row maxima, P and
+// the rescale factors are the same values, and O[:, 0..256] takes P from
+// registers instead of shared memory (the same 16-bit values). Only each
+// row's sum l is added in another order (one warpgroup sums all 64 keys of a
+// tile, the seesaw adds two 32-key sums at the piece's end), a few fp32 ulps;
+// through O / l that moves out by at most one bf16 ulp (relative 2^-8, bound
+// 2^-7 to leave room for the f32 output) and lse by ~1e-7 (bound 1e-5).
+// Shapes: h 16..128 (one to eight row blocks), s_q 1..4, pages 16 and 64,
+// lengths with every tile edge (0, < tile, odd tile counts, a split request),
+// both fp8 formats (fp8_ds_mla with a quarter of the keys shifted) and bf16
+// (TMA and cp.async tiles).
+void expect_close(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.out.size(), b.out.size());
+  ASSERT_EQ(a.lse.size(), b.lse.size());
+  int bad = 0;
+  for (size_t i = 0; i < a.out.size(); ++i) {
+    const float x = a.out[i], y = b.out[i];
+    const bool same_nan = std::isnan(x) && std::isnan(y);
+    if (!same_nan && !(std::fabs(x - y) <= std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7)))
+      if (bad++ < 5) ADD_FAILURE() << what << ": out[" << i << "] " << x << " vs " << y;
+  }
+  for (size_t i = 0; i < a.lse.size(); ++i) {
+    const float x = a.lse[i], y = b.lse[i];
+    const bool same = (std::isnan(x) && std::isnan(y)) || x == y;
+    if (!same && !(std::fabs(x - y) <= 1e-5f + 1e-6f * std::fabs(x)))
+      if (bad++ < 10) ADD_FAILURE() << what << ": lse[" << i << "] " << x << " vs " << y;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(DecodeGpuOneWay, MatchesTheSeesaw) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {32, 4}, {64, 2}, {128, 1}, {128, 4}};
+  const std::pair<Kernel, KvFormat> kernels[] = {{Kernel::wgmma_fp8_oneway, KvFormat::fp8_ds_mla},
+                                                 {Kernel::wgmma_fp8_oneway, KvFormat::fp8_e4m3},
+                                                 {Kernel::wgmma_tma_oneway, KvFormat::bf16},
+                                                 {Kernel::wgmma_cp_async_oneway, KvFormat::bf16}};
+  uint64_t seed = 1300;
+  for (auto [k, f] : kernels)
+    for (auto [h, sq] : heads_sq)
+      for (int64_t page : {16, 64}) {
+        if (k == Kernel::wgmma_tma_oneway && page != 64) continue;
+        Case c;
+        c.lengths = {0, 1, 5, 63, 64, 65, 200, 777, 4097, 130};
+        c.h_q = h;
+        c.s_q = sq;
+        c.page_size = page;
+        c.format = f;
+        c.invariant = seed % 3 == 0;
+        c.seed = seed++;
+        if (f == KvFormat::fp8_ds_mla && page == 64) {  // a quarter of the keys shifted (2^10)
+          c.values = "mixed shifts";
+          c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor&) {
+            each_entry(cache, [&](uint8_t* e, int64_t, int64_t) {
+              if (rng.randint(0, 3) != 0) return;
+              set_scales(e, 1024.f);
+              subnormal_codes(rng, e, 1);
+            });
+          };
+        }
+        c.kernel = cuda::decode::seesaw_of(k);
+        Problem P;
+        setup(P, c, /*with_reference=*/false);  // the reference: the DecodeGpu tests of k
+        ASSERT_FALSE(HasFatalFailure());
+        Status st = run(P);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        const Result seesaw = fetch(P);
+        P.c.kernel = k;
+        st = run(P);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        const Result oneway = fetch(P);
+        expect_close(seesaw, oneway, "one-way vs seesaw, " + P.c.name());
+        ASSERT_FALSE(HasFailure());
+        std::printf("  %-70s within 2^-7 / 1e-5\n", P.c.name().c_str());
+      }
 }
 
 }  // namespace

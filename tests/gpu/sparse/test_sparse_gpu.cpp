@@ -152,7 +152,11 @@ struct SparseCase {
   int min_scale_exp = -8, max_scale_exp = -2, q_exp2 = 0;
 };
 
-void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
+// result: if not null, receives the run's out and lse (comparisons).
+struct SparseResult {
+  HostTensor out, lse;
+};
+void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel, SparseResult* result = nullptr) {
   SCOPED_TRACE(::testing::Message()
                << kv_format_name(c.format) << " B " << c.B << " s_q " << c.s_q << " h " << c.h
                << " topk " << c.topk << " page " << c.page
@@ -221,6 +225,7 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel) {
   ASSERT_MLA_OK(run.call(a, kernel, Workspace{ws.get(), need}));
   MLA_CUDA_CHECK(cudaDeviceSynchronize());
   dev.fetch();
+  if (result != nullptr) *result = {dev.out, dev.lse};
   double err2 = 0, ref2 = 0, lse_err = 0;
   int bad_inf = 0;
   for (int b = 0; b < c.B; ++b)
@@ -282,6 +287,69 @@ TEST_P(SparseGpu, DecodeMatchesReference) {
   }
   run_sparse_case(rng, {KvFormat::fp8_e4m3, 2, 4, 64, 100, 1, false}, GetParam());
   run_sparse_case(rng, {KvFormat::fp8_e4m3, 3, 2, 64, 128, 64, true, true}, GetParam());
+}
+
+// The decode kernel's one-way math form (decode_oneway) against its seesaw
+// (decode_wgmma) on the same inputs: the same S, maxima, P and O terms, only
+// each row's sum l added in another order (test_decode_gpu.cpp's
+// DecodeGpuOneWay says why), so out within 2^-7 relative (one bf16 ulp) and
+// lse within 1e-5: all three caches, h 16..128, s_q 1..4, -1 and
+// out-of-cache entries, all-invalid rows, topk_length (0 for a request),
+// top-k below one tile and with odd tile counts, shifted fp8 keys (block
+// scales up to 2^10).
+TEST(SparseGpuOneWay, MatchesDecodeWgmma) {
+  const SparseCase cases[] = {
+      {KvFormat::fp8_ds_mla, 3, 1, 128, 2048, 64, true},
+      {KvFormat::fp8_ds_mla, 2, 2, 64, 200, 16, false},
+      {KvFormat::fp8_ds_mla, 4, 1, 16, 40, 1, true},
+      {KvFormat::fp8_ds_mla, 3, 3, 128, 320, 64, true, false, 4, 10, -13},
+      {KvFormat::fp8_ds_mla, 2, 4, 32, 130, 64, false},
+      {KvFormat::fp8_e4m3, 3, 1, 128, 2048, 64, true},
+      {KvFormat::fp8_e4m3, 2, 2, 32, 200, 16, false},
+      {KvFormat::fp8_e4m3, 5, 1, 128, 63, 1, true},
+      {KvFormat::bf16, 3, 1, 128, 2048, 64, true},
+      {KvFormat::bf16, 2, 4, 64, 150, 16, true},
+      {KvFormat::bf16, 3, 2, 16, 65, 1, false},
+  };
+  uint64_t seed = 2200;
+  for (const SparseCase& c : cases) {
+    SparseResult seesaw, oneway;
+    {
+      Rng rng(seed);
+      run_sparse_case(rng, c, Kernel::decode_wgmma, &seesaw);
+    }
+    {
+      Rng rng(seed);  // the same inputs
+      run_sparse_case(rng, c, Kernel::decode_oneway, &oneway);
+    }
+    ++seed;
+    ASSERT_FALSE(HasFailure());
+    int bad = 0;
+    for (int64_t i = 0; i < seesaw.out.numel(); ++i) {
+      const double x = seesaw.out.get(i), y = oneway.out.get(i);
+      if (!(std::isnan(x) && std::isnan(y)) &&
+          !(std::fabs(x - y) <= std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7)))
+        bad++;
+    }
+    for (int64_t i = 0; i < seesaw.lse.numel(); ++i) {
+      const double x = seesaw.lse.get(i), y = oneway.lse.get(i);
+      if (!((std::isnan(x) && std::isnan(y)) || x == y ||
+            std::fabs(x - y) <= 1e-5 + 1e-6 * std::fabs(x)))
+        bad++;
+    }
+    EXPECT_EQ(bad, 0) << kv_format_name(c.format) << " B " << c.B << " s_q " << c.s_q << " h "
+                      << c.h << " topk " << c.topk;
+  }
+}
+
+// Small one-way cases for compute-sanitizer (racecheck, synccheck: the P
+// hand-over between the math warpgroups): all three caches, topk below one
+// tile and across three, -1 entries, topk_length.
+TEST(SparseGpuOneWay, SanitizerSmall) {
+  Rng rng(2300);
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 1, 128, 150, 16, true}, Kernel::decode_oneway);
+  run_sparse_case(rng, {KvFormat::fp8_e4m3, 2, 2, 64, 40, 64, false}, Kernel::decode_oneway);
+  run_sparse_case(rng, {KvFormat::bf16, 2, 1, 32, 190, 1, true}, Kernel::decode_oneway);
 }
 
 // The automatic choice: for decode the decode kernel unless the index lists do
