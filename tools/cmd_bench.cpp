@@ -46,6 +46,7 @@
 #include "bench/bench_check.hpp"
 #include "bench/bench_timing.hpp"
 #include "cuda/common/random_fill.hpp"
+#include "cuda/decode/decode_cuda.hpp"
 #endif
 
 namespace mla::cli {
@@ -56,6 +57,9 @@ struct BenchOptions {
   std::string json;
   int reps = 30;
   bool batch_invariant = false;
+  // A decode kernel forced by name (cuda::decode::kernel_name) through the
+  // CUDA backend; "automatic": the public mla_decode.
+  std::string kernel = "automatic";
   BenchCeilings peaks;            // measured at the start unless given
   std::vector<std::string> only;  // run only shapes whose "<name> <format>" contains one of these
 };
@@ -166,8 +170,14 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
     std::exit(1);
   }
   DeviceBuffer ws(ws_bytes);
+  cuda::decode::Kernel kernel = cuda::decode::Kernel::automatic;
+  for (cuda::decode::Kernel k : cuda::decode::kKernels)
+    if (o.kernel == cuda::decode::kernel_name(k)) kernel = k;
   const BenchTime t = time_events(BenchTiming{o.reps, 5, /*flush_l2=*/true}, [&] {
-    BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+    if (kernel == cuda::decode::Kernel::automatic)
+      BENCH_OK(mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}));
+    else
+      BENCH_OK(cuda::mla_decode(a, opts, Workspace{ws.p, ws_bytes}, {}, kernel));
   });
   const double t_us = t.median_us;
   const double spread_us = t.p90_us - t.p10_us;
@@ -194,6 +204,7 @@ nlohmann::json bench_shape(const Shape& s, const BenchOptions& o) {
   j["page_size"] = kPage;
   j["lengths_sum"] = std::accumulate(s.lengths.begin(), s.lengths.end(), int64_t(0));
   j["batch_invariant"] = o.batch_invariant;
+  j["kernel"] = o.kernel;
   j["time_us"] = t_us;
   j["spread_p10_p90_us"] = spread_us;
   j["tflops"] = flops / (t_us * 1e-6) / 1e12;
@@ -273,11 +284,13 @@ int run_decode_bench(BenchOptions o) {
         }))
       continue;
     nlohmann::json j = bench_shape(s, o);
-    std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s\n",
+    std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s%s%s\n",
                 j["suite"].get<std::string>().c_str(), j["name"].get<std::string>().c_str(),
                 j["format"].get<std::string>().c_str(), j["time_us"].get<double>(),
                 j["tflops"].get<double>(), j["gbps"].get<double>(), j["floor_us"].get<double>(),
-                100 * j["fraction_of_floor"].get<double>(), j["bound"].get<std::string>().c_str());
+                100 * j["fraction_of_floor"].get<double>(), j["bound"].get<std::string>().c_str(),
+                o.kernel == "automatic" ? "" : " kernel ",
+                o.kernel == "automatic" ? "" : o.kernel.c_str());
     std::fflush(stdout);
     results.push_back(j);
   }
@@ -507,6 +520,19 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::Range(5, 10000))
       ->capture_default_str();
   dec->add_flag("--batch-invariant", o->batch_invariant, "DecodeOptions::batch_invariant");
+  dec->add_option("--kernel", o->kernel,
+                  "a CUDA decode kernel forced by name (automatic: the API's own choice); a "
+                  "shape it cannot run fails the run")
+      ->check([](const std::string& name) {
+#ifdef MLA_HAS_CUDA
+        for (cuda::decode::Kernel k : cuda::decode::kKernels)
+          if (name == cuda::decode::kernel_name(k)) return std::string();
+        return "not a decode kernel: " + name;
+#else
+        return name == "automatic" ? std::string() : "no CUDA decode kernels in this build";
+#endif
+      })
+      ->capture_default_str();
   dec->add_option("--only", o->only,
                   "run only the shapes whose \"<name> <format>\" contains one of these "
                   "(e.g. \"b128 h128 s_q1 L32K bf16\"; repeatable)");

@@ -60,7 +60,10 @@ inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStag
 inline constexpr size_t kQScaleOff = kBarOff + 2 * kStages * 8;              // f32 [64]
 inline constexpr size_t kKeyFacOff = kQScaleOff + kM * 4;                    // f32 [kStages][64]
 inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // i32 [kStages][4]
-inline constexpr size_t kSmemBytes = kKeyFlagOff + kStages * 4 * 4;
+// Narrow kernel only (decode_narrow.cuh): each math warpgroup's running max
+// per query row, exchanged at the end of a piece.
+inline constexpr size_t kNarrowMOff = kKeyFlagOff + kStages * 4 * 4;  // f32 [2 wg][16]
+inline constexpr size_t kSmemBytes = kNarrowMOff + 2 * 16 * 4;
 static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
@@ -74,5 +77,17 @@ inline constexpr int kKeyShiftMax = 15;
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
 // math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).
 inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarProd = 6;
+// Narrow kernel: one barrier per math warpgroup (kBarWg + wg), its 128 threads.
+inline constexpr int kBarWg = 4;
+
+// The narrow kernel (decode_narrow.cuh): row blocks with at most kNarrowRows
+// query rows (h_q 16, s_q 1) computed transposed, S^T = K Q^T and
+// O^T = V^T P^T (wgmma M = 64 keys or value dims, N = the 16 rows), so the
+// tensor work and the shared-memory reads per tile are those of 16 rows, not
+// of 64. fp8 caches only, dense (paged) keys.
+inline constexpr int kNarrowRows = 16;
+// The automatic choice takes it (decode_cuda.cpp) only once it has won on
+// the GPU; until then it runs when asked for by name.
+inline constexpr bool kChooseNarrow = false;
 
 }  // namespace mla::cuda::decode

@@ -121,6 +121,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_tma: return "wgmma_tma";
     case Kernel::wgmma_cp_async: return "wgmma_cp_async";
     case Kernel::wgmma_fp8: return "wgmma_fp8";
+    case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
   }
   return "?";
 }
@@ -131,12 +132,17 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::wgmma_tma: return !problem.fp8 && problem.tma_map;
     case Kernel::wgmma_cp_async: return !problem.fp8;
     case Kernel::wgmma_fp8: return problem.fp8;
+    case Kernel::wgmma_fp8_narrow:
+      return problem.fp8 && problem.rows > 0 && problem.rows <= kNarrowRows;
   }
   return false;
 }
 
 Kernel choose_kernel(const Problem& problem) {
-  if (problem.fp8) return Kernel::wgmma_fp8;
+  if (problem.fp8)
+    return kChooseNarrow && kernel_takes(Kernel::wgmma_fp8_narrow, problem)
+               ? Kernel::wgmma_fp8_narrow
+               : Kernel::wgmma_fp8;
   return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
 }
 
@@ -245,10 +251,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   // kernel that cannot run this cache format and page size is refused before
   // any launch; the map is encoded (host work) while the schedule kernel runs.
   const bool tma_shape = !fp8 && p.page_size % kTileKeys == 0;
-  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape};
+  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape, .rows = g.rows};
   auto refuse = [&](const char* why) {
-    return error(Errc::unsupported, "kernel: {} cannot run a {} cache of page_size {}{}",
-                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size, why);
+    return error(Errc::unsupported,
+                 "kernel: {} cannot run a {} cache of page_size {} with {} query rows{}",
+                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size, g.rows, why);
   };
   if (!kernel_takes(kernel, problem)) return refuse("");
 
@@ -277,6 +284,13 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
                                                                                   stream, kv_map)
                      : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false>(p, g.row_blocks,
                                                                                     stream, kv_map);
+      break;
+    case Kernel::wgmma_fp8_narrow:  // the same producer, the math of <= 16 rows
+      launched = a.kv.format == KvFormat::fp8_e4m3
+                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, true>(
+                           p, g.row_blocks, stream, kv_map)
+                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, true>(
+                           p, g.row_blocks, stream, kv_map);
       break;
     case Kernel::automatic: break;  // resolved above
   }

@@ -671,11 +671,19 @@ __device__ __forceinline__ float key_scale(const DecodeParams& p) {
     return 1.f;
 }
 
+}  // namespace mla::cuda::decode
+
+// The narrow math (row blocks of <= 16 rows), on the pieces above.
+#include "cuda/decode/decode_narrow.cuh"
+
+namespace mla::cuda::decode {
+
 // KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
 // decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
 // converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full tiles by TMA through
-// kv_map (unread otherwise).
-template <class KeySrc, KvFormat kFormat, bool kTma>
+// kv_map (unread otherwise). kNarrow (fp8, paged, <= kNarrowRows rows per
+// row block): the math warpgroups run decode_narrow.cuh's transposed loop.
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
@@ -704,7 +712,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
-      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
+      // every math thread arrives; narrow: the one warpgroup that owns stage s
+      ptx::mbar_init(&empty[s], kNarrow ? kMathThreads / 2 : kMathThreads);
     }
     ptx::mbar_fence_init();
   }
@@ -733,6 +742,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ================= math warpgroups =================
   wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
+  if constexpr (kNarrow) {
+    narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, row_block, tid);
+    return;
+  }
   // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O. Read through a
   // shuffle from lane 0 so that ptxas knows it is warp-uniform and builds the
   // wgmma descriptors that depend on it in uniform registers.
@@ -912,10 +925,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma>
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
-  auto* kernel = decode_kernel<KeySrc, kFormat, kTma>;
+  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kNarrow>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "cuda/decode/decode_config.hpp"
 #include "cuda/decode/decode_cuda.hpp"
 #include "gpu/gpu_buffer.hpp"
 #include "mla/decode.hpp"
@@ -82,14 +83,17 @@ struct Case {
 // Whether c.kernel can run c (the test caches' layouts all encode as TMA maps).
 bool kernel_takes(const Case& c) {
   const bool fp8 = kv_format_is_fp8(c.format);
-  return cuda::decode::kernel_takes(
-      c.kernel, {.fp8 = fp8, .page_size = c.page_size, .tma_map = !fp8 && c.page_size % 64 == 0});
+  return cuda::decode::kernel_takes(c.kernel, {.fp8 = fp8,
+                                               .page_size = c.page_size,
+                                               .tma_map = !fp8 && c.page_size % 64 == 0,
+                                               .rows = int64_t(c.s_q) * c.h_q});
 }
 
 // c on kernel k, its cache format and page size changed to ones k runs.
 Case on_kernel(Case c, Kernel k) {
   c.kernel = k;
-  if (k == Kernel::wgmma_fp8 && !kv_format_is_fp8(c.format)) c.format = KvFormat::fp8_ds_mla;
+  if ((k == Kernel::wgmma_fp8 || k == Kernel::wgmma_fp8_narrow) && !kv_format_is_fp8(c.format))
+    c.format = KvFormat::fp8_ds_mla;
   if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
   if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
   return c;
@@ -352,6 +356,34 @@ TEST_P(DecodeGpu, LongRequestsSplitAcrossWorkers) {
   one.lengths = {65536};
   one.h_q = 16;
   one.seed = 9;
+  run_and_check(on_kernel(one, GetParam()));
+}
+
+// 16 query rows per request (h16 s_q1: wgmma_fp8_narrow's shape) on every
+// page size, with 0 / 1 / < page / page +- 1 / not a multiple of 64 / many
+// tiles, odd and even tile counts (the narrow math alternates tiles between
+// its warpgroups), padded page strides, non-causal and f32 out, and one long
+// request split over every worker (partials).
+TEST_P(DecodeGpu, SixteenRowsEveryPageSize) {
+  uint64_t seed = 1500;
+  for (KvFormat f : {KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3, KvFormat::bf16})
+    for (int64_t page : {1, 16, 32, 48, 64, 128}) {
+      Case c;
+      c.lengths = {0, 1, 5, 47, 63, 64, 65, 128, 200, 777, 2049};
+      c.page_size = page;
+      c.format = f;
+      c.page_pad = (seed % 2) ? (f == KvFormat::bf16 ? 8 : 16) : 0;
+      c.causal = seed % 3 != 0;
+      c.out_f32 = seed % 4 == 1;
+      c.seed = seed++;
+      c = on_kernel(c, GetParam());
+      run_and_check(c);
+      if (HasFatalFailure()) return;
+    }
+  Case one;  // one request over every worker: split pieces of both tile parities
+  one.lengths = {20000};
+  one.format = KvFormat::fp8_e4m3;
+  one.seed = 1600;
   run_and_check(on_kernel(one, GetParam()));
 }
 
@@ -667,11 +699,19 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false}),
             Kernel::wgmma_cp_async);
   EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false}), Kernel::wgmma_fp8);
+  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = 16}),
+            cuda::decode::kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8);
+  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = 32}),
+            Kernel::wgmma_fp8);
   const struct {
     Kernel kernel;
     KvFormat format;
     int64_t page_size;
-  } impossible[] = {{Kernel::wgmma_tma, KvFormat::bf16, 16},
+    int h_q = 16, s_q = 1;
+  } impossible[] = {{Kernel::wgmma_fp8_narrow, KvFormat::bf16, 64},
+                    {Kernel::wgmma_fp8_narrow, KvFormat::fp8_ds_mla, 64, 16, 2},
+                    {Kernel::wgmma_fp8_narrow, KvFormat::fp8_e4m3, 16, 32, 1},
+                    {Kernel::wgmma_tma, KvFormat::bf16, 16},
                     {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_tma, KvFormat::fp8_e4m3, 64},
@@ -683,6 +723,8 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
     c.kernel = x.kernel;
     c.format = x.format;
     c.page_size = x.page_size;
+    c.h_q = x.h_q;
+    c.s_q = x.s_q;
     ASSERT_FALSE(kernel_takes(c)) << c.name();
     expect_refused(c);
   }
