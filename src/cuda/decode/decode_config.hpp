@@ -42,6 +42,18 @@ struct Regs {
                 "the producer must free what the math warpgroups take");
 };
 
+// The narrow kernel with two tiles of raw entries in the producer
+// (decode_kernel.cuh, kNarrow = 2): its math warpgroups hold 64 O^T
+// accumulators instead of 128 O ones and give registers back, the producer
+// takes them (2 x (168 - 136) = 232 - 168; ptxas: no spills in the math
+// warpgroups, a few in the fp8_e4m3 producer's cursor code).
+struct NarrowRegs {
+  static constexpr int kMath = 136;
+  static constexpr int kProducer = 232;
+  static_assert(kThreads / 128 == 3 && 2 * (kLaunchRegs - kMath) >= kProducer - kLaunchRegs,
+                "the math warpgroups must free what the producer takes");
+};
+
 // Shared-memory map (bytes). Every tile starts 1024-aligned (the swizzle).
 // Q 72 KB + 2 stages x 72 KB + P 8 KB = 224 KB of the 227 KB: no room for a
 // third stage or a raw fp8 staging tile, hence the register dequantisation.

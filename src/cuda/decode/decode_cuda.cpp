@@ -122,6 +122,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_cp_async: return "wgmma_cp_async";
     case Kernel::wgmma_fp8: return "wgmma_fp8";
     case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
+    case Kernel::wgmma_fp8_narrow2: return "wgmma_fp8_narrow2";
   }
   return "?";
 }
@@ -133,6 +134,7 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::wgmma_cp_async: return !problem.fp8;
     case Kernel::wgmma_fp8: return problem.fp8;
     case Kernel::wgmma_fp8_narrow:
+    case Kernel::wgmma_fp8_narrow2:
       return problem.fp8 && problem.rows > 0 && problem.rows <= kNarrowRows;
   }
   return false;
@@ -287,9 +289,16 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
       break;
     case Kernel::wgmma_fp8_narrow:  // the same producer, the math of <= 16 rows
       launched = a.kv.format == KvFormat::fp8_e4m3
-                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, true>(
+                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, 1>(
                            p, g.row_blocks, stream, kv_map)
-                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, true>(
+                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, 1>(
+                           p, g.row_blocks, stream, kv_map);
+      break;
+    case Kernel::wgmma_fp8_narrow2:  // and two tiles of raw entries in the producer
+      launched = a.kv.format == KvFormat::fp8_e4m3
+                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, 2>(
+                           p, g.row_blocks, stream, kv_map)
+                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, 2>(
                            p, g.row_blocks, stream, kv_map);
       break;
     case Kernel::automatic: break;  // resolved above

@@ -14,10 +14,12 @@ enum class Kernel {
   wgmma_tma,       // bf16 cache, page_size % 64 == 0: full tiles by TMA
   wgmma_cp_async,  // bf16 cache, any page size: cp.async
   wgmma_fp8,       // fp8 caches (fp8_ds_mla, fp8_e4m3): converted in registers, next tile in flight
-  wgmma_fp8_narrow,  // wgmma_fp8's producer, transposed math for <= 16 rows (decode_narrow.cuh)
+  wgmma_fp8_narrow,   // wgmma_fp8's producer, transposed math for <= 16 rows (decode_narrow.cuh)
+  wgmma_fp8_narrow2,  // wgmma_fp8_narrow with two tiles of raw entries in the producer
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::wgmma_tma, Kernel::wgmma_cp_async,
-                                      Kernel::wgmma_fp8, Kernel::wgmma_fp8_narrow};
+inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
+                                      Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
+                                      Kernel::wgmma_fp8_narrow, Kernel::wgmma_fp8_narrow2};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.

@@ -261,6 +261,14 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 // next tile; nullptr: zeros) as soon as it has been converted. The two threads
 // of a key (half 0, 1: lanes l and l ^ 16) agree on its shift first: returns
 // e_key (clamped to kKeyShiftMax), *over: the key needed more.
+// kPin (two raw tiles in the producer): each refill load stays after the
+// previous chunk's conversion (an empty asm on its address), so ptxas does not
+// hoist the loads and hold old and new values at once; with one raw tile it
+// has the registers to do so.
+__device__ __forceinline__ void pin_refill(const uint8_t*& next) {
+  asm volatile("" : "+l"(next));
+}
+template <bool kPin = false>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
                                                   const uint8_t* next, bool* over) {
   float smax = fmaxf(fabsf(raw.scale[0]), fabsf(raw.scale[1]));
@@ -284,6 +292,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 f16 chunks
       const uint4 cv = raw.codes[8 * g + i];
+      if constexpr (kPin) pin_refill(next);
       raw.codes[8 * g + i] = ldg16_or_zero(next, sg * 128 + i * 16);
       const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
       uint32_t w[8];
@@ -329,6 +338,7 @@ __device__ __forceinline__ void load_raw_half(RawHalfE4m3& raw, const uint8_t* s
 #pragma unroll
   for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, e4m3_code_off(half, i));
 }
+template <bool kPin = false>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalfE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
@@ -336,6 +346,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     const uint4 cv = raw.codes[i];
+    if constexpr (kPin) pin_refill(next);
     raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
     const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
     uint32_t w[8];
@@ -373,11 +384,18 @@ struct Fp8Entry {
 // pieces.
 // Per stage it also publishes each key's factor 2^e_key (sKeyFac) and the
 // warps' flag words (sKeyFlag, decode_config.hpp).
-template <class KeySrc, KvFormat kFormat>
+//
+// kRaw = 2 (the narrow kernel, whose math warpgroups need few registers and
+// give the producer 216): two tiles' half entries in registers, rawA and rawB
+// taking turns, so converting tile j refills with tile j+2 while tile j+1's
+// loads are in flight: two tiles of loads in flight instead of one, the L2
+// prefetch one tile further (j+3). Same cursor, one tile further ahead.
+template <class KeySrc, KvFormat kFormat, int kRaw = 1>
 // All of shared memory from one base pointer (the budget has no registers
 // for six 64-bit ones).
 __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* smem,
                                                      int piece_begin, int piece_end, int ptid) {
+  static_assert(kRaw == 1 || kRaw == 2, "one or two tiles of raw entries in registers");
   int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
   float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
   int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
@@ -416,23 +434,16 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     const int k = key();
     return k >= 0 ? KeySrc::lookup(p, b, k) : 0;
   };
-  // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
   using E = Fp8Entry<kFormat>;
-  typename E::Raw raw;
-  bool cur_bit, nxt_bit;
-  advance();
-  bool have = has;
-  load_raw_half(raw, resolve(look_up(), &cur_bit), half);
-  advance();
-  bool have_nxt = has;
-  const uint8_t* nxt = resolve(look_up(), &nxt_bit);
-  advance();
-  int ahead = look_up();
-  for (uint32_t cnt = 0; have; ++cnt) {
+  // Tile cnt from `raw` into stage cnt % 2 (each register refilled from
+  // `refill`, this thread's entry in a later tile, once converted), its flags
+  // and factors published, the stage handed to the math warpgroups.
+  auto hand_over = [&](typename E::Raw& raw, uint32_t cnt, bool cur_bit, const uint8_t* refill) {
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
-    const int e_key = convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, nxt, &over);
+    const int e_key =
+        convert_and_refill<kRaw == 2>(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
     // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
     // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
     const bool vote =
@@ -447,17 +458,79 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
-    // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
-    bool far_bit;
-    const uint8_t* far = resolve(ahead, &far_bit);
-    // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
-    // three, half 1 the next ones inside the entry and the last byte's.
+  };
+  // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
+  // three, half 1 the next ones inside the entry and the last byte's.
+  auto prefetch = [&](const uint8_t* far) {
     if (far != nullptr) {
 #pragma unroll
       for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
         ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
       if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
     }
+  };
+  if constexpr (kRaw == 2) {
+    // Prime: tiles 0 and 1 loaded into rawA / rawB, tile 2 resolved, tile 3
+    // looked up. At the top of a turn: rawA = tile cnt, rawB = cnt + 1, nxt =
+    // cnt + 2's address, the cursor (and ahead's id) at cnt + 3.
+    typename E::Raw rawA, rawB;
+    bool bitA, bitB, nxt_bit;
+    advance();
+    bool haveA = has;
+    load_raw_half(rawA, resolve(look_up(), &bitA), half);
+    advance();
+    bool haveB = has;
+    load_raw_half(rawB, resolve(look_up(), &bitB), half);
+    advance();
+    bool have_nxt = has;
+    const uint8_t* nxt = resolve(look_up(), &nxt_bit);
+    advance();
+    int ahead = look_up();
+    // After converting one tile: the refill target moves to the cursor's
+    // tile (resolved from the id loaded a turn ago), the cursor one further.
+    // Returns the refilled registers' tile: (exists, flag bit).
+    auto step = [&]() {
+      bool far_bit;
+      const uint8_t* far = resolve(ahead, &far_bit);
+      prefetch(far);
+      const bool have_raw = have_nxt, bit_raw = nxt_bit;
+      have_nxt = has;
+      nxt_bit = far_bit;
+      nxt = far;
+      advance();
+      ahead = look_up();
+      return make_int2(have_raw, bit_raw);
+    };
+    for (uint32_t cnt = 0; haveA; cnt += 2) {
+      hand_over(rawA, cnt, bitA, nxt);  // rawA <- tile cnt + 2
+      const int2 sa = step();
+      haveA = sa.x != 0;
+      bitA = sa.y != 0;
+      if (!haveB) break;
+      hand_over(rawB, cnt + 1, bitB, nxt);  // rawB <- tile cnt + 3
+      const int2 sb = step();
+      haveB = sb.x != 0;
+      bitB = sb.y != 0;
+    }
+    return;
+  }
+  // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
+  typename E::Raw raw;
+  bool cur_bit, nxt_bit;
+  advance();
+  bool have = has;
+  load_raw_half(raw, resolve(look_up(), &cur_bit), half);
+  advance();
+  bool have_nxt = has;
+  const uint8_t* nxt = resolve(look_up(), &nxt_bit);
+  advance();
+  int ahead = look_up();
+  for (uint32_t cnt = 0; have; ++cnt) {
+    hand_over(raw, cnt, cur_bit, nxt);
+    // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
+    bool far_bit;
+    const uint8_t* far = resolve(ahead, &far_bit);
+    prefetch(far);
     have = have_nxt;
     have_nxt = has;
     cur_bit = nxt_bit;
@@ -682,8 +755,10 @@ namespace mla::cuda::decode {
 // decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
 // converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full tiles by TMA through
 // kv_map (unread otherwise). kNarrow (fp8, paged, <= kNarrowRows rows per
-// row block): the math warpgroups run decode_narrow.cuh's transposed loop.
-template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
+// row block): 1 or 2, the math warpgroups run decode_narrow.cuh's transposed
+// loop and the producer holds kNarrow tiles of raw entries (NarrowRegs); 0:
+// the 64-row math.
+template <class KeySrc, KvFormat kFormat, bool kTma, int kNarrow>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
@@ -713,7 +788,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
       // every math thread arrives; narrow: the one warpgroup that owns stage s
-      ptx::mbar_init(&empty[s], kNarrow ? kMathThreads / 2 : kMathThreads);
+      ptx::mbar_init(&empty[s], kNarrow != 0 ? kMathThreads / 2 : kMathThreads);
     }
     ptx::mbar_fence_init();
   }
@@ -730,6 +805,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kMathThreads) {
     // ================= producer warpgroup =================
+    if constexpr (kNarrow == 2) {
+      wgmma::setmaxnreg_inc<NarrowRegs::kProducer>();
+      produce_fp8_prefetch<KeySrc, kFormat, 2>(p, smem, piece_begin, piece_end, tid - kMathThreads);
+      return;
+    }
     wgmma::setmaxnreg_dec<Regs<kFp8>::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8) {
@@ -741,8 +821,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ================= math warpgroups =================
+  if constexpr (kNarrow == 2) {
+    wgmma::setmaxnreg_dec<NarrowRegs::kMath>();
+    narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, row_block, tid);
+    return;
+  }
   wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
-  if constexpr (kNarrow) {
+  if constexpr (kNarrow != 0) {
     narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, row_block, tid);
     return;
   }
@@ -925,7 +1010,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
+template <class KeySrc, KvFormat kFormat, bool kTma, int kNarrow>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
   auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kNarrow>;

@@ -92,7 +92,8 @@ bool kernel_takes(const Case& c) {
 // c on kernel k, its cache format and page size changed to ones k runs.
 Case on_kernel(Case c, Kernel k) {
   c.kernel = k;
-  if ((k == Kernel::wgmma_fp8 || k == Kernel::wgmma_fp8_narrow) && !kv_format_is_fp8(c.format))
+  if ((k == Kernel::wgmma_fp8 || k == Kernel::wgmma_fp8_narrow || k == Kernel::wgmma_fp8_narrow2) &&
+      !kv_format_is_fp8(c.format))
     c.format = KvFormat::fp8_ds_mla;
   if (k == Kernel::wgmma_tma || k == Kernel::wgmma_cp_async) c.format = KvFormat::bf16;
   if (k == Kernel::wgmma_tma && c.page_size % 64 != 0) c.page_size = 64;
@@ -711,6 +712,7 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   } impossible[] = {{Kernel::wgmma_fp8_narrow, KvFormat::bf16, 64},
                     {Kernel::wgmma_fp8_narrow, KvFormat::fp8_ds_mla, 64, 16, 2},
                     {Kernel::wgmma_fp8_narrow, KvFormat::fp8_e4m3, 16, 32, 1},
+                    {Kernel::wgmma_fp8_narrow2, KvFormat::fp8_e4m3, 64, 64, 1},
                     {Kernel::wgmma_tma, KvFormat::bf16, 16},
                     {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
