@@ -261,12 +261,15 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 // next tile; nullptr: zeros) as soon as it has been converted. The two threads
 // of a key (half 0, 1: lanes l and l ^ 16) agree on its shift first: returns
 // e_key (clamped to kKeyShiftMax), *over: the key needed more.
-// kPin (two raw tiles in the producer): each refill load stays after the
-// previous chunk's conversion (an empty asm on its address), so ptxas does not
-// hoist the loads and hold old and new values at once; with one raw tile it
-// has the registers to do so.
-__device__ __forceinline__ void pin_refill(const uint8_t*& next) {
-  asm volatile("" : "+l"(next));
+// kPin (two raw tiles in the producer): the refill loads are kept behind the
+// conversion (fp8_ds_mla: each after its chunk's, fp8_e4m3: all after the
+// whole tile's) by a warp barrier, which ptxas does not move loads across.
+// Without it ptxas hoists them to the top (new and old values live at once,
+// with the other tile's registers: it spilled the just-loaded registers to
+// local memory, each spill store waiting for its load); with one raw tile it
+// has the registers for what it hoists.
+__device__ __forceinline__ void pin_refill(const uint8_t*&) {
+  __syncwarp();
 }
 template <bool kPin = false>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
@@ -346,8 +349,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     const uint4 cv = raw.codes[i];
-    if constexpr (kPin) pin_refill(next);
-    raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
+    if constexpr (!kPin) raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
     const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
     uint32_t w[8];
 #pragma unroll
@@ -358,6 +360,11 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
     const int q = 8 * (i / 2) + 2 * (i % 2);  // chunk q + 4 * half, by rx
     *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
     *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+  if constexpr (kPin) {  // the refill after the whole conversion (see pin_refill)
+    pin_refill(next);
+#pragma unroll
+    for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
   }
   return 0;
 }
