@@ -28,25 +28,37 @@ uint16_t random_f16(Rng& rng, double* value) {
   return uint16_t(sign << 15 | e << 10 | m);
 }
 
-void probe_matches_host_product(bool f16) {
-  constexpr int R = 64, D = 576;
-  Rng rng(f16 ? 4243 : 4242);
-  std::vector<uint16_t> a(R * D), b(R * D);
-  std::vector<double> fa(R * D), fb(R * D);
+constexpr int R = 64, D = 576;
+
+// Two random [64][576] matrices: their 16-bit bits (bf16, or f16) and values.
+struct Operands {
+  std::vector<uint16_t> a, b;
+  std::vector<double> fa, fb;
+};
+Operands random_operands(bool f16, uint64_t seed) {
+  Rng rng(seed);
+  Operands m{std::vector<uint16_t>(R * D), std::vector<uint16_t>(R * D), std::vector<double>(R * D),
+             std::vector<double>(R * D)};
   for (int i = 0; i < R * D; ++i) {
     if (f16) {  // products of f16 values are exact in fp32 too
-      a[i] = random_f16(rng, &fa[i]);
-      b[i] = random_f16(rng, &fb[i]);
+      m.a[i] = random_f16(rng, &m.fa[i]);
+      m.b[i] = random_f16(rng, &m.fb[i]);
       continue;
     }
     const bf16 x = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
     const bf16 y = float_to_bf16(float(rng.uniform(-1.0, 1.0)));
-    a[i] = x.bits;
-    b[i] = y.bits;
-    fa[i] = bf16_to_float(x);
-    fb[i] = bf16_to_float(y);
+    m.a[i] = x.bits;
+    m.b[i] = y.bits;
+    m.fa[i] = bf16_to_float(x);
+    m.fb[i] = bf16_to_float(y);
   }
-  DeviceBuffer da(a.data(), a.size() * 2), db(b.data(), b.size() * 2);
+  return m;
+}
+
+void probe_matches_host_product(bool f16) {
+  const Operands m = random_operands(f16, f16 ? 4243 : 4242);
+  const std::vector<double>&fa = m.fa, &fb = m.fb;
+  DeviceBuffer da(m.a.data(), m.a.size() * 2), db(m.b.data(), m.b.size() * 2);
   DeviceBuffer ds(R * 32 * 4), dout(R * 256 * 4);
   ds.poison();
   dout.poison();
@@ -79,15 +91,9 @@ void probe_matches_host_product(bool f16) {
 // The narrow kernel's products: S^T (m64n16, K-major stage and Q rows 0-15)
 // and O^T (the stage read MN-major as A, P^T as B), f16, same bound.
 TEST(WgmmaGpu, F16NarrowTransposedProductsMatchTheHostProduct) {
-  constexpr int R = 64, D = 576;
-  Rng rng(4244);
-  std::vector<uint16_t> a(R * D), b(R * D);
-  std::vector<double> fa(R * D), fb(R * D);
-  for (int i = 0; i < R * D; ++i) {
-    a[i] = random_f16(rng, &fa[i]);
-    b[i] = random_f16(rng, &fb[i]);
-  }
-  DeviceBuffer da(a.data(), a.size() * 2), db(b.data(), b.size() * 2);
+  const Operands m = random_operands(/*f16=*/true, 4244);
+  const std::vector<double>&fa = m.fa, &fb = m.fb;
+  DeviceBuffer da(m.a.data(), m.a.size() * 2), db(m.b.data(), m.b.size() * 2);
   DeviceBuffer dst(R * 16 * 4), dot(R * 16 * 4);
   dst.poison();
   dot.poison();
