@@ -16,7 +16,7 @@ mbarriers: arrival count and phase parity as PTX defines them (try_wait.parity
 0, so parity 1 passes at once). full[s]: 1 arrival (the producer), empty[s]:
 the 4 warps of warpgroup s (the kernel: 128 threads). Named barriers: bar.sync
 counts and waits until the generation is complete: kBarWg + wg (4 warps),
-kBarQ (8 warps).
+kBarQ, kBarMax, kBarP (8 warps; the piece end uses one of each in turn).
 Shared slots carry tags (which tile / piece wrote them); a read checks the tag
 it expects at its start and at its end, and a write must not overlap another
 actor's access of the slot (a read-write or write-write overlap, an overwrite
@@ -31,14 +31,15 @@ Regions (decode_narrow.cuh):
   Q              rows loaded per piece by all 8 warps (load_q_rows: writes,
                  bar kBarQ, in-place f16 conversion, bar kBarQ); read by every
                  S^T; in the piece's end its bytes [wg half][warp] are the
-                 O^T scratch: written by warp (wg, wi) after the first kBarQ of
-                 the end, read by warp (1 - wg, wi) after the second, before the
-                 third (which keeps the next piece's load after the reads)
+                 O^T scratch: written by warp (wg, wi) after the end's kBarQ,
+                 read by warp (1 - wg, wi) after its kBarMax, before its kBarP
+                 (which keeps the next piece's load after the reads)
   max[wg][par][wi]  written by warp wi of wg for its tile (parity = its tile
                  count), read by the 4 warps after kBarWg + wg
   P[wg][wi]      written after that barrier, read by the warpgroup's P.V after
                  the second kBarWg + wg of the tile
-  sum[wg][wi]    the piece's end: written before the first kBarQ, read after it
+  sum[wg][wi]    the piece's end (row sums, maxima, `bad`): written before its
+                 kBarQ, read after it
 """
 import random
 import sys
@@ -107,7 +108,9 @@ class Model:
         self.full = [MBar(1), MBar(1)]
         self.empty = [MBar(4), MBar(4)]
         self.bar_wg = [NamedBar(4), NamedBar(4)]
-        self.bar_q = NamedBar(8)
+        self.bar_q = NamedBar(8)  # kBarQ: load_q_rows' two, the piece end's first
+        self.bar_max = NamedBar(8)  # kBarMax: the piece end's second
+        self.bar_p = NamedBar(8)  # kBarP: the piece end's third
         self.vc = [[0] * ACTORS for _ in range(ACTORS)]
         self.tag = {}  # slot -> tag
         self.active = {}  # slot -> list of (actor, kind)
@@ -250,7 +253,7 @@ class Model:
             yield
             for slot in mine:
                 self.end(a, slot, "w", tag=("S", piece))
-            yield from self.bar_sync(a, self.bar_q)
+            yield from self.bar_sync(a, self.bar_max)
             for slot in theirs:
                 self.begin(a, slot, "r", expect=("S", piece))
             yield
@@ -258,7 +261,7 @@ class Model:
                 self.end(a, slot, "r", expect=("S", piece))
             self.outputs.append((piece, warp))
             if self.end_barrier:
-                yield from self.bar_sync(a, self.bar_q)
+                yield from self.bar_sync(a, self.bar_p)
 
     def run(self):
         actors = {PRODUCER: self.producer()}
@@ -281,7 +284,8 @@ class Model:
 
     def snapshot(self):
         return (tuple(b.phase for b in self.full + self.empty),
-                tuple((b.gen, len(b.arrived)) for b in self.bar_wg + [self.bar_q]),
+                tuple((b.gen, len(b.arrived))
+                      for b in self.bar_wg + [self.bar_q, self.bar_max, self.bar_p]),
                 tuple(tuple(v) for v in self.vc))
 
 

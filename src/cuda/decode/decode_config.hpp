@@ -42,8 +42,8 @@ struct Regs {
                 "the producer must free what the math warpgroups take");
 };
 
-// The narrow kernel with two tiles of raw entries in the producer
-// (decode_kernel.cuh, kNarrow = 2): its math warpgroups hold 64 O^T
+// The narrow kernel, whose producer holds two tiles of raw entries
+// (decode_kernel.cuh, kNarrow): its math warpgroups hold 64 O^T
 // accumulators instead of 128 O ones and give registers back, the producer
 // takes them (2 x (168 - 136) = 232 - 168; ptxas: no spills in the math
 // warpgroups, a few in the fp8_e4m3 producer's cursor code).
@@ -73,9 +73,10 @@ inline constexpr size_t kQScaleOff = kBarOff + 2 * kStages * 8;              // 
 inline constexpr size_t kKeyFacOff = kQScaleOff + kM * 4;                    // f32 [kStages][64]
 inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // i32 [kStages][4]
 // Narrow kernel only (decode_narrow.cuh): each math warpgroup's running max
-// per query row, exchanged at the end of a piece.
+// per query row and each math warp's `bad`, exchanged at the end of a piece.
 inline constexpr size_t kNarrowMOff = kKeyFlagOff + kStages * 4 * 4;  // f32 [2 wg][16]
-inline constexpr size_t kSmemBytes = kNarrowMOff + 2 * 16 * 4;
+inline constexpr size_t kNarrowBadOff = kNarrowMOff + 2 * 16 * 4;     // i32 [8 warps]
+inline constexpr size_t kSmemBytes = kNarrowBadOff + 8 * 4;
 static_assert(kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
@@ -89,7 +90,11 @@ inline constexpr int kKeyShiftMax = 15;
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
 // math warpgroups; kBarProd: the producer warpgroup's threads (TMA kernel).
 inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarProd = 6;
-// Narrow kernel: one barrier per math warpgroup (kBarWg + wg), its 128 threads.
+// Narrow kernel: one barrier per math warpgroup (kBarWg + wg), its 128 threads;
+// the end of a piece uses kBarQ, kBarMax, kBarP (the 64-row math's, free
+// there) in turn, each for one hand-over, all plain bar.sync of the 256 math
+// threads (compute-sanitizer's racecheck followed neither a bar.red there nor
+// the barriers after it: 61 false hazards in round C).
 inline constexpr int kBarWg = 4;
 
 // The narrow kernel (decode_narrow.cuh): row blocks with at most kNarrowRows
@@ -98,8 +103,9 @@ inline constexpr int kBarWg = 4;
 // tensor work and the shared-memory reads per tile are those of 16 rows, not
 // of 64. fp8 caches only, dense (paged) keys.
 inline constexpr int kNarrowRows = 16;
-// The automatic choice takes it (decode_cuda.cpp) only once it has won on
-// the GPU; until then it runs when asked for by name.
-inline constexpr bool kChooseNarrow = false;
+// The automatic choice for such row blocks (decode_cuda.cpp): measured on an
+// H100 (2026-12-06) at b128 h16 s_q1 L16K / L32K, 1.19-1.21x the 64-row fp8
+// kernel (docs/perf-log.md).
+inline constexpr bool kChooseNarrow = true;
 
 }  // namespace mla::cuda::decode

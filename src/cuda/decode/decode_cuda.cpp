@@ -122,7 +122,6 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_cp_async: return "wgmma_cp_async";
     case Kernel::wgmma_fp8: return "wgmma_fp8";
     case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
-    case Kernel::wgmma_fp8_narrow2: return "wgmma_fp8_narrow2";
   }
   return "?";
 }
@@ -134,7 +133,6 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::wgmma_cp_async: return !problem.fp8;
     case Kernel::wgmma_fp8: return problem.fp8;
     case Kernel::wgmma_fp8_narrow:
-    case Kernel::wgmma_fp8_narrow2:
       return problem.fp8 && problem.rows > 0 && problem.rows <= kNarrowRows;
   }
   return false;
@@ -287,18 +285,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
                      : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false>(p, g.row_blocks,
                                                                                     stream, kv_map);
       break;
-    case Kernel::wgmma_fp8_narrow:  // the same producer, the math of <= 16 rows
+    case Kernel::wgmma_fp8_narrow:  // the math of <= 16 rows, two raw tiles in flight
       launched = a.kv.format == KvFormat::fp8_e4m3
-                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, 1>(
+                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, true>(
                            p, g.row_blocks, stream, kv_map)
-                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, 1>(
-                           p, g.row_blocks, stream, kv_map);
-      break;
-    case Kernel::wgmma_fp8_narrow2:  // and two tiles of raw entries in the producer
-      launched = a.kv.format == KvFormat::fp8_e4m3
-                     ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, 2>(
-                           p, g.row_blocks, stream, kv_map)
-                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, 2>(
+                     : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, true>(
                            p, g.row_blocks, stream, kv_map);
       break;
     case Kernel::automatic: break;  // resolved above

@@ -14,12 +14,11 @@ enum class Kernel {
   wgmma_tma,       // bf16 cache, page_size % 64 == 0: full tiles by TMA
   wgmma_cp_async,  // bf16 cache, any page size: cp.async
   wgmma_fp8,       // fp8 caches (fp8_ds_mla, fp8_e4m3): converted in registers, next tile in flight
-  wgmma_fp8_narrow,   // wgmma_fp8's producer, transposed math for <= 16 rows (decode_narrow.cuh)
-  wgmma_fp8_narrow2,  // wgmma_fp8_narrow with two tiles of raw entries in the producer
+  wgmma_fp8_narrow,  // fp8, <= 16 rows: transposed math, two raw tiles in flight
+                     // (decode_narrow.cuh)
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
-                                      Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
-                                      Kernel::wgmma_fp8_narrow, Kernel::wgmma_fp8_narrow2};
+inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::wgmma_tma, Kernel::wgmma_cp_async,
+                                      Kernel::wgmma_fp8, Kernel::wgmma_fp8_narrow};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.
@@ -30,8 +29,8 @@ struct Problem {
   int64_t rows = 0;       // query rows of a request (s_q * h_q); 0: not known
 };
 // The kernel automatic runs: the TMA tiles where a 64-key tile is one page and
-// the driver takes the cache's layout, else cp.async (bf16); fp8: wgmma_fp8
-// (wgmma_fp8_narrow for <= 16 rows once kChooseNarrow says it has won).
+// the driver takes the cache's layout, else cp.async (bf16); fp8:
+// wgmma_fp8_narrow for <= 16 rows (kChooseNarrow), else wgmma_fp8.
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);

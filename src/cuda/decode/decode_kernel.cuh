@@ -393,7 +393,7 @@ struct Fp8Entry {
 // warps' flag words (sKeyFlag, decode_config.hpp).
 //
 // kRaw = 2 (the narrow kernel, whose math warpgroups need few registers and
-// give the producer 216): two tiles' half entries in registers, rawA and rawB
+// give the producer 232): two tiles' half entries in registers, rawA and rawB
 // taking turns, so converting tile j refills with tile j+2 while tile j+1's
 // loads are in flight: two tiles of loads in flight instead of one, the L2
 // prefetch one tile further (j+3). Same cursor, one tile further ahead.
@@ -762,10 +762,9 @@ namespace mla::cuda::decode {
 // decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
 // converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full tiles by TMA through
 // kv_map (unread otherwise). kNarrow (fp8, paged, <= kNarrowRows rows per
-// row block): 1 or 2, the math warpgroups run decode_narrow.cuh's transposed
-// loop and the producer holds kNarrow tiles of raw entries (NarrowRegs); 0:
-// the 64-row math.
-template <class KeySrc, KvFormat kFormat, bool kTma, int kNarrow>
+// row block): the math warpgroups run decode_narrow.cuh's transposed loop and
+// the producer holds two tiles of raw entries (NarrowRegs).
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
@@ -795,7 +794,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
       // every math thread arrives; narrow: the one warpgroup that owns stage s
-      ptx::mbar_init(&empty[s], kNarrow != 0 ? kMathThreads / 2 : kMathThreads);
+      ptx::mbar_init(&empty[s], kNarrow ? kMathThreads / 2 : kMathThreads);
     }
     ptx::mbar_fence_init();
   }
@@ -812,7 +811,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kMathThreads) {
     // ================= producer warpgroup =================
-    if constexpr (kNarrow == 2) {
+    if constexpr (kNarrow) {
       wgmma::setmaxnreg_inc<NarrowRegs::kProducer>();
       produce_fp8_prefetch<KeySrc, kFormat, 2>(p, smem, piece_begin, piece_end, tid - kMathThreads);
       return;
@@ -828,16 +827,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ================= math warpgroups =================
-  if constexpr (kNarrow == 2) {
+  if constexpr (kNarrow) {
     wgmma::setmaxnreg_dec<NarrowRegs::kMath>();
     narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, row_block, tid);
     return;
   }
   wgmma::setmaxnreg_inc<Regs<kFp8>::kMath>();
-  if constexpr (kNarrow != 0) {
-    narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, row_block, tid);
-    return;
-  }
   // 0 or 1: keys wg*32..+32 of S, value columns wg*256..+256 of O. Read through a
   // shuffle from lane 0 so that ptxas knows it is warp-uniform and builds the
   // wgmma descriptors that depend on it in uniform registers.
@@ -1017,7 +1012,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma, int kNarrow>
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
   auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kNarrow>;

@@ -19,10 +19,10 @@ struct PagedKeys;    // decode_keys.cuh
 struct IndexedKeys;  // decode_keys.cuh
 
 // kv_map: the bf16 cache's tensor map when kTma (tma_map.hpp), unread otherwise.
-// kNarrow: 1 or 2, the transposed math of row blocks with <= kNarrowRows rows
-// (decode_narrow.cuh; fp8 paged caches) with 1 or 2 tiles of raw entries in
-// the producer's registers; 0, the 64-row math.
-template <class KeySrc, KvFormat kFormat, bool kTma, int kNarrow = 0>
+// kNarrow: the transposed math of row blocks with <= kNarrowRows rows
+// (decode_narrow.cuh; fp8 paged caches), two tiles of raw entries in the
+// producer's registers.
+template <class KeySrc, KvFormat kFormat, bool kTma, bool kNarrow = false>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map);
 
@@ -30,17 +30,15 @@ cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStre
 #define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma, kNarrow)                                     \
   extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, kNarrow>( \
       const DecodeParams&, int, cudaStream_t, const CUtensorMap&)
-MLA_DECODE_EXTERN(PagedKeys, bf16, false, 0);
-MLA_DECODE_EXTERN(PagedKeys, bf16, true, 0);
-MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, 0);
-MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, 1);
-MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, 2);
-MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, 0);
-MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, 1);
-MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, 2);
-MLA_DECODE_EXTERN(IndexedKeys, bf16, false, 0);
-MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false, 0);
-MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, 0);
+MLA_DECODE_EXTERN(PagedKeys, bf16, false, false);
+MLA_DECODE_EXTERN(PagedKeys, bf16, true, false);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, false);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, true);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, false);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, true);
+MLA_DECODE_EXTERN(IndexedKeys, bf16, false, false);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false, false);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, false);
 #undef MLA_DECODE_EXTERN
 
 }  // namespace mla::cuda::decode

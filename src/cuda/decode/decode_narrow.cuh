@@ -50,11 +50,12 @@ __device__ __forceinline__ uint32_t narrow_p_off(int q, int k) {
 
 // The end of a piece: the two warpgroups' (max, sum, O^T) merged; warpgroup
 // wg writes value columns wg*256..+256 of the 16 rows to out/lse or the
-// piece's fp32 partial. Three barriers of the 256 math threads: the first
-// (also an OR of the `bad` each saw in its own tiles) publishes the maxima
-// and sums and follows every S^T wgmma of the piece (Q's region becomes the
-// scratch); the second publishes the scratch; the third keeps the next
-// piece's Q load from overwriting it while it is read.
+// piece's fp32 partial. Three barriers of the 256 math threads (kBarQ,
+// kBarMax, kBarP): the first publishes the maxima, the sums and each warp's
+// `bad` (what it saw in its own tiles), and follows every S^T wgmma of the
+// piece (Q's region becomes the scratch); the second publishes the scratch;
+// the third keeps the next piece's Q load from overwriting it while it is
+// read.
 template <class KeySrc>
 __device__ __forceinline__ void narrow_finish(const DecodeParams& p, const Piece& pc, int b,
                                               int row_block, int wg, int wtid, float (&o)[8][2][4],
@@ -63,6 +64,7 @@ __device__ __forceinline__ void narrow_finish(const DecodeParams& p, const Piece
   float* sL = reinterpret_cast<float*>(smem + kLOff);        // [2 wg][4 warps][16]
   float* sM = reinterpret_cast<float*>(smem + kNarrowMOff);  // [2 wg][16]
   float* scratch = reinterpret_cast<float*>(smem + kQOff);   // [2 wg][4 mb][128 thr][8]
+  int* sBad = reinterpret_cast<int*>(smem + kNarrowBadOff);  // [8 warps]
   const int wi = wtid / 32, lane = wtid % 32, g = lane / 4, c = lane % 4;
   const float kNegInf = -INFINITY;
 #pragma unroll
@@ -77,7 +79,11 @@ __device__ __forceinline__ void narrow_finish(const DecodeParams& p, const Piece
       if (g == 0) sL[wg * 64 + wi * 16 + q] = l;
       if (g == 0 && wi == 0) sM[wg * 16 + q] = m_run[i][j];
     }
-  bad = ptx::named_barrier_sync_or(kBarQ, kMathThreads, bad);
+  bad = __any_sync(0xffffffffu, bad);
+  if (lane == 0) sBad[wg * 4 + wi] = bad ? 1 : 0;
+  ptx::named_barrier_sync(kBarQ, kMathThreads);
+#pragma unroll
+  for (int w = 0; w < 8; ++w) bad |= sBad[w] != 0;
   float f_own[2][2], inv[2][2], lse[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
@@ -114,7 +120,7 @@ __device__ __forceinline__ void narrow_finish(const DecodeParams& p, const Piece
       dst[i] = make_float4(v[0], v[1], v[2], v[3]);
     }
   }
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
+  ptx::named_barrier_sync(kBarMax, kMathThreads);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -153,7 +159,7 @@ __device__ __forceinline__ void narrow_finish(const DecodeParams& p, const Piece
         }
       }
     }
-  ptx::named_barrier_sync(kBarQ, kMathThreads);
+  ptx::named_barrier_sync(kBarP, kMathThreads);
 }
 
 // The math warpgroups' loop of the narrow kernel (tid 0..255).

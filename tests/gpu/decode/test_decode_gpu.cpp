@@ -90,7 +90,7 @@ bool kernel_takes(const Case& c) {
 }
 
 bool narrow_kernel(Kernel k) {
-  return k == Kernel::wgmma_fp8_narrow || k == Kernel::wgmma_fp8_narrow2;
+  return k == Kernel::wgmma_fp8_narrow;
 }
 // c's rows made 16 (h16 s_q1) for the narrow kernels, which run nothing else.
 Case with_narrow_rows(Case c) {
@@ -385,11 +385,12 @@ TEST_P(DecodeGpu, SixteenRowsEveryPageSize) {
       c.lengths = {0, 1, 5, 47, 63, 64, 65, 128, 200, 777, 2049};
       c.page_size = page;
       c.format = f;
-      c.page_pad = (seed % 2) ? (f == KvFormat::bf16 ? 8 : 16) : 0;
       c.causal = seed % 3 != 0;
       c.out_f32 = seed % 4 == 1;
       c.seed = seed++;
       c = on_kernel(c, GetParam());
+      // 16 bytes of padding per page (in elements of the format on_kernel chose)
+      c.page_pad = (seed % 2) ? (c.format == KvFormat::bf16 ? 8 : 16) : 0;
       run_and_check(c);
       if (HasFatalFailure()) return;
     }
@@ -726,7 +727,7 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   } impossible[] = {{Kernel::wgmma_fp8_narrow, KvFormat::bf16, 64},
                     {Kernel::wgmma_fp8_narrow, KvFormat::fp8_ds_mla, 64, 16, 2},
                     {Kernel::wgmma_fp8_narrow, KvFormat::fp8_e4m3, 16, 32, 1},
-                    {Kernel::wgmma_fp8_narrow2, KvFormat::fp8_e4m3, 64, 64, 1},
+                    {Kernel::wgmma_fp8_narrow, KvFormat::fp8_e4m3, 64, 64, 1},
                     {Kernel::wgmma_tma, KvFormat::bf16, 16},
                     {Kernel::wgmma_tma, KvFormat::fp8_ds_mla, 64},
                     {Kernel::wgmma_cp_async, KvFormat::fp8_ds_mla, 64},
