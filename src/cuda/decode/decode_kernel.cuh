@@ -261,17 +261,6 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 // next tile; nullptr: zeros) as soon as it has been converted. The two threads
 // of a key (half 0, 1: lanes l and l ^ 16) agree on its shift first: returns
 // e_key (clamped to kKeyShiftMax), *over: the key needed more.
-// kPin (two raw tiles in the producer): the refill loads are kept behind the
-// conversion (fp8_ds_mla: each after its chunk's, fp8_e4m3: all after the
-// whole tile's) by a warp barrier, which ptxas does not move loads across.
-// Without it ptxas hoists them to the top (new and old values live at once,
-// with the other tile's registers: it spilled the just-loaded registers to
-// local memory, each spill store waiting for its load); with one raw tile it
-// has the registers for what it hoists.
-__device__ __forceinline__ void pin_refill(const uint8_t*&) {
-  __syncwarp();
-}
-template <bool kPin = false>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
                                                   const uint8_t* next, bool* over) {
   float smax = fmaxf(fabsf(raw.scale[0]), fabsf(raw.scale[1]));
@@ -295,7 +284,6 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // 16 codes -> 2 f16 chunks
       const uint4 cv = raw.codes[8 * g + i];
-      if constexpr (kPin) pin_refill(next);
       raw.codes[8 * g + i] = ldg16_or_zero(next, sg * 128 + i * 16);
       const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
       uint32_t w[8];
@@ -341,7 +329,6 @@ __device__ __forceinline__ void load_raw_half(RawHalfE4m3& raw, const uint8_t* s
 #pragma unroll
   for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, e4m3_code_off(half, i));
 }
-template <bool kPin = false>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalfE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
@@ -349,7 +336,7 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     const uint4 cv = raw.codes[i];
-    if constexpr (!kPin) raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
+    raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
     const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
     uint32_t w[8];
 #pragma unroll
@@ -361,21 +348,131 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
     *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
     *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
   }
-  if constexpr (kPin) {  // the refill after the whole conversion (see pin_refill)
-    pin_refill(next);
-#pragma unroll
-    for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, e4m3_code_off(half, i));
-  }
   return 0;
 }
 
-// The fp8 cache formats' producer pieces: registers of a half entry, whether
-// keys can be stored shifted (decode_kernel.cuh header), the entry's bytes.
+// The narrow producer (two raw tiles) keeps its refill loads behind the
+// conversion (fp8_ds_mla: each after its piece's, fp8_e4m3: all after the
+// whole tile's) by a warp barrier, which ptxas does not move loads across.
+// Without it ptxas hoists them to the top (new and old values live at once,
+// with the other tile's registers: it spilled the just-loaded registers to
+// local memory, each spill store waiting for its load); with one raw tile it
+// has the registers for what it hoists.
+__device__ __forceinline__ void pin_refill(const uint8_t*&) {
+  __syncwarp();
+}
+
+// ---- the narrow kernel's producer: a key's two threads read sector pairs ----
+// With the layouts above a warp's 16-byte load instruction reads one 16-byte
+// piece of 32 entries: every 32-byte sector is requested twice, by two
+// instructions of the same thread, and the L1 (~23 KB beside 227 KB of shared
+// memory) rarely keeps it in between (ncu, narrow kernel, round C: L1 hit rate
+// 34%, L2 78% busy at 50% of the DRAM rate: L2-bound). Here the two threads
+// of a key (lanes l, l ^ 16) read bytes 32i + 16h of its entry in the same
+// instruction i, so one request serves a whole sector (fp8_e4m3's 576-byte
+// entries are 32-byte aligned; fp8_ds_mla's odd entries straddle sectors,
+// three quarters of the requests remain). Piece i (16 codes) lands in stage
+// chunks 4i + 2h, +1; a quarter warp (8 rows, one h) still stores 8 distinct
+// SW128 positions.
+struct RawPairDsMla {  // one thread's pieces of an fp8_ds_mla entry (half h)
+  uint4 codes[16];     // codes [32i + 16h, +16)
+  uint4 scales;        // the four block scales (both threads)
+  uint4 rope[4];       // rope chunks 2k + h: bytes 528 + 32k + 16h
+};
+struct RawPairE4m3 {  // one thread's pieces of an fp8_e4m3 entry (half h)
+  uint4 codes[18];    // codes [32i + 16h, +16)
+};
+__device__ __forceinline__ void load_raw_half(RawPairDsMla& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw.codes[i] = ldg16_or_zero(src, 32 * i + 16 * half);
+  raw.scales = ldg16_or_zero(src, kFp8ScaleOffset);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) raw.rope[k] = ldg16_or_zero(src, kFp8RopeOffset + 32 * k + 16 * half);
+}
+__device__ __forceinline__ void load_raw_half(RawPairE4m3& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, 32 * i + 16 * half);
+}
+// 16 e4m3 codes (cv) -> two stage chunks q, q + 1 of row rx (tile_off_x),
+// each pair of codes times s2 (fp8_ds_mla) or not.
+template <bool kScaled>
+__device__ __forceinline__ void store_codes16(uint8_t* stage, uint32_t rx, int q, uint4 cv,
+                                              __half2 s2) {
+  const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
+  uint32_t w[8];
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    if constexpr (kScaled) {
+      w[2 * h] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] & 0xffff), s2);
+      w[2 * h + 1] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] >> 16), s2);
+    } else {
+      w[2 * h] = e4m3x2_to_f16x2(uint16_t(c32[h] & 0xffff));
+      w[2 * h + 1] = e4m3x2_to_f16x2(uint16_t(c32[h] >> 16));
+    }
+  }
+  *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+}
+// As convert_and_refill (same stage bytes, same e_key), for the pair layout;
+// the refill loads stay behind the conversion (pin_refill): the narrow
+// producer holds two tiles.
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half,
+                                                  RawPairDsMla& raw, const uint8_t* next,
+                                                  bool* over) {
+  const float sc[4] = {__uint_as_float(raw.scales.x), __uint_as_float(raw.scales.y),
+                       __uint_as_float(raw.scales.z), __uint_as_float(raw.scales.w)};
+  const float smax = fmaxf(fmaxf(fabsf(sc[0]), fabsf(sc[1])), fmaxf(fabsf(sc[2]), fabsf(sc[3])));
+  float rmax = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[k].x), bf16x2_absmax(raw.rope[k].y)),
+                             fmaxf(bf16x2_absmax(raw.rope[k].z), bf16x2_absmax(raw.rope[k].w))));
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
+  int e_key = max(nope_shift(smax), rope_shift(rmax));
+  *over = e_key > kKeyShiftMax;
+  e_key = min(e_key, kKeyShiftMax);
+  const float f = exp2i(-e_key);
+  const uint32_t rx = row_x(r);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {  // piece i: dims 32i + 16h, scale group i / 4
+    const uint4 cv = raw.codes[i];
+    pin_refill(next);
+    raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+    store_codes16<true>(stage, rx, 4 * i + 2 * half, cv, __float2half2_rn(sc[i / 4] * f));
+  }
+  raw.scales = ldg16_or_zero(next, kFp8ScaleOffset);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint4 v = raw.rope[k];
+    raw.rope[k] = ldg16_or_zero(next, kFp8RopeOffset + 32 * k + 16 * half);
+    *reinterpret_cast<uint4*>(stage + 8 * kBlockBytes + tile_off_x(rx, 2 * k + half)) =
+        make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
+                   bf16x2_to_f16x2(v.w, f));
+  }
+  return e_key;
+}
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawPairE4m3& raw,
+                                                  const uint8_t* next, bool* over) {
+  *over = false;
+  const uint32_t rx = row_x(r);
+#pragma unroll
+  for (int i = 0; i < 18; ++i)
+    store_codes16<false>(stage, rx, 4 * i + 2 * half, raw.codes[i], __half2());
+  pin_refill(next);  // the refill after the whole conversion (see pin_refill)
+#pragma unroll
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+  return 0;
+}
+
+// The fp8 cache formats' producer pieces: registers of a half entry (Raw; the
+// narrow kernel's sector-pair layout: RawPair), whether keys can be stored
+// shifted (decode_kernel.cuh header), the entry's bytes.
 template <KvFormat kFormat>
 struct Fp8Entry {
   static_assert(kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
                 "the converting producer serves the fp8 formats");
   using Raw = std::conditional_t<kFormat == KvFormat::fp8_ds_mla, RawHalf, RawHalfE4m3>;
+  using RawPair = std::conditional_t<kFormat == KvFormat::fp8_ds_mla, RawPairDsMla, RawPairE4m3>;
   static constexpr bool kKeyShift = kFormat == KvFormat::fp8_ds_mla;
   static constexpr int kEntryBytes = kv_entry_bytes(kFormat);
   static_assert(kEntryBytes % 16 == 0, "entries are read in 16-byte chunks");
@@ -445,12 +542,12 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
   // Tile cnt from `raw` into stage cnt % 2 (each register refilled from
   // `refill`, this thread's entry in a later tile, once converted), its flags
   // and factors published, the stage handed to the math warpgroups.
-  auto hand_over = [&](typename E::Raw& raw, uint32_t cnt, bool cur_bit, const uint8_t* refill) {
+  auto hand_over = [&](auto& raw, uint32_t cnt, bool cur_bit, const uint8_t* refill) {
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
     const int e_key =
-        convert_and_refill<kRaw == 2>(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
+        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
     // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
     // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
     const bool vote =
@@ -480,7 +577,7 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     // Prime: tiles 0 and 1 loaded into rawA / rawB, tile 2 resolved, tile 3
     // looked up. At the top of a turn: rawA = tile cnt, rawB = cnt + 1, nxt =
     // cnt + 2's address, the cursor (and ahead's id) at cnt + 3.
-    typename E::Raw rawA, rawB;
+    typename E::RawPair rawA, rawB;
     bool bitA, bitB, nxt_bit;
     advance();
     bool haveA = has;
