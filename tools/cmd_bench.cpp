@@ -284,11 +284,13 @@ int run_decode_bench(BenchOptions o) {
         }))
       continue;
     nlohmann::json j = bench_shape(s, o);
-    std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s\n",
+    std::printf("%-14s %-22s %-10s %10.1f %9.1f %9.0f %9.1f %7.1f%% %s%s%s\n",
                 j["suite"].get<std::string>().c_str(), j["name"].get<std::string>().c_str(),
                 j["format"].get<std::string>().c_str(), j["time_us"].get<double>(),
                 j["tflops"].get<double>(), j["gbps"].get<double>(), j["floor_us"].get<double>(),
-                100 * j["fraction_of_floor"].get<double>(), j["bound"].get<std::string>().c_str());
+                100 * j["fraction_of_floor"].get<double>(), j["bound"].get<std::string>().c_str(),
+                o.kernel == "automatic" ? "" : " kernel ",
+                o.kernel == "automatic" ? "" : o.kernel.c_str());
     std::fflush(stdout);
     results.push_back(j);
   }

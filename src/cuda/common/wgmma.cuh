@@ -1,7 +1,7 @@
 // Thin PTX wrappers for Hopper's warpgroup MMA (wgmma, sm_90a), the
 // 128-byte-swizzled shared-memory descriptors they read, the fences around
 // them, and setmaxnreg. One home for every kernel family (decode, prefill, DSA
-// indexer). MMAs: 16-bit inputs (bf16 or f16) m64nNk16 for N = 32..256 with A
+// indexer). MMAs: 16-bit inputs (bf16 or f16) m64nNk16 for N = 16..256 with A
 // from shared memory or registers (mma_ss / mma_rs), and e4m3 m64nNk32 for
 // N = 64..256 with both operands in shared memory (mma_ss_e4m3: the indexer).
 //
@@ -95,6 +95,7 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 enum class Elem { kBf16, kF16 };
 
 #define MLA_WGMMA_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define MLA_WGMMA_OUT2 MLA_WGMMA_D4(0), MLA_WGMMA_D4(1)
 #define MLA_WGMMA_OUT4 MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3)
 #define MLA_WGMMA_OUT8 \
   MLA_WGMMA_OUT4, MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)
@@ -107,17 +108,22 @@ enum class Elem { kBf16, kF16 };
       MLA_WGMMA_D4(25), MLA_WGMMA_D4(26), MLA_WGMMA_D4(27), MLA_WGMMA_D4(28), MLA_WGMMA_D4(29), \
       MLA_WGMMA_D4(30), MLA_WGMMA_D4(31)
 // Per R = N / 8 rows of d: the accumulator list, then the operand numbers
-// that follow it. _SS: desc_a, desc_b, the tnspB immediate; _RS: the four A
-// registers, desc_b, tnspB; _P: the accumulate flag.
+// that follow it. _SS: desc_a, desc_b, the tnspA and tnspB immediates; _RS:
+// the four A registers, desc_b, tnspB; _P: the accumulate flag.
+#define MLA_WGMMA_REGS2 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define MLA_WGMMA_SS2 "%8, %9, p, 1, 1, %11, %12"
+#define MLA_WGMMA_SS_P2 "%10"
+#define MLA_WGMMA_RS2 "{%8, %9, %10, %11}, %12, p, 1, 1, %14"
+#define MLA_WGMMA_RS_P2 "%13"
 #define MLA_WGMMA_REGS4 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define MLA_WGMMA_SS4 "%16, %17, p, 1, 1, 0, %19"
+#define MLA_WGMMA_SS4 "%16, %17, p, 1, 1, %19, %20"
 #define MLA_WGMMA_SS_P4 "%18"
 #define MLA_WGMMA_RS4 "{%16, %17, %18, %19}, %20, p, 1, 1, %22"
 #define MLA_WGMMA_RS_P4 "%21"
 #define MLA_WGMMA_REGS8                                                                         \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define MLA_WGMMA_SS8 "%32, %33, p, 1, 1, 0, %35"
+#define MLA_WGMMA_SS8 "%32, %33, p, 1, 1, %35, %36"
 #define MLA_WGMMA_SS_P8 "%34"
 #define MLA_WGMMA_RS8 "{%32, %33, %34, %35}, %36, p, 1, 1, %38"
 #define MLA_WGMMA_RS_P8 "%37"
@@ -126,7 +132,7 @@ enum class Elem { kBf16, kF16 };
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
   "%56, %57, %58, %59, %60, %61, %62, %63}"
-#define MLA_WGMMA_SS16 "%64, %65, p, 1, 1, 0, %67"
+#define MLA_WGMMA_SS16 "%64, %65, p, 1, 1, %67, %68"
 #define MLA_WGMMA_SS_P16 "%66"
 #define MLA_WGMMA_RS16 "{%64, %65, %66, %67}, %68, p, 1, 1, %70"
 #define MLA_WGMMA_RS_P16 "%69"
@@ -139,7 +145,7 @@ enum class Elem { kBf16, kF16 };
   "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
   "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "     \
   "%124, %125, %126, %127}"
-#define MLA_WGMMA_SS32 "%128, %129, p, 1, 1, 0, %131"
+#define MLA_WGMMA_SS32 "%128, %129, p, 1, 1, %131, %132"
 #define MLA_WGMMA_SS_P32 "%130"
 #define MLA_WGMMA_RS32 "{%128, %129, %130, %131}, %132, p, 1, 1, %134"
 #define MLA_WGMMA_RS_P32 "%133"
@@ -153,7 +159,7 @@ enum class Elem { kBf16, kF16 };
 #define MLA_WGMMA_SS(R, NN, TY)                                                                 \
   MLA_WGMMA_ASM(MLA_WGMMA_INSTR(NN, TY), MLA_WGMMA_REGS##R, MLA_WGMMA_SS##R, MLA_WGMMA_SS_P##R, \
                 MLA_WGMMA_OUT##R, "l"(desc_a), "l"(desc_b), "r"(int(accumulate)),               \
-                "n"(int(kTransB)))
+                "n"(int(kTransA)), "n"(int(kTransB)))
 #define MLA_WGMMA_RS(R, NN, TY)                                                                 \
   MLA_WGMMA_ASM(MLA_WGMMA_INSTR(NN, TY), MLA_WGMMA_REGS##R, MLA_WGMMA_RS##R, MLA_WGMMA_RS_P##R, \
                 MLA_WGMMA_OUT##R, "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),      \
@@ -164,20 +170,23 @@ enum class Elem { kBf16, kF16 };
     MLA_WGMMA_##OP(R, NN, "f16");  \
   else                             \
     MLA_WGMMA_##OP(R, NN, "bf16")
-#define MLA_WGMMA_DISPATCH(OP)                                                   \
-  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma N: 32..256"); \
-  if constexpr (N == 32) {                                                       \
-    MLA_WGMMA_TYPED(OP, 4, 32);                                                  \
-  } else if constexpr (N == 64) {                                                \
-    MLA_WGMMA_TYPED(OP, 8, 64);                                                  \
-  } else if constexpr (N == 128) {                                               \
-    MLA_WGMMA_TYPED(OP, 16, 128);                                                \
-  } else {                                                                       \
-    MLA_WGMMA_TYPED(OP, 32, 256);                                                \
+#define MLA_WGMMA_DISPATCH(OP)                                                              \
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma N: 16..256"); \
+  if constexpr (N == 16) {                                                                  \
+    MLA_WGMMA_TYPED(OP, 2, 16);                                                             \
+  } else if constexpr (N == 32) {                                                           \
+    MLA_WGMMA_TYPED(OP, 4, 32);                                                             \
+  } else if constexpr (N == 64) {                                                           \
+    MLA_WGMMA_TYPED(OP, 8, 64);                                                             \
+  } else if constexpr (N == 128) {                                                          \
+    MLA_WGMMA_TYPED(OP, 16, 128);                                                           \
+  } else {                                                                                  \
+    MLA_WGMMA_TYPED(OP, 32, 256);                                                           \
   }
 
-// A from shared memory (K-major), B from shared memory.
-template <Elem T, int N, bool kTransB = false>
+// A from shared memory (K-major, or kTransA: MN-major, the M dim contiguous),
+// B from shared memory.
+template <Elem T, int N, bool kTransB = false, bool kTransA = false>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
                                        bool accumulate) {
   MLA_WGMMA_DISPATCH(SS)
@@ -250,28 +259,34 @@ __device__ __forceinline__ void m64n64k32_e4m3_ss(float (&d)[8][4], uint64_t des
 #undef MLA_WGMMA_DISPATCH
 #undef MLA_WGMMA_INSTR
 #undef MLA_WGMMA_OUT16
+#undef MLA_WGMMA_OUT2
 #undef MLA_WGMMA_OUT32
 #undef MLA_WGMMA_OUT4
 #undef MLA_WGMMA_OUT8
 #undef MLA_WGMMA_REGS16
+#undef MLA_WGMMA_REGS2
 #undef MLA_WGMMA_REGS32
 #undef MLA_WGMMA_REGS4
 #undef MLA_WGMMA_REGS8
 #undef MLA_WGMMA_RS
 #undef MLA_WGMMA_RS16
+#undef MLA_WGMMA_RS2
 #undef MLA_WGMMA_RS32
 #undef MLA_WGMMA_RS4
 #undef MLA_WGMMA_RS8
 #undef MLA_WGMMA_RS_P16
+#undef MLA_WGMMA_RS_P2
 #undef MLA_WGMMA_RS_P32
 #undef MLA_WGMMA_RS_P4
 #undef MLA_WGMMA_RS_P8
 #undef MLA_WGMMA_SS
 #undef MLA_WGMMA_SS16
+#undef MLA_WGMMA_SS2
 #undef MLA_WGMMA_SS32
 #undef MLA_WGMMA_SS4
 #undef MLA_WGMMA_SS8
 #undef MLA_WGMMA_SS_P16
+#undef MLA_WGMMA_SS_P2
 #undef MLA_WGMMA_SS_P32
 #undef MLA_WGMMA_SS_P4
 #undef MLA_WGMMA_SS_P8

@@ -4,9 +4,9 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false, false>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false, MathForm::seesaw>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true, false>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true, MathForm::seesaw>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -47,6 +47,18 @@ struct Regs {
                 "the producer must free what the math warpgroups take");
 };
 
+// The narrow kernel, whose producer holds two tiles of raw entries
+// (decode_kernel.cuh, kNarrow): its math warpgroups hold 64 O^T
+// accumulators instead of 128 O ones and give registers back, the producer
+// takes them (2 x (168 - 136) = 232 - 168; ptxas: no spills in the math
+// warpgroups, a few in the fp8_e4m3 producer's cursor code).
+struct NarrowRegs {
+  static constexpr int kMath = 136;
+  static constexpr int kProducer = 232;
+  static_assert(kThreads / 128 == 3 && 2 * (kLaunchRegs - kMath) >= kProducer - kLaunchRegs,
+                "the math warpgroups must free what the producer takes");
+};
+
 // Shared-memory map (bytes). Every tile starts 1024-aligned (the swizzle).
 // Q 72 KB + 2 stages x 72 KB + P 8 KB = 224 KB of the 227 KB: no room for a
 // third stage or a raw fp8 staging tile, hence the register dequantisation.
@@ -65,7 +77,11 @@ inline constexpr size_t kBarOff = kFlagOff + kStages * 4 * 4;  // u64 full[kStag
 inline constexpr size_t kQScaleOff = kBarOff + 2 * kStages * 8;              // f32 [64]
 inline constexpr size_t kKeyFacOff = kQScaleOff + kM * 4;                    // f32 [kStages][64]
 inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // i32 [kStages][4]
-inline constexpr size_t kSmemBytes = kKeyFlagOff + kStages * 4 * 4;
+// Narrow kernel only (decode_narrow.cuh): each math warpgroup's running max
+// per query row and each math warp's `bad`, exchanged at the end of a piece.
+inline constexpr size_t kNarrowMOff = kKeyFlagOff + kStages * 4 * 4;  // f32 [2 wg][16]
+inline constexpr size_t kNarrowBadOff = kNarrowMOff + 2 * 16 * 4;     // i32 [8 warps]
+inline constexpr size_t kSmemBytes = kNarrowBadOff + 8 * 4;
 // The one-way form has no max exchange; its 1 KB holds instead WG0's
 // hand-over to WG1: per tile the rows' rescale factors, at a piece's end the
 // row maxima and the bad flag (the row sums go to kLOff), and the two
@@ -94,6 +110,23 @@ inline constexpr int kKeyShiftMax = 15;
 // Named barriers (0 is __syncthreads): kBarQ, kBarMax, kBarP between the two
 // math warpgroups; kBarQ1: WG1's threads loading Q (one-way form); kBarProd:
 // the producer warpgroup's threads (TMA kernel).
-inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarQ1 = 4, kBarProd = 6;
+inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarQ1 = 7, kBarProd = 6;
+// Narrow kernel: one barrier per math warpgroup (kBarWg + wg), its 128 threads;
+// the end of a piece uses kBarQ, kBarMax, kBarP (the 64-row math's, free
+// there) in turn, each for one hand-over, all plain bar.sync of the 256 math
+// threads (compute-sanitizer's racecheck followed neither a bar.red there nor
+// the barriers after it: 61 false hazards in round C).
+inline constexpr int kBarWg = 4;
+
+// The narrow kernel (decode_narrow.cuh): row blocks with at most kNarrowRows
+// query rows (h_q 16, s_q 1) computed transposed, S^T = K Q^T and
+// O^T = V^T P^T (wgmma M = 64 keys or value dims, N = the 16 rows), so the
+// tensor work and the shared-memory reads per tile are those of 16 rows, not
+// of 64. fp8 caches only, dense (paged) keys.
+inline constexpr int kNarrowRows = 16;
+// The automatic choice for such row blocks (decode_cuda.cpp): measured on an
+// H100 (2026-12-06) at b128 h16 s_q1 L16K / L32K, 1.19-1.21x the 64-row fp8
+// kernel (docs/perf-log.md).
+inline constexpr bool kChooseNarrow = true;
 
 }  // namespace mla::cuda::decode

@@ -124,60 +124,73 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_tma_oneway: return "wgmma_tma_oneway";
     case Kernel::wgmma_cp_async_oneway: return "wgmma_cp_async_oneway";
     case Kernel::wgmma_fp8_oneway: return "wgmma_fp8_oneway";
+    case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
   }
   return "?";
 }
 
-Kernel seesaw_of(Kernel k) {
+// The producer kernel k runs (its seesaw name; automatic stays automatic) and
+// the form of its math warpgroups.
+Kernel producer_of(Kernel k) {
   switch (k) {
     case Kernel::wgmma_tma_oneway: return Kernel::wgmma_tma;
     case Kernel::wgmma_cp_async_oneway: return Kernel::wgmma_cp_async;
-    case Kernel::wgmma_fp8_oneway: return Kernel::wgmma_fp8;
+    case Kernel::wgmma_fp8_oneway:
+    case Kernel::wgmma_fp8_narrow: return Kernel::wgmma_fp8;
     default: return k;
   }
 }
-
-bool is_oneway(Kernel k) {
-  return seesaw_of(k) != k;
+MathForm form_of(Kernel k) {
+  if (k == Kernel::wgmma_fp8_narrow) return MathForm::narrow;
+  return producer_of(k) != k ? MathForm::oneway : MathForm::seesaw;
 }
 
 bool kernel_takes(Kernel k, const Problem& problem) {
-  k = seesaw_of(k);
-  switch (k) {
+  if (form_of(k) == MathForm::narrow && !(problem.rows > 0 && problem.rows <= kNarrowRows))
+    return false;
+  switch (producer_of(k)) {
     case Kernel::automatic: return true;
     case Kernel::wgmma_tma: return !problem.fp8 && problem.tma_map;
     case Kernel::wgmma_cp_async: return !problem.fp8;
     case Kernel::wgmma_fp8: return problem.fp8;
-    default: break;  // the one-way forms: mapped above
+    default: break;  // mapped by producer_of
   }
   return false;
 }
 
+// Row blocks of at most kNarrowRows rows (h_q 16, s_q 1): fp8 caches take the
+// narrow math, bf16 the seesaw (memory-bound there; the one-way form was not
+// measured at 16 rows). More rows: the one-way form, which measured 1.0-1.27x
+// the seesaw on dense bf16 and 1.08-1.25x on both fp8 layouts (docs/perf-log.md).
 Kernel choose_kernel(const Problem& problem) {
-  if (problem.fp8) return Kernel::wgmma_fp8;
-  return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
+  const bool narrow_rows = problem.rows > 0 && problem.rows <= kNarrowRows;
+  if (problem.fp8) {
+    if (narrow_rows) return kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8;
+    return Kernel::wgmma_fp8_oneway;
+  }
+  if (narrow_rows) return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
+  return problem.tma_map ? Kernel::wgmma_tma_oneway : Kernel::wgmma_cp_async_oneway;
 }
 
-// The main kernel of seesaw kernel k (not automatic), in its one-way math
-// form if kOneWay.
-template <bool kOneWay>
+// The main kernel of producer k (not automatic) with math form kForm.
+template <MathForm kForm>
 cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int row_blocks,
                          cudaStream_t stream, const CUtensorMap& kv_map) {
-  switch (k) {
-    case Kernel::wgmma_tma:
-      return launch_decode_kernel<PagedKeys, KvFormat::bf16, true, kOneWay>(p, row_blocks, stream,
-                                                                            kv_map);
-    case Kernel::wgmma_cp_async:
-      return launch_decode_kernel<PagedKeys, KvFormat::bf16, false, kOneWay>(p, row_blocks, stream,
-                                                                             kv_map);
-    case Kernel::wgmma_fp8:  // one kernel, the producer of the cache's format
-      return format == KvFormat::fp8_e4m3
-                 ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kOneWay>(
-                       p, row_blocks, stream, kv_map)
-                 : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kOneWay>(
-                       p, row_blocks, stream, kv_map);
-    default: return cudaErrorInvalidValue;  // resolved by the caller
+  if constexpr (kForm != MathForm::narrow) {  // the narrow math serves fp8 caches only
+    if (k == Kernel::wgmma_tma)
+      return launch_decode_kernel<PagedKeys, KvFormat::bf16, true, kForm>(p, row_blocks, stream,
+                                                                          kv_map);
+    if (k == Kernel::wgmma_cp_async)
+      return launch_decode_kernel<PagedKeys, KvFormat::bf16, false, kForm>(p, row_blocks, stream,
+                                                                           kv_map);
   }
+  if (k == Kernel::wgmma_fp8)  // one kernel, the producer of the cache's format
+    return format == KvFormat::fp8_e4m3
+               ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kForm>(p, row_blocks,
+                                                                                   stream, kv_map)
+               : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kForm>(
+                     p, row_blocks, stream, kv_map);
+  return cudaErrorInvalidValue;  // automatic: resolved by the caller
 }
 
 }  // namespace decode
@@ -285,10 +298,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   // kernel that cannot run this cache format and page size is refused before
   // any launch; the map is encoded (host work) while the schedule kernel runs.
   const bool tma_shape = !fp8 && p.page_size % kTileKeys == 0;
-  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape};
+  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape, .rows = g.rows};
   auto refuse = [&](const char* why) {
-    return error(Errc::unsupported, "kernel: {} cannot run a {} cache of page_size {}{}",
-                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size, why);
+    return error(Errc::unsupported,
+                 "kernel: {} cannot run a {} cache of page_size {} with {} query rows{}",
+                 kernel_name(kernel), kv_format_name(a.kv.format), p.page_size, g.rows, why);
   };
   if (!kernel_takes(kernel, problem)) return refuse("");
 
@@ -301,10 +315,21 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   if (kernel == Kernel::automatic) kernel = choose_kernel(problem);
   if (!kernel_takes(kernel, problem))
     return refuse(" (the driver rejects its layout as a TMA map)");
-  const cudaError_t launched =
-      is_oneway(kernel)
-          ? launch_paged<true>(seesaw_of(kernel), a.kv.format, p, g.row_blocks, stream, kv_map)
-          : launch_paged<false>(kernel, a.kv.format, p, g.row_blocks, stream, kv_map);
+  cudaError_t launched = cudaErrorInvalidValue;
+  switch (form_of(kernel)) {
+    case MathForm::seesaw:
+      launched = launch_paged<MathForm::seesaw>(producer_of(kernel), a.kv.format, p, g.row_blocks,
+                                                stream, kv_map);
+      break;
+    case MathForm::oneway:
+      launched = launch_paged<MathForm::oneway>(producer_of(kernel), a.kv.format, p, g.row_blocks,
+                                                stream, kv_map);
+      break;
+    case MathForm::narrow:
+      launched = launch_paged<MathForm::narrow>(producer_of(kernel), a.kv.format, p, g.row_blocks,
+                                                stream, kv_map);
+      break;
+  }
   MLA_CUDA_TRY(launched, "decode_kernel launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();

@@ -2,6 +2,7 @@
 // after the device-independent validation has passed, with Kernel::automatic;
 // tests and benchmarks pass a specific kernel.
 #pragma once
+#include "cuda/decode/decode_launch.hpp"
 #include "mla/decode.hpp"
 
 namespace mla::cuda::decode {
@@ -15,15 +16,17 @@ enum class Kernel {
   wgmma_cp_async,  // bf16 cache, any page size: cp.async
   wgmma_fp8,       // fp8 caches (fp8_ds_mla, fp8_e4m3): converted in registers, next tile in flight
   // The same three with the math warpgroups' one-way form (decode_kernel.cuh)
-  // instead of the seesaw; not chosen automatically until measured.
+  // instead of the seesaw.
   wgmma_tma_oneway,
   wgmma_cp_async_oneway,
   wgmma_fp8_oneway,
+  wgmma_fp8_narrow,  // fp8, <= 16 rows: transposed math, two raw tiles in flight
+                     // (decode_narrow.cuh)
 };
 inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
                                       Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
                                       Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
-                                      Kernel::wgmma_fp8_oneway};
+                                      Kernel::wgmma_fp8_oneway, Kernel::wgmma_fp8_narrow};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.
@@ -31,16 +34,19 @@ struct Problem {
   bool fp8 = false;       // the cache format
   int64_t page_size = 0;  // tokens per page
   bool tma_map = false;   // the driver encodes a TMA map of this bf16 cache
+  int64_t rows = 0;       // query rows of a request (s_q * h_q); 0: not known
 };
-// The kernel automatic runs: the TMA tiles where a 64-key tile is one page and
-// the driver takes the cache's layout, else cp.async (bf16); fp8 has one.
+// The kernel automatic runs: bf16, the TMA tiles where a 64-key tile is one
+// page and the driver takes the cache's layout, else cp.async; fp8, the
+// converting producer. Row blocks of <= 16 rows: the narrow math (fp8,
+// kChooseNarrow) or the seesaw (bf16); more rows: the one-way form.
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);
-// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones),
-// and whether k is a one-way form.
-Kernel seesaw_of(Kernel k);
-bool is_oneway(Kernel k);
+// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones)
+// and the form of k's math warpgroups.
+Kernel producer_of(Kernel k);
+MathForm form_of(Kernel k);
 
 }  // namespace mla::cuda::decode
 

@@ -3,7 +3,7 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, false>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, MathForm::seesaw>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -351,13 +351,128 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   return 0;
 }
 
-// The fp8 cache formats' producer pieces: registers of a half entry, whether
-// keys can be stored shifted (decode_kernel.cuh header), the entry's bytes.
+// The narrow producer (two raw tiles) keeps its refill loads behind the
+// conversion (fp8_ds_mla: each after its piece's, fp8_e4m3: all after the
+// whole tile's) by a warp barrier, which ptxas does not move loads across.
+// Without it ptxas hoists them to the top (new and old values live at once,
+// with the other tile's registers: it spilled the just-loaded registers to
+// local memory, each spill store waiting for its load); with one raw tile it
+// has the registers for what it hoists.
+__device__ __forceinline__ void pin_refill(const uint8_t*&) {
+  __syncwarp();
+}
+
+// ---- the narrow kernel's producer: a key's two threads read sector pairs ----
+// With the layouts above a warp's 16-byte load instruction reads one 16-byte
+// piece of 32 entries: every 32-byte sector is requested twice, by two
+// instructions of the same thread, and the L1 (~23 KB beside 227 KB of shared
+// memory) rarely keeps it in between (ncu, narrow kernel, round C: L1 hit rate
+// 34%, L2 78% busy at 50% of the DRAM rate: L2-bound). Here the two threads
+// of a key (lanes l, l ^ 16) read bytes 32i + 16h of its entry in the same
+// instruction i, so one request serves a whole sector (fp8_e4m3's 576-byte
+// entries are 32-byte aligned; fp8_ds_mla's odd entries straddle sectors,
+// three quarters of the requests remain). Piece i (16 codes) lands in stage
+// chunks 4i + 2h, +1; a quarter warp (8 rows, one h) still stores 8 distinct
+// SW128 positions.
+struct RawPairDsMla {  // one thread's pieces of an fp8_ds_mla entry (half h)
+  uint4 codes[16];     // codes [32i + 16h, +16)
+  uint4 scales;        // the four block scales (both threads)
+  uint4 rope[4];       // rope chunks 2k + h: bytes 528 + 32k + 16h
+};
+struct RawPairE4m3 {  // one thread's pieces of an fp8_e4m3 entry (half h)
+  uint4 codes[18];    // codes [32i + 16h, +16)
+};
+__device__ __forceinline__ void load_raw_half(RawPairDsMla& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw.codes[i] = ldg16_or_zero(src, 32 * i + 16 * half);
+  raw.scales = ldg16_or_zero(src, kFp8ScaleOffset);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) raw.rope[k] = ldg16_or_zero(src, kFp8RopeOffset + 32 * k + 16 * half);
+}
+__device__ __forceinline__ void load_raw_half(RawPairE4m3& raw, const uint8_t* src, int half) {
+#pragma unroll
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(src, 32 * i + 16 * half);
+}
+// 16 e4m3 codes (cv) -> two stage chunks q, q + 1 of row rx (tile_off_x),
+// each pair of codes times s2 (fp8_ds_mla) or not.
+template <bool kScaled>
+__device__ __forceinline__ void store_codes16(uint8_t* stage, uint32_t rx, int q, uint4 cv,
+                                              __half2 s2) {
+  const uint32_t c32[4] = {cv.x, cv.y, cv.z, cv.w};
+  uint32_t w[8];
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    if constexpr (kScaled) {
+      w[2 * h] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] & 0xffff), s2);
+      w[2 * h + 1] = e4m3x2_to_f16x2_scaled(uint16_t(c32[h] >> 16), s2);
+    } else {
+      w[2 * h] = e4m3x2_to_f16x2(uint16_t(c32[h] & 0xffff));
+      w[2 * h + 1] = e4m3x2_to_f16x2(uint16_t(c32[h] >> 16));
+    }
+  }
+  *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q)) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+}
+// As convert_and_refill (same stage bytes, same e_key), for the pair layout;
+// the refill loads stay behind the conversion (pin_refill): the narrow
+// producer holds two tiles.
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half,
+                                                  RawPairDsMla& raw, const uint8_t* next,
+                                                  bool* over) {
+  const float sc[4] = {__uint_as_float(raw.scales.x), __uint_as_float(raw.scales.y),
+                       __uint_as_float(raw.scales.z), __uint_as_float(raw.scales.w)};
+  const float smax = fmaxf(fmaxf(fabsf(sc[0]), fabsf(sc[1])), fmaxf(fabsf(sc[2]), fabsf(sc[3])));
+  float rmax = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[k].x), bf16x2_absmax(raw.rope[k].y)),
+                             fmaxf(bf16x2_absmax(raw.rope[k].z), bf16x2_absmax(raw.rope[k].w))));
+  rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
+  int e_key = max(nope_shift(smax), rope_shift(rmax));
+  *over = e_key > kKeyShiftMax;
+  e_key = min(e_key, kKeyShiftMax);
+  const float f = exp2i(-e_key);
+  const uint32_t rx = row_x(r);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {  // piece i: dims 32i + 16h, scale group i / 4
+    const uint4 cv = raw.codes[i];
+    pin_refill(next);
+    raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+    store_codes16<true>(stage, rx, 4 * i + 2 * half, cv, __float2half2_rn(sc[i / 4] * f));
+  }
+  raw.scales = ldg16_or_zero(next, kFp8ScaleOffset);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint4 v = raw.rope[k];
+    raw.rope[k] = ldg16_or_zero(next, kFp8RopeOffset + 32 * k + 16 * half);
+    *reinterpret_cast<uint4*>(stage + 8 * kBlockBytes + tile_off_x(rx, 2 * k + half)) =
+        make_uint4(bf16x2_to_f16x2(v.x, f), bf16x2_to_f16x2(v.y, f), bf16x2_to_f16x2(v.z, f),
+                   bf16x2_to_f16x2(v.w, f));
+  }
+  return e_key;
+}
+__device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawPairE4m3& raw,
+                                                  const uint8_t* next, bool* over) {
+  *over = false;
+  const uint32_t rx = row_x(r);
+#pragma unroll
+  for (int i = 0; i < 18; ++i)
+    store_codes16<false>(stage, rx, 4 * i + 2 * half, raw.codes[i], __half2());
+  pin_refill(next);  // the refill after the whole conversion (see pin_refill)
+#pragma unroll
+  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+  return 0;
+}
+
+// The fp8 cache formats' producer pieces: registers of a half entry (Raw; the
+// narrow kernel's sector-pair layout: RawPair), whether keys can be stored
+// shifted (decode_kernel.cuh header), the entry's bytes.
 template <KvFormat kFormat>
 struct Fp8Entry {
   static_assert(kFormat == KvFormat::fp8_ds_mla || kFormat == KvFormat::fp8_e4m3,
                 "the converting producer serves the fp8 formats");
   using Raw = std::conditional_t<kFormat == KvFormat::fp8_ds_mla, RawHalf, RawHalfE4m3>;
+  using RawPair = std::conditional_t<kFormat == KvFormat::fp8_ds_mla, RawPairDsMla, RawPairE4m3>;
   static constexpr bool kKeyShift = kFormat == KvFormat::fp8_ds_mla;
   static constexpr int kEntryBytes = kv_entry_bytes(kFormat);
   static_assert(kEntryBytes % 16 == 0, "entries are read in 16-byte chunks");
@@ -373,11 +488,18 @@ struct Fp8Entry {
 // pieces.
 // Per stage it also publishes each key's factor 2^e_key (sKeyFac) and the
 // warps' flag words (sKeyFlag, decode_config.hpp).
-template <class KeySrc, KvFormat kFormat>
+//
+// kRaw = 2 (the narrow kernel, whose math warpgroups need few registers and
+// give the producer 232): two tiles' half entries in registers, rawA and rawB
+// taking turns, so converting tile j refills with tile j+2 while tile j+1's
+// loads are in flight: two tiles of loads in flight instead of one, the L2
+// prefetch one tile further (j+3). Same cursor, one tile further ahead.
+template <class KeySrc, KvFormat kFormat, int kRaw = 1>
 // All of shared memory from one base pointer (the budget has no registers
 // for six 64-bit ones).
 __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* smem,
                                                      int piece_begin, int piece_end, int ptid) {
+  static_assert(kRaw == 1 || kRaw == 2, "one or two tiles of raw entries in registers");
   int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
   float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
   int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
@@ -416,23 +538,16 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     const int k = key();
     return k >= 0 ? KeySrc::lookup(p, b, k) : 0;
   };
-  // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
   using E = Fp8Entry<kFormat>;
-  typename E::Raw raw;
-  bool cur_bit, nxt_bit;
-  advance();
-  bool have = has;
-  load_raw_half(raw, resolve(look_up(), &cur_bit), half);
-  advance();
-  bool have_nxt = has;
-  const uint8_t* nxt = resolve(look_up(), &nxt_bit);
-  advance();
-  int ahead = look_up();
-  for (uint32_t cnt = 0; have; ++cnt) {
+  // Tile cnt from `raw` into stage cnt % 2 (each register refilled from
+  // `refill`, this thread's entry in a later tile, once converted), its flags
+  // and factors published, the stage handed to the math warpgroups.
+  auto hand_over = [&](auto& raw, uint32_t cnt, bool cur_bit, const uint8_t* refill) {
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
-    const int e_key = convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, nxt, &over);
+    const int e_key =
+        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
     // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
     // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
     const bool vote =
@@ -447,17 +562,79 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     if ((ptid & 31) == 0) sFlag[st * 4 + ptid / 32] = flag;
     wgmma::fence_proxy_async();  // the tile's generic writes before wgmma's async reads
     ptx::mbar_arrive(&full[st]);
-    // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
-    bool far_bit;
-    const uint8_t* far = resolve(ahead, &far_bit);
-    // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
-    // three, half 1 the next ones inside the entry and the last byte's.
+  };
+  // An entry (656 or 576 bytes) spans at most 7 lines: half 0 the first
+  // three, half 1 the next ones inside the entry and the last byte's.
+  auto prefetch = [&](const uint8_t* far) {
     if (far != nullptr) {
 #pragma unroll
       for (int k = 0; k < 3; ++k)  // (a line past a 576-byte entry: its last byte's again)
         ptx::prefetch_l2(far + min(128 * (3 * half + k), E::kEntryBytes - 1));
       if (half) ptx::prefetch_l2(far + E::kEntryBytes - 1);
     }
+  };
+  if constexpr (kRaw == 2) {
+    // Prime: tiles 0 and 1 loaded into rawA / rawB, tile 2 resolved, tile 3
+    // looked up. At the top of a turn: rawA = tile cnt, rawB = cnt + 1, nxt =
+    // cnt + 2's address, the cursor (and ahead's id) at cnt + 3.
+    typename E::RawPair rawA, rawB;
+    bool bitA, bitB, nxt_bit;
+    advance();
+    bool haveA = has;
+    load_raw_half(rawA, resolve(look_up(), &bitA), half);
+    advance();
+    bool haveB = has;
+    load_raw_half(rawB, resolve(look_up(), &bitB), half);
+    advance();
+    bool have_nxt = has;
+    const uint8_t* nxt = resolve(look_up(), &nxt_bit);
+    advance();
+    int ahead = look_up();
+    // After converting one tile: the refill target moves to the cursor's
+    // tile (resolved from the id loaded a turn ago), the cursor one further.
+    // Returns the refilled registers' tile: (exists, flag bit).
+    auto step = [&]() {
+      bool far_bit;
+      const uint8_t* far = resolve(ahead, &far_bit);
+      prefetch(far);
+      const bool have_raw = have_nxt, bit_raw = nxt_bit;
+      have_nxt = has;
+      nxt_bit = far_bit;
+      nxt = far;
+      advance();
+      ahead = look_up();
+      return make_int2(have_raw, bit_raw);
+    };
+    for (uint32_t cnt = 0; haveA; cnt += 2) {
+      hand_over(rawA, cnt, bitA, nxt);  // rawA <- tile cnt + 2
+      const int2 sa = step();
+      haveA = sa.x != 0;
+      bitA = sa.y != 0;
+      if (!haveB) break;
+      hand_over(rawB, cnt + 1, bitB, nxt);  // rawB <- tile cnt + 3
+      const int2 sb = step();
+      haveB = sb.x != 0;
+      bitB = sb.y != 0;
+    }
+    return;
+  }
+  // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
+  typename E::Raw raw;
+  bool cur_bit, nxt_bit;
+  advance();
+  bool have = has;
+  load_raw_half(raw, resolve(look_up(), &cur_bit), half);
+  advance();
+  bool have_nxt = has;
+  const uint8_t* nxt = resolve(look_up(), &nxt_bit);
+  advance();
+  int ahead = look_up();
+  for (uint32_t cnt = 0; have; ++cnt) {
+    hand_over(raw, cnt, cur_bit, nxt);
+    // Tile j+2 (the cursor's): its page id / index arrived during this iteration.
+    bool far_bit;
+    const uint8_t* far = resolve(ahead, &far_bit);
+    prefetch(far);
     have = have_nxt;
     have_nxt = has;
     cur_bit = nxt_bit;
@@ -1091,11 +1268,21 @@ __device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* s
   }
 }
 
+}  // namespace mla::cuda::decode
+
+// The narrow math (row blocks of <= 16 rows), on the pieces above.
+#include "cuda/decode/decode_narrow.cuh"
+
+namespace mla::cuda::decode {
+
 // KeySrc: PagedKeys (dense decode) or IndexedKeys (sparse decode),
 // decode_keys.cuh. kFormat: the cache; the fp8 ones take the prefetching
 // converting producer (Fp8Entry) and f16 MMAs. kTma (bf16 paged caches): full
-// tiles by TMA through kv_map (unread otherwise). kOneWay: the math
-// warpgroups' one-way form (below) instead of the seesaw.
+// tiles by TMA through kv_map (unread otherwise). kForm: the math warpgroups'
+// form (decode_launch.hpp): the seesaw, the one-way form (below), or the
+// narrow transposed math of row blocks with <= kNarrowRows rows
+// (decode_narrow.cuh; fp8 paged caches; its producer holds two tiles of raw
+// entries, NarrowRegs).
 //
 // One-way form. WG0 computes S for all 64 keys (m64n64k16), the whole online
 // softmax (row max and sum stay in its registers: no exchange), writes P and
@@ -1106,10 +1293,12 @@ __device__ __forceinline__ void math_warpgroup(const DecodeParams& p, uint8_t* s
 // tile's P (one tile of slack: WG1's P.V of tile n overlaps WG0's S of tile
 // n + 1). Each warpgroup releases the stage (`empty`) after its own wgmmas
 // that read it completed. Barrier protocol: scripts/models/decode_oneway_barriers.py.
-template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
+  constexpr bool kOneWay = kForm == MathForm::oneway, kNarrow = kForm == MathForm::narrow;
+  static_assert(!kNarrow || (kFp8 && !KeySrc::kIndexed), "narrow math: fp8 paged caches only");
   using R = Regs<kFp8, kOneWay>;
   static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
   static_assert(
@@ -1129,7 +1318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], kTma ? 1 : 128);  // every producer thread arrives, or one (TMA)
-      ptx::mbar_init(&empty[s], kMathThreads);   // every math thread arrives
+      // every math thread arrives; narrow: the one warpgroup that owns stage s
+      ptx::mbar_init(&empty[s], kNarrow ? kMathThreads / 2 : kMathThreads);
     }
     if constexpr (kOneWay) {
       ptx::mbar_init(p_ready, 128);  // every WG0 thread, after its P stores
@@ -1151,6 +1341,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kMathThreads) {
     // ================= producer warpgroup =================
+    if constexpr (kNarrow) {
+      wgmma::setmaxnreg_inc<NarrowRegs::kProducer>();
+      produce_fp8_prefetch<KeySrc, kFormat, 2>(p, smem, piece_begin, piece_end, tid - kMathThreads);
+      return;
+    }
     wgmma::setmaxnreg_dec<R::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8) {
@@ -1162,6 +1357,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ================= math warpgroups =================
+  if constexpr (kNarrow) {
+    wgmma::setmaxnreg_dec<NarrowRegs::kMath>();
+    narrow_math<KeySrc, kFormat>(p, smem, piece_begin, piece_end, blockIdx.y, tid);
+    return;
+  }
   // The one-way form's warpgroups take different register budgets, so each
   // runs its own copy of the loop to its end (code after a join would get the
   // smaller budget).
@@ -1183,10 +1383,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
-  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kOneWay>;
+  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kForm>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

@@ -3,6 +3,7 @@
 //   decode_bf16.cu         PagedKeys, bf16 (cp.async and TMA tiles)
 //   decode_fp8.cu          PagedKeys, fp8_ds_mla
 //   decode_fp8_e4m3.cu     PagedKeys, fp8_e4m3
+//   decode_fp8_narrow.cu   PagedKeys, both fp8 formats, the narrow math
 //   sparse/sparse_decode_{bf16,fp8,fp8_e4m3}.cu   IndexedKeys
 // and the math warpgroups' one-way form (kOneWay, decode_kernel.cuh) of each:
 //   decode_oneway_bf16.cu, decode_oneway_fp8.cu, sparse/sparse_decode_oneway.cu
@@ -21,24 +22,38 @@ struct PagedKeys;    // decode_keys.cuh
 struct IndexedKeys;  // decode_keys.cuh
 
 // kv_map: the bf16 cache's tensor map when kTma (tma_map.hpp), unread otherwise.
-// kOneWay: the one-way math form instead of the seesaw.
-template <class KeySrc, KvFormat kFormat, bool kTma, bool kOneWay>
+// The math warpgroups' form (decode_kernel.cuh): the seesaw (each warpgroup S
+// of half the tile's keys, row maxima exchanged), the one-way form (one
+// warpgroup does S and the softmax, the other only its half of P.V), or the
+// narrow transposed math of row blocks with <= kNarrowRows rows
+// (decode_narrow.cuh; fp8 paged caches).
+enum class MathForm { seesaw, oneway, narrow };
+
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map);
 
 // One line per instantiation (each defined in the .cu file listed above).
-#define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma)                                            \
-  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, false>( \
-      const DecodeParams&, int, cudaStream_t, const CUtensorMap&);                          \
-  extern template cudaError_t launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, true>(  \
+#define MLA_DECODE_EXTERN(KeySrc, kFormat, kTma, kForm)                   \
+  extern template cudaError_t                                             \
+  launch_decode_kernel<KeySrc, KvFormat::kFormat, kTma, MathForm::kForm>( \
       const DecodeParams&, int, cudaStream_t, const CUtensorMap&)
-MLA_DECODE_EXTERN(PagedKeys, bf16, false);
-MLA_DECODE_EXTERN(PagedKeys, bf16, true);
-MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false);
-MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false);
-MLA_DECODE_EXTERN(IndexedKeys, bf16, false);
-MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false);
-MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false);
+MLA_DECODE_EXTERN(PagedKeys, bf16, false, seesaw);
+MLA_DECODE_EXTERN(PagedKeys, bf16, true, seesaw);
+MLA_DECODE_EXTERN(PagedKeys, bf16, false, oneway);
+MLA_DECODE_EXTERN(PagedKeys, bf16, true, oneway);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, seesaw);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, oneway);
+MLA_DECODE_EXTERN(PagedKeys, fp8_ds_mla, false, narrow);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, seesaw);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, oneway);
+MLA_DECODE_EXTERN(PagedKeys, fp8_e4m3, false, narrow);
+MLA_DECODE_EXTERN(IndexedKeys, bf16, false, seesaw);
+MLA_DECODE_EXTERN(IndexedKeys, bf16, false, oneway);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false, seesaw);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false, oneway);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, seesaw);
+MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, oneway);
 #undef MLA_DECODE_EXTERN
 
 }  // namespace mla::cuda::decode

@@ -5,9 +5,9 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false, true>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, false, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true, true>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::bf16, true, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

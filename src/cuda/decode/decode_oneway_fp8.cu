@@ -4,9 +4,9 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, true>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, true>(
+template cudaError_t launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

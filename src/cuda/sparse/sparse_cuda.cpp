@@ -306,21 +306,21 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
 
 // plan: null, or the schedule to read instead of running the schedule kernel
 // (plan_only: run the schedule kernel alone, into the workspace's prefix).
-// kOneWay: the decode kernel's one-way math form.
-template <bool kOneWay>
+// kForm: the decode kernel's math form (seesaw or one-way).
+template <decode::MathForm kForm>
 cudaError_t launch_indexed(const decode::DecodeParams& p, const SparseAttnParams& sp,
                            int row_blocks, cudaStream_t stream) {
   using decode::IndexedKeys;
   using decode::launch_decode_kernel;
   const CUtensorMap none{};  // no TMA on indexed keys
   if (sp.k_scale != nullptr)
-    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, kOneWay>(p, row_blocks,
-                                                                                 stream, none);
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, kForm>(p, row_blocks,
+                                                                               stream, none);
   if (sp.fp8)
-    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, kOneWay>(p, row_blocks,
-                                                                                   stream, none);
-  return launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, kOneWay>(p, row_blocks, stream,
-                                                                           none);
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, kForm>(p, row_blocks,
+                                                                                 stream, none);
+  return launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, kForm>(p, row_blocks, stream,
+                                                                         none);
 }
 Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream, const DecodePlan* plan = nullptr,

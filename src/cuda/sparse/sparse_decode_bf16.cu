@@ -4,7 +4,7 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, false>(
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, MathForm::seesaw>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

@@ -4,7 +4,8 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, false>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false,
+                                          MathForm::seesaw>(const DecodeParams&, int, cudaStream_t,
+                                                            const CUtensorMap&);
 
 }  // namespace mla::cuda::decode

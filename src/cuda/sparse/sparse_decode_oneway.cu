@@ -5,11 +5,12 @@
 
 namespace mla::cuda::decode {
 
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, true>(
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, true>(
-    const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
-template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, true>(
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false,
+                                          MathForm::oneway>(const DecodeParams&, int, cudaStream_t,
+                                                            const CUtensorMap&);
+template cudaError_t launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, MathForm::oneway>(
     const DecodeParams&, int, cudaStream_t, const CUtensorMap&);
 
 }  // namespace mla::cuda::decode
