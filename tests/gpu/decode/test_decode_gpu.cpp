@@ -710,16 +710,26 @@ TEST(DecodeGpuArgs, InvalidArgumentsAreErrorsNamingTheArgument) {
 // unsupported error naming the kernel, before any launch.
 TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
   using cuda::decode::choose_kernel;
-  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 64, .tma_map = true}), Kernel::wgmma_tma);
-  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 128, .tma_map = false}),
-            Kernel::wgmma_cp_async);
-  EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false}),
-            Kernel::wgmma_cp_async);
-  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false}), Kernel::wgmma_fp8);
-  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = 16}),
-            cuda::decode::kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8);
-  EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = 32}),
-            Kernel::wgmma_fp8);
+  // More than 16 rows (or not known): the one-way form of each producer.
+  for (int64_t rows : {0, 32, 128, 512}) {
+    EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 64, .tma_map = true, .rows = rows}),
+              Kernel::wgmma_tma_oneway);
+    EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 128, .tma_map = false, .rows = rows}),
+              Kernel::wgmma_cp_async_oneway);
+    EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false, .rows = rows}),
+              Kernel::wgmma_cp_async_oneway);
+    EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows}),
+              Kernel::wgmma_fp8_oneway);
+  }
+  // Up to 16 rows: the seesaw for bf16, the narrow math for fp8.
+  for (int64_t rows : {1, 16}) {
+    EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 64, .tma_map = true, .rows = rows}),
+              Kernel::wgmma_tma);
+    EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false, .rows = rows}),
+              Kernel::wgmma_cp_async);
+    EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows}),
+              cuda::decode::kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8);
+  }
   const struct {
     Kernel kernel;
     KvFormat format;

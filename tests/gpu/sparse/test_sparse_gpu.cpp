@@ -352,13 +352,20 @@ TEST(SparseGpuOneWay, SanitizerSmall) {
   run_sparse_case(rng, {KvFormat::bf16, 2, 1, 32, 190, 1, true}, Kernel::decode_oneway);
 }
 
-// The automatic choice: for decode the decode kernel unless the index lists do
-// not flatten; for prefill the prefill kernel.
+// The automatic choice: for decode the decode kernel (one-way form for bf16
+// entries, the seesaw for fp8 ones) unless the index lists do not flatten; for
+// prefill the prefill kernel.
 TEST(SparseGpuArgs, KernelChoice) {
   using cuda::sparse::choose_kernel;
   EXPECT_EQ(choose_kernel({.h_q = 16, .tokens = 8, .page_size = 64, .flat_index = true}),
-            Kernel::decode_wgmma);
+            Kernel::decode_oneway);
   EXPECT_EQ(choose_kernel({.h_q = 128, .tokens = 65535, .page_size = 1, .flat_index = true}),
+            Kernel::decode_oneway);
+  EXPECT_EQ(
+      choose_kernel({.fp8 = true, .h_q = 128, .tokens = 64, .page_size = 64, .flat_index = true}),
+      Kernel::decode_wgmma);
+  EXPECT_EQ(choose_kernel(
+                {.fp8_e4m3 = true, .h_q = 64, .tokens = 64, .page_size = 64, .flat_index = true}),
             Kernel::decode_wgmma);
   EXPECT_EQ(choose_kernel({.h_q = 64, .tokens = 8, .page_size = 64, .flat_index = false}),
             Kernel::mma_sync);
