@@ -347,8 +347,9 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   }
   if (plan == nullptr)
     MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
-  const cudaError_t launched = oneway ? launch_indexed<true>(p, sp, g.row_blocks, stream)
-                                      : launch_indexed<false>(p, sp, g.row_blocks, stream);
+  const cudaError_t launched =
+      oneway ? launch_indexed<decode::MathForm::oneway>(p, sp, g.row_blocks, stream)
+             : launch_indexed<decode::MathForm::seesaw>(p, sp, g.row_blocks, stream);
   MLA_CUDA_TRY(launched, "decode_kernel<IndexedKeys> launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();
@@ -469,9 +470,13 @@ bool kernel_takes(Kernel k, const Problem& problem) {
   return false;
 }
 
+// Decode: bf16 entries take the decode kernel's one-way form (1.00-1.02x the
+// seesaw, H100 2026-12-06), fp8 entries the seesaw (the one-way form measured
+// 0.96-1.00x there: the gathering producer bounds them; docs/perf-log.md).
 Kernel choose_kernel(const Problem& problem) {
   if (kernel_takes(Kernel::prefill, problem)) return Kernel::prefill;
-  return kernel_takes(Kernel::decode_wgmma, problem) ? Kernel::decode_wgmma : Kernel::mma_sync;
+  if (!kernel_takes(Kernel::decode_wgmma, problem)) return Kernel::mma_sync;
+  return problem.fp8 || problem.fp8_e4m3 ? Kernel::decode_wgmma : Kernel::decode_oneway;
 }
 
 }  // namespace sparse

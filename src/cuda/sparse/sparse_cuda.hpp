@@ -52,7 +52,8 @@ struct Problem {
 };
 // Prefill: the sparse prefill kernel. Decode: the decode kernel wherever it
 // takes the problem (every shape the API takes except index lists whose
-// [B, s_q] dims do not flatten to one stride).
+// [B, s_q] dims do not flatten to one stride), in its one-way form for bf16
+// entries and the seesaw for fp8 ones.
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);
