@@ -14,9 +14,23 @@ kernel's sequence of waits, arrivals, writes and reads, interleaved at random.
 mbarriers: arrival count and phase parity as PTX defines them (try_wait.parity
 (p) returns once the phase of parity p completed; a fresh barrier is in phase
 0, so parity 1 passes at once). full[s]: 1 arrival (the producer), empty[s]:
-the 4 warps of warpgroup s (the kernel: 128 threads). Named barriers: bar.sync
-counts and waits until the generation is complete: kBarWg + wg (4 warps),
-kBarQ, kBarMax, kBarP (8 warps; the piece end uses one of each in turn).
+the 4 warps of warpgroup s (the kernel: 128 threads), wg_bar[wg]: the 4 warps
+of warpgroup wg, each arriving then waiting for the phase of its meeting
+(narrow_wg_sync: a warpgroup's two meetings per tile). Named barriers:
+bar.sync counts and waits until the generation is complete: kBarQ, kBarMax,
+kBarP (8 warps; the piece end uses one of each in turn).
+
+racecheck rule (what the tool follows, from its runs on this code base: the
+seesaw decode and the sparse prefill clean, the narrow kernel with a named
+barrier per warpgroup, kBarWg + wg, 41-61 hazards at the piece end's kBarQ /
+kBarMax, the sparse prefill with a 128-thread kBarW1 beside 256-thread
+hand-overs 67): every math warp must arrive at the same sequence of named
+barrier ids. Per-warpgroup named barriers break it as soon as a warpgroup runs
+a tile (the two warpgroups' ids differ, and with an odd tile count so do
+their numbers of arrivals), and the tool then reports accesses that bar.sync
+does order. The model records each
+math warp's named-barrier sequence and fails on a difference; wg_sync="named"
+runs the old protocol, which the check must catch.
 Shared slots carry tags (which tile / piece wrote them); a read checks the tag
 it expects at its start and at its end, and a write must not overlap another
 actor's access of the slot (a read-write or write-write overlap, an overwrite
@@ -35,9 +49,9 @@ Regions (decode_narrow.cuh):
                  read by warp (1 - wg, wi) after its kBarMax, before its kBarP
                  (which keeps the next piece's load after the reads)
   max[wg][par][wi]  written by warp wi of wg for its tile (parity = its tile
-                 count), read by the 4 warps after kBarWg + wg
+                 count), read by the 4 warps after the wg_bar meeting
   P[wg][wi]      written after that barrier, read by the warpgroup's P.V after
-                 the second kBarWg + wg of the tile
+                 the second wg_bar meeting of the tile
   sum[wg][wi]    the piece's end (row sums, maxima, `bad`): written before its
                  kBarQ, read after it
 """
@@ -101,13 +115,16 @@ class NamedBar:
 
 
 class Model:
-    def __init__(self, rng, tiles_per_piece, end_barrier=True):
+    def __init__(self, rng, tiles_per_piece, end_barrier=True, wg_sync="mbar"):
         self.rng = rng
         self.end_barrier = end_barrier
+        self.wg_sync = wg_sync
         self.pieces = tiles_per_piece
         self.full = [MBar(1), MBar(1)]
         self.empty = [MBar(4), MBar(4)]
-        self.bar_wg = [NamedBar(4), NamedBar(4)]
+        self.wg_bar = [MBar(4), MBar(4)]  # narrow_wg_sync
+        self.bar_wg = [NamedBar(4), NamedBar(4)]  # the old kBarWg + wg (wg_sync="named")
+        self.named_seq = [[] for _ in range(WARPS)]  # named barriers each math warp arrived at
         self.bar_q = NamedBar(8)  # kBarQ: load_q_rows' two, the piece end's first
         self.bar_max = NamedBar(8)  # kBarMax: the piece end's second
         self.bar_p = NamedBar(8)  # kBarP: the piece end's third
@@ -161,6 +178,7 @@ class Model:
 
     def bar_sync(self, a, bar):
         self.tick(a)
+        self.named_seq[a].append(id(bar))
         g = bar.arrive(a, self.vc[a])
         while bar.gen <= g:
             yield
@@ -190,10 +208,19 @@ class Model:
     def q_slots(self, parts=None, loaders=range(WARPS)):
         return [("q", part, x) for part in (parts or self.PARTS) for x in loaders]
 
+    def meet(self, a, wg, n):
+        """The warpgroup's n-th meeting in its tiles."""
+        if self.wg_sync == "named":
+            yield from self.bar_sync(a, self.bar_wg[wg])
+        else:
+            self.mbar_arrive(a, self.wg_bar[wg])
+            yield from self.mbar_wait(a, self.wg_bar[wg], n & 1)
+
     def math(self, warp):
         a = warp
         wg, wi = warp // 4, warp % 4
         cnt = 0
+        meets = 0
         for piece, n in enumerate(self.pieces):
             # load_q_rows: every warp writes parts of all of Q; two kBarQ.
             for slot in self.q_slots(loaders=[a]):
@@ -218,7 +245,8 @@ class Model:
                 self.begin(a, ("max", wg, par, wi), "w")
                 yield
                 self.end(a, ("max", wg, par, wi), "w", tag=k)
-                yield from self.bar_sync(a, self.bar_wg[wg])
+                yield from self.meet(a, wg, meets)
+                meets += 1
                 for w in range(4):
                     self.begin(a, ("max", wg, par, w), "r", expect=k)
                 yield
@@ -227,7 +255,8 @@ class Model:
                 self.begin(a, ("p", wg, wi), "w")
                 yield
                 self.end(a, ("p", wg, wi), "w", tag=k)
-                yield from self.bar_sync(a, self.bar_wg[wg])
+                yield from self.meet(a, wg, meets)
+                meets += 1
                 for w in range(4):
                     self.begin(a, ("p", wg, w), "r", expect=k)
                 yield  # P.V wgmma in flight (reads the stage and P)
@@ -281,9 +310,14 @@ class Model:
             stuck = stuck + 1 if self.snapshot() == before else 0
             assert stuck < 20000, f"deadlock: {sorted(live)} blocked"
         assert len(self.outputs) == WARPS * len(self.pieces)
+        for w in range(1, WARPS):
+            assert self.named_seq[w] == self.named_seq[0], (
+                f"math warps 0 and {w} arrive at different named-barrier sequences "
+                f"({len(self.named_seq[0])} vs {len(self.named_seq[w])} arrivals): "
+                "racecheck stops following the shared barriers")
 
     def snapshot(self):
-        return (tuple(b.phase for b in self.full + self.empty),
+        return (tuple(b.phase for b in self.full + self.empty + self.wg_bar),
                 tuple((b.gen, len(b.arrived))
                       for b in self.bar_wg + [self.bar_q, self.bar_max, self.bar_p]),
                 tuple(tuple(v) for v in self.vc))
@@ -306,8 +340,21 @@ def main():
         except AssertionError:
             caught += 1
     assert caught > 0, "the model did not catch the missing end-of-piece barrier"
+    # The old protocol (a named barrier per warpgroup in the tiles) passes the
+    # PTX-level checks but breaks the racecheck rule as soon as a tile runs.
+    named_caught = 0
+    for trial in range(300):
+        pieces = [rng.randint(0, 5) for _ in range(rng.randint(1, 3))]
+        try:
+            Model(rng, pieces, wg_sync="named").run()
+            assert sum(pieces) == 0, f"{pieces}: per-warpgroup named barriers not caught"
+        except AssertionError as e:
+            assert "named-barrier sequences" in str(e), str(e)
+            named_caught += 1
+    assert named_caught > 0, "the model did not catch the per-warpgroup named barriers"
     print(f"decode_narrow_barriers: {runs} random schedules passed; "
-          f"without the last end-of-piece barrier {caught} of 300 failed")
+          f"without the last end-of-piece barrier {caught} of 300 failed; "
+          f"with per-warpgroup named barriers {named_caught} of 300 failed")
     return 0
 
 

@@ -81,7 +81,10 @@ inline constexpr size_t kKeyFlagOff = kKeyFacOff + kStages * kTileKeys * 4;  // 
 // per query row and each math warp's `bad`, exchanged at the end of a piece.
 inline constexpr size_t kNarrowMOff = kKeyFlagOff + kStages * 4 * 4;  // f32 [2 wg][16]
 inline constexpr size_t kNarrowBadOff = kNarrowMOff + 2 * 16 * 4;     // i32 [8 warps]
-inline constexpr size_t kSmemBytes = kNarrowBadOff + 8 * 4;
+// ... and each math warpgroup's own barrier (an mbarrier of its 128 threads,
+// decode_narrow.cuh: narrow_wg_sync).
+inline constexpr size_t kNarrowWgBarOff = kNarrowBadOff + 8 * 4;  // u64 [2 wg]
+inline constexpr size_t kSmemBytes = kNarrowWgBarOff + 2 * 8;
 // The one-way form has no max exchange; its 1 KB holds instead WG0's
 // hand-over to WG1: per tile the rows' rescale factors, at a piece's end the
 // row maxima and the bad flag (the row sums go to kLOff), and the two
@@ -97,7 +100,8 @@ inline constexpr size_t kHandBarOff = kMaxOff + 768;  // u64 p_ready, p_free
 inline constexpr size_t kPieceBarOff =
     kHandBarOff + 16;  // u64 q_ready, q_free, fin_ready, fin_free
 static_assert(kPieceBarOff + 32 <= kLOff, "the hand-over fits the max buffer");
-static_assert(kBarOff % 8 == 0 && kHandBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(kBarOff % 8 == 0 && kHandBarOff % 8 == 0 && kNarrowWgBarOff % 8 == 0,
+              "mbarriers are 8-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit the 227 KB a Hopper block may use");
 
 // fp8 caches in f16: a key whose values exceed f16's range is stored as
@@ -111,12 +115,15 @@ inline constexpr int kKeyShiftMax = 15;
 // math warpgroups; kBarQ1: WG1's threads loading Q (one-way form); kBarProd:
 // the producer warpgroup's threads (TMA kernel).
 inline constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarQ1 = 7, kBarProd = 6;
-// Narrow kernel: one barrier per math warpgroup (kBarWg + wg), its 128 threads;
-// the end of a piece uses kBarQ, kBarMax, kBarP (the 64-row math's, free
-// there) in turn, each for one hand-over, all plain bar.sync of the 256 math
-// threads (compute-sanitizer's racecheck followed neither a bar.red there nor
-// the barriers after it: 61 false hazards in round C).
-inline constexpr int kBarWg = 4;
+// Narrow kernel: the end of a piece uses kBarQ, kBarMax, kBarP (the 64-row
+// math's, free there) in turn, each for one hand-over, all plain bar.sync of
+// the 256 math threads. A warpgroup's own meetings in its tiles are NOT named
+// barriers but an mbarrier (kNarrowWgBarOff): the two warpgroups run
+// different numbers of tiles, and compute-sanitizer's racecheck stops
+// following the shared 256-thread barriers once the math warps have passed
+// different sequences of named barriers (41-61 hazards in rounds C and E,
+// all across the piece end's kBarQ / kBarMax;
+// scripts/models/decode_narrow_barriers.py checks the rule).
 
 // The narrow kernel (decode_narrow.cuh): row blocks with at most kNarrowRows
 // query rows (h_q 16, s_q 1) computed transposed, S^T = K Q^T and

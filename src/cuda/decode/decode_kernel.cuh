@@ -1327,6 +1327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint64_t* piece_bars = reinterpret_cast<uint64_t*>(smem + kPieceBarOff);
       for (int i = 0; i < 4; ++i) ptx::mbar_init(&piece_bars[i], 128);  // q_*, fin_*: one WG
     }
+    if constexpr (kNarrow) narrow_init_barriers(smem);
     ptx::mbar_fence_init();
   }
   __syncthreads();

@@ -32,10 +32,36 @@
 // lane % 4) holds d[i][2h + j] = M-row 16 wi + g + 8h, column 8i + 2c + j:
 // for S^T keys 16 wi + g (+8) of the tile, query rows q(i, j) = 8i + 2c + j.
 // A row's max and sum over the 64 keys: over g (shuffles), h (in the thread)
-// and the 4 warps (shared memory, one named barrier of the warpgroup).
+// and the 4 warps (shared memory, one meeting of the warpgroup).
+//
+// Barriers. The warpgroups meet each other only at a piece's load and end,
+// through named barriers of all 256 math threads (kBarQ, kBarMax, kBarP),
+// which every math warp passes in the same sequence. Inside its tiles a
+// warpgroup meets itself twice per tile through its own mbarrier
+// (narrow_wg_sync), not a named barrier: the two run different numbers of
+// tiles (odd tile counts), and with per-warpgroup named barriers racecheck
+// reported the piece end's scratch and row totals as races (rounds C and E)
+// although bar.sync orders them. Protocol: scripts/models/decode_narrow_barriers.py.
 #pragma once
 
 namespace mla::cuda::decode {
+
+// Each math warpgroup's own barrier: an mbarrier of its 128 threads, in
+// phase 0 at the start (decode_kernel's initialisation, thread 0).
+__device__ __forceinline__ void narrow_init_barriers(uint8_t* smem) {
+  uint64_t* wg_bar = reinterpret_cast<uint64_t*>(smem + kNarrowWgBarOff);
+  for (int wg = 0; wg < 2; ++wg) ptx::mbar_init(&wg_bar[wg], 128);
+}
+
+// The warpgroup's n-th meeting (n from 0, counted by every thread alike):
+// arrive (release: this thread's shared-memory writes), then wait until all
+// 128 arrived (acquire). A thread cannot arrive for meeting n + 1 before
+// meeting n completed, so the phase it waits for is never two ahead.
+__device__ __forceinline__ void narrow_wg_sync(uint64_t* wg_bar, uint32_t& n) {
+  ptx::mbar_arrive(wg_bar);
+  ptx::mbar_wait(wg_bar, n & 1);
+  ++n;
+}
 
 // Query row of accumulator column (i, j) of this thread.
 __device__ __forceinline__ int narrow_row(int i, int j, int c) {
@@ -180,6 +206,8 @@ __device__ __forceinline__ void narrow_math(const DecodeParams& p, uint8_t* smem
   uint64_t* empty = full + kStages;
   // Warp-uniform through lane 0 (uniform registers for the descriptors).
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  uint64_t* wg_bar = reinterpret_cast<uint64_t*>(smem + kNarrowWgBarOff) + wg;
+  uint32_t wg_meets = 0;  // this warpgroup's narrow_wg_sync so far
   const int wtid = tid % 128, wi = wtid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   uint8_t* sPw = smem + kPOff + wg * 2048;  // this warpgroup's P^T: 16 rows x 64 keys f16
@@ -289,7 +317,7 @@ __device__ __forceinline__ void narrow_math(const DecodeParams& p, uint8_t* smem
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
           mx[i][j] = m;
         }
-      // Parity-double-buffered per warpgroup: the P barrier below separates
+      // Parity-double-buffered per warpgroup: the P meeting below separates
       // a buffer's reads from its rewrite two tiles later.
       float* maxbuf = sMax + ((k / kStages) & 1) * 128 + wg * 64;
       if (g == 0) {
@@ -299,8 +327,8 @@ __device__ __forceinline__ void narrow_math(const DecodeParams& p, uint8_t* smem
           for (int j = 0; j < 2; ++j) maxbuf[wi * 16 + narrow_row(i, j, c)] = mx[i][j];
       }
       // Also: every warp of the warpgroup waited for its previous P.V, so P^T
-      // may be overwritten after this barrier.
-      ptx::named_barrier_sync(kBarWg + wg, 128);
+      // may be overwritten after this meeting.
+      narrow_wg_sync(wg_bar, wg_meets);
       float alpha[2][2], m_use[2][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -330,7 +358,7 @@ __device__ __forceinline__ void narrow_math(const DecodeParams& p, uint8_t* smem
                 sPw + narrow_p_off(narrow_row(i, j, c), 16 * wi + g + 8 * h)) = __float2half_rn(pv);
           }
       wgmma::fence_proxy_async();  // P^T's st.shared before the warpgroup's wgmma reads
-      ptx::named_barrier_sync(kBarWg + wg, 128);
+      narrow_wg_sync(wg_bar, wg_meets);
 
       // ---- O^T [512 x 16] = O^T alpha + V^T P^T ----
 #pragma unroll
