@@ -256,6 +256,23 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
   return ptx::pack_f16x2(__uint_as_float(w << 16) * f, __uint_as_float(w & 0xffff0000u) * f);
 }
 
+// The largest |value| of a thread's 32 bf16 rope values.
+__device__ __forceinline__ float rope_absmax(const uint4 (&rope)[4]) {
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    m = fmaxf(m, fmaxf(fmaxf(bf16x2_absmax(rope[i].x), bf16x2_absmax(rope[i].y)),
+                       fmaxf(bf16x2_absmax(rope[i].z), bf16x2_absmax(rope[i].w))));
+  return m;
+}
+// A key's shift e_key from its largest block scale and rope value (over all of
+// its threads), clamped to kKeyShiftMax; *over: the key needed more.
+__device__ __forceinline__ int key_shift(float smax, float rmax, bool* over) {
+  const int e_key = max(nope_shift(smax), rope_shift(rmax));
+  *over = e_key > kKeyShiftMax;
+  return min(e_key, kKeyShiftMax);
+}
+
 // `raw` (the current entry's half) converted to f16 into key row r of
 // `stage`, each register refilled from `next` (the same thread's entry in the
 // next tile; nullptr: zeros) as soon as it has been converted. The two threads
@@ -264,16 +281,10 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawHalf& raw,
                                                   const uint8_t* next, bool* over) {
   float smax = fmaxf(fabsf(raw.scale[0]), fabsf(raw.scale[1]));
-  float rmax = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[i].x), bf16x2_absmax(raw.rope[i].y)),
-                             fmaxf(bf16x2_absmax(raw.rope[i].z), bf16x2_absmax(raw.rope[i].w))));
+  float rmax = rope_absmax(raw.rope);
   smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 16));
   rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
-  int e_key = max(nope_shift(smax), rope_shift(rmax));
-  *over = e_key > kKeyShiftMax;
-  e_key = min(e_key, kKeyShiftMax);
+  const int e_key = key_shift(smax, rmax, over);
   const float f = exp2i(-e_key);
   const uint32_t rx = row_x(r);
 #pragma unroll
@@ -422,15 +433,9 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   const float sc[4] = {__uint_as_float(raw.scales.x), __uint_as_float(raw.scales.y),
                        __uint_as_float(raw.scales.z), __uint_as_float(raw.scales.w)};
   const float smax = fmaxf(fmaxf(fabsf(sc[0]), fabsf(sc[1])), fmaxf(fabsf(sc[2]), fabsf(sc[3])));
-  float rmax = 0.f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    rmax = fmaxf(rmax, fmaxf(fmaxf(bf16x2_absmax(raw.rope[k].x), bf16x2_absmax(raw.rope[k].y)),
-                             fmaxf(bf16x2_absmax(raw.rope[k].z), bf16x2_absmax(raw.rope[k].w))));
+  float rmax = rope_absmax(raw.rope);
   rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
-  int e_key = max(nope_shift(smax), rope_shift(rmax));
-  *over = e_key > kKeyShiftMax;
-  e_key = min(e_key, kKeyShiftMax);
+  const int e_key = key_shift(smax, rmax, over);
   const float f = exp2i(-e_key);
   const uint32_t rx = row_x(r);
 #pragma unroll

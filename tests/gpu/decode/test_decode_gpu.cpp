@@ -579,6 +579,20 @@ void subnormal_codes(Rng& rng, uint8_t* e, int one_in) {
     if (rng.randint(0, one_in - 1) == 0) e[i] &= 0x87;
 }
 
+// fp8_ds_mla keys shifted and unshifted in the same tiles: a quarter of the
+// keys get block scales 2^10 and subnormal codes (|k| <= 14, like the others),
+// so the kernel stores them shifted by 2^-e_key and scales S and P back.
+void mixed_shifts(Case& c) {
+  c.values = "mixed shifts";
+  c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor&) {
+    each_entry(cache, [&](uint8_t* e, int64_t, int64_t) {
+      if (rng.randint(0, 3) != 0) return;
+      set_scales(e, 1024.f);
+      subnormal_codes(rng, e, 1);
+    });
+  };
+}
+
 // Each case puts values where a shift of the f16 path acts; q is scaled so
 // that scores stay O(1-10) (a meaningful softmax), and the reference runs on
 // the same cache and q. Lengths cross tiles and pages; h 16 and 128 (one and
@@ -602,17 +616,9 @@ TEST_P(DecodeGpu, Fp8ValuesAtTheF16RangeEdges) {
     };
     cases.push_back(c);
   }
-  {  // shifted and unshifted keys in the same tiles: a quarter of the keys
-     // have scales 2^10 and subnormal codes (|k| <= 14, like the others)
+  {  // shifted and unshifted keys in the same tiles (mixed_shifts)
     Case c;
-    c.values = "mixed shifts";
-    c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor&) {
-      each_entry(cache, [&](uint8_t* e, int64_t, int64_t) {
-        if (rng.randint(0, 3) != 0) return;
-        set_scales(e, 1024.f);
-        subnormal_codes(rng, e, 1);
-      });
-    };
+    mixed_shifts(c);
     cases.push_back(c);
   }
   {  // the smallest scale (2^-13) with half the codes subnormal: products in
@@ -1136,16 +1142,7 @@ TEST(DecodeGpuOneWay, MatchesTheSeesaw) {
         c.format = f;
         c.invariant = seed % 3 == 0;
         c.seed = seed++;
-        if (f == KvFormat::fp8_ds_mla && page == 64) {  // a quarter of the keys shifted (2^10)
-          c.values = "mixed shifts";
-          c.shape_values = [](Rng& rng, PagedCache& cache, HostTensor&) {
-            each_entry(cache, [&](uint8_t* e, int64_t, int64_t) {
-              if (rng.randint(0, 3) != 0) return;
-              set_scales(e, 1024.f);
-              subnormal_codes(rng, e, 1);
-            });
-          };
-        }
+        if (f == KvFormat::fp8_ds_mla && page == 64) mixed_shifts(c);
         c.kernel = cuda::decode::producer_of(k);
         Problem P;
         setup(P, c, /*with_reference=*/false);  // the reference: the DecodeGpu tests of k
