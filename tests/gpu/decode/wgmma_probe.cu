@@ -28,6 +28,18 @@ __device__ void fill_tiles(const uint16_t* a, const uint16_t* b, uint8_t* sA, ui
   __syncthreads();
 }
 
+// A warpgroup's m64nN accumulator (wgmma.cuh's layout) to a row-major
+// [64][N] array, N = 8R.
+template <int R>
+__device__ void store_rows(const float (&d)[R][4], float* out, int tid) {
+  const int wi = tid / 32, g = (tid % 32) / 4, c = tid % 4;
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * wi + g + 8 * h;
+    for (int i = 0; i < R; ++i)
+      for (int e = 0; e < 2; ++e) out[r * 8 * R + 8 * i + 2 * c + e] = d[i][2 * h + e];
+  }
+}
+
 template <wgmma::Elem T>
 __global__ void __launch_bounds__(128, 1)
     probe_kernel(const uint16_t* a, const uint16_t* b, float* s_out, float* o_out) {
@@ -51,14 +63,8 @@ __global__ void __launch_bounds__(128, 1)
   wgmma::wait<0>();
   wgmma::fence_regs(sacc);
   wgmma::fence_regs(o);
-  const int wi = tid / 32, g = (tid % 32) / 4, c = tid % 4;
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * wi + g + 8 * h;
-    for (int i = 0; i < 4; ++i)
-      for (int e = 0; e < 2; ++e) s_out[r * 32 + 8 * i + 2 * c + e] = sacc[i][2 * h + e];
-    for (int i = 0; i < 32; ++i)
-      for (int e = 0; e < 2; ++e) o_out[r * 256 + 8 * i + 2 * c + e] = o[i][2 * h + e];
-  }
+  store_rows(sacc, s_out, tid);
+  store_rows(o, o_out, tid);
 }
 
 // The narrow kernel's transposed products (decode_narrow.cuh), f16:
@@ -88,15 +94,8 @@ __global__ void __launch_bounds__(128, 1)
   wgmma::wait<0>();
   wgmma::fence_regs(st);
   wgmma::fence_regs(ot);
-  const int wi = tid / 32, g = (tid % 32) / 4, c = tid % 4;
-  for (int h = 0; h < 2; ++h) {
-    const int m = 16 * wi + g + 8 * h;
-    for (int i = 0; i < 2; ++i)
-      for (int e = 0; e < 2; ++e) {
-        st_out[m * 16 + 8 * i + 2 * c + e] = st[i][2 * h + e];
-        ot_out[m * 16 + 8 * i + 2 * c + e] = ot[i][2 * h + e];
-      }
-  }
+  store_rows(st, st_out, tid);
+  store_rows(ot, ot_out, tid);
 }
 
 }  // namespace
