@@ -18,7 +18,13 @@ and (H200, 2026-11-30, session 3):
 The other entries (decode at 16/32 heads) are carried over from the previous calibration
 file. The layer study's other 15 points are predictions.
 
+A re-fit on another GPU (2026-12-06, H100): --gpu h100 --step FILE --stages FILE take that GPU's
+dsa-step and stages JSON; the projection, prefill and decompression entries (a fraction of the
+ceiling each, from the H200 files above) and the other head counts are carried over, as the
+"source" field of the output says.
+
 Usage: scripts/fit_calibration.py path/to/mla OUT.json [--results bench/results]
+           [--gpu h200] [--step dsa-step.json] [--stages dsa-stages.json]
 """
 
 import json
@@ -29,8 +35,11 @@ from pathlib import Path
 LAYERS = 61  # DeepSeek-V3.2: the planner's step floors are for all layers
 
 
+GPU = "h200"
+
+
 def plan(mla, context, batch, kv):
-    cmd = [mla, "plan", "--gpu", "h200", "--model", "deepseek-v3.2", "--context", str(context),
+    cmd = [mla, "plan", "--gpu", GPU, "--model", "deepseek-v3.2", "--context", str(context),
            "--kv", kv, "--batch", str(batch), "--weights", "bf16", "--json"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
@@ -70,11 +79,18 @@ def main():
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
+    global GPU
     mla, out = sys.argv[1], Path(sys.argv[2])
-    res = Path(sys.argv[sys.argv.index("--results") + 1]) if "--results" in sys.argv else Path(
-        "bench/results")
-    step = json.loads((res / "2026-11-29-h200-dsa-step.json").read_text())
-    stages = json.loads((res / "2026-11-29-h200-dsa-stages.json").read_text())
+
+    def opt(name, default):
+        return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+    res = Path(opt("--results", "bench/results"))
+    GPU = opt("--gpu", "h200")
+    step_file = Path(opt("--step", res / "2026-11-29-h200-dsa-step.json"))
+    stages_file = Path(opt("--stages", res / "2026-11-29-h200-dsa-stages.json"))
+    step = json.loads(step_file.read_text())
+    stages = json.loads(stages_file.read_text())
     layer = json.loads((res / "2026-11-29-h200-layer.json").read_text())["points"]
     old = json.loads((res / "2026-11-29-h200-calibration.json").read_text())
     prefill = json.loads((res / "2026-11-30-h200-s3-final" / "bench_prefill.json").read_text())
@@ -120,7 +136,11 @@ def main():
 
     # Projections and the layer's other kernels: one layer point (mla-bf16 8K).
     p0 = next(p for p in layer if p["config"] == "mla-bf16" and p["context"] == 8192)
-    pl = floors(p0["context"], p0["batch"], "bf16")
+    # The layer point was measured on the H200: its fraction is taken against the H200's floor
+    # whatever GPU the other entries are fitted for (a fraction of the ceiling carries over).
+    gpu_fit, GPU = GPU, "h200"
+    pl = plan(mla, p0["context"], p0["batch"], "bf16")
+    GPU = gpu_fit
     f = next(x for x in pl["formats"] if x["name"] == "mla-bf16")
     proj_floor = f["projections"]["stage"]["floor_s"] / LAYERS * 1e6
     rest = p0["median_us"] - p0["attention_us"]
@@ -153,11 +173,21 @@ def main():
                 e["h_q"] == 128 or e["kernel"] in ("indexer", "topk"))):
             continue
         entries.append(e)
-    doc = {"gpu": "h200",
-           "source": "fitted by scripts/fit_calibration.py from bench/results/2026-11-29-h200-"
-                     "{dsa-step,dsa-stages,layer}.json (H200, 2026-11-29), "
-                     "2026-11-30-h200-s3-final/bench_prefill.json and carried entries of "
-                     "2026-11-29-h200-calibration.json",
+    def short(path):  # the folder and file under bench/results, whatever the path given
+        return f"{path.parent.name}/{path.name}"
+
+    source = ("fitted by scripts/fit_calibration.py from bench/results/2026-11-29-h200-"
+              "{dsa-step,dsa-stages,layer}.json (H200, 2026-11-29), "
+              "2026-11-30-h200-s3-final/bench_prefill.json and carried entries of "
+              "2026-11-29-h200-calibration.json")
+    if "--step" in sys.argv or "--stages" in sys.argv:
+        source = (f"fitted by scripts/fit_calibration.py --gpu {GPU} from {short(step_file)} and "
+                  f"{short(stages_file)} ({GPU}); projections from 2026-11-29-h200-layer.json "
+                  "(H200), prefill and decompression from 2026-11-30-h200-s3-final/"
+                  "bench_prefill.json (H200), other entries carried from "
+                  "2026-11-29-h200-calibration.json")
+    doc = {"gpu": GPU,
+           "source": source,
            "entries": entries}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}")
