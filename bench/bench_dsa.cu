@@ -690,6 +690,22 @@ int main(int argc, char** argv) {
     bench_prefill_select(tm, 4096, 32768);
     bench_prefill_select(tm, 4096, 131072);
   }
+  // The DSA decode step's top-k: few rows (B 4-128) of short to moderate length, unordered
+  // output (the step asks by position); every kernel and cluster size that takes the shape,
+  // after the automatic plan, so choose() can be checked where fixed costs dominate.
+  if (only == "topk-short") {
+    namespace tk = mla::cuda::topk;
+    for (int64_t R : {4L, 16L, 64L, 128L})
+      for (int64_t N : {4096L, 8192L, 16384L, 32768L}) {
+        bench_topk(tm, R, N, 2048, true, nullptr, false);
+        for (tk::Kernel kern : tk::kKernels)
+          for (int cs : {1, 2, 4}) {
+            if (!tk::fits(kern, N, cs) || N / cs < 2048) continue;
+            const tk::TopkPlan plan{kern, cs};
+            bench_topk(tm, R, N, 2048, true, &plan, false);
+          }
+      }
+  }
   // One top-k shape with the automatic plan (for a profiler): topk-one R N [k].
   if (only == "topk-one" && argc > 4)
     bench_topk(tm, std::atoll(argv[3]), std::atoll(argv[4]), argc > 5 ? std::atoi(argv[5]) : 2048);

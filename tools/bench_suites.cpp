@@ -73,10 +73,10 @@ DsaBenchOptions parse_dsa_bench(int argc, char** argv) {
   app.add_option("--suite,suite", o.only,
                  "indexer, topk, topk-sweep, sparse-decode, sparse-prefill, dsa-vs-dense, "
                  "dsa-step, stages (the planner's calibration grid), all; diagnostics: "
-                 "topk-probe, topk-read, topk-one R N [k], indexer-prefill, prefill-select")
+                 "topk-probe, topk-read, topk-short, topk-one R N [k], indexer-prefill, prefill-select")
       ->check(CLI::IsMember({"indexer", "topk", "topk-sweep", "sparse-decode", "sparse-prefill",
                              "dsa-vs-dense", "dsa-step", "stages", "all", "topk-probe", "topk-read",
-                             "topk-one", "indexer-prefill", "prefill-select"}))
+                             "topk-short", "topk-one", "indexer-prefill", "prefill-select"}))
       ->capture_default_str();
   app.add_option("shape", o.shape, "topk-one: R N [k], after the file and the suite");
   add_ceiling_options(app, o.peaks);
