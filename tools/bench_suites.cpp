@@ -70,10 +70,11 @@ DsaBenchOptions parse_dsa_bench(int argc, char** argv) {
       "GPU; `mla bench sparse|indexer|topk` runs it"};
   app.add_option("--json,json", o.json, "write the rows as JSON to this file")
       ->capture_default_str();
-  app.add_option("--suite,suite", o.only,
-                 "indexer, topk, topk-sweep, sparse-decode, sparse-prefill, dsa-vs-dense, "
-                 "dsa-step, stages (the planner's calibration grid), all; diagnostics: "
-                 "topk-probe, topk-read, topk-short, topk-one R N [k], indexer-prefill, prefill-select")
+  app.add_option(
+         "--suite,suite", o.only,
+         "indexer, topk, topk-sweep, sparse-decode, sparse-prefill, dsa-vs-dense, "
+         "dsa-step, stages (the planner's calibration grid), all; diagnostics: "
+         "topk-probe, topk-read, topk-short, topk-one R N [k], indexer-prefill, prefill-select")
       ->check(CLI::IsMember({"indexer", "topk", "topk-sweep", "sparse-decode", "sparse-prefill",
                              "dsa-vs-dense", "dsa-step", "stages", "all", "topk-probe", "topk-read",
                              "topk-short", "topk-one", "indexer-prefill", "prefill-select"}))
