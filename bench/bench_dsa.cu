@@ -690,16 +690,16 @@ int main(int argc, char** argv) {
     bench_prefill_select(tm, 4096, 32768);
     bench_prefill_select(tm, 4096, 131072);
   }
-  // The DSA decode step's top-k: few rows (B 4-128) of short to moderate length, unordered
+  // The DSA decode step's top-k: few rows (B 1-128) of 4K-256K logits, unordered
   // output (the step asks by position); every kernel and cluster size that takes the shape,
   // after the automatic plan, so choose() can be checked where fixed costs dominate.
   if (only == "topk-short") {
     namespace tk = mla::cuda::topk;
-    for (int64_t R : {4L, 16L, 64L, 128L})
-      for (int64_t N : {4096L, 8192L, 16384L, 32768L}) {
+    for (int64_t R : {1L, 4L, 8L, 16L, 64L, 128L})
+      for (int64_t N : {4096L, 8192L, 16384L, 32768L, 65536L, 131072L, 262144L}) {
         bench_topk(tm, R, N, 2048, true, nullptr, false);
         for (tk::Kernel kern : tk::kKernels)
-          for (int cs : {1, 2, 4}) {
+          for (int cs : {1, 2, 4, 8}) {
             if (!tk::fits(kern, N, cs) || N / cs < 2048) continue;
             const tk::TopkPlan plan{kern, cs};
             bench_topk(tm, R, N, 2048, true, &plan, false);

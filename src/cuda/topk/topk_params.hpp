@@ -173,9 +173,14 @@ struct TopkPlan {
 // streaming CTA reading the whole row alone (docs/perf-log.md, top-k).
 // Otherwise, many rows: the smallest streaming tile that takes k, several CTAs
 // per SM, so one row's selection work overlaps other rows' reads. Fewer rows
-// than CTA slots: the 1024-thread tile, and a row split over a cluster while
-// that still fills more of the GPU (each CTA keeps at least 8K logits, so the
-// merge of the CTAs' selections stays small against the read).
+// than CTA slots: the 1024-thread tile, and a row of at least kSplitFrom logits
+// split over a cluster while that still fills more of the GPU (each CTA keeps
+// at least 8K logits, so the merge of the CTAs' selections stays small against
+// the read).
+// Rows shorter than this are never split: at B 4-64 rows of 16K-32K logits ran
+// 1.3-1.9x slower on 2-4 CTAs than on one (H100, 2026-12-06, `mla_bench_dsa
+// topk-short`): a split's merge is a fixed cost that a short row's read does not hide.
+inline constexpr int64_t kSplitFrom = 65536;
 constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm_count) {
   if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count && width <= 65536 &&
       sieve_takes(Kernel::select_512, width, 1, k))
@@ -183,6 +188,12 @@ constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm
   if (rows >= sm_count && width > 65536 && sieve_takes(Kernel::select_1024, width, 1, k))
     return TopkPlan{Kernel::select_1024, 1};
   if (k <= max_k(Kernel::resident_512) && rows >= sm_count && fits(Kernel::resident_512, width, 1))
+    return TopkPlan{Kernel::resident_512, 1};
+  // Fewer rows than SMs that the sieve does not take (shorter than 8k) but one
+  // CTA holds: the resident kernel too (B 4-128 x 8K, k 2048, H100: 12-13 us
+  // against 18-21 for a streaming CTA's select).
+  if (k <= max_k(Kernel::resident_512) && fits(Kernel::resident_512, width, 1) &&
+      !sieve_takes(Kernel::select_1024, width, 1, k))
     return TopkPlan{Kernel::resident_512, 1};
   TopkPlan plan;
   if (k <= max_k(Kernel::select_256) && rows >= 4LL * sm_count)
@@ -192,7 +203,8 @@ constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm
   else
     plan.kernel = Kernel::select_1024;
   const int64_t slots = int64_t(sm_count) * ctas_per_sm(plan.kernel);
-  while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width / (plan.cluster * 2) >= 8192)
+  while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width >= kSplitFrom &&
+         width / (plan.cluster * 2) >= 8192)
     plan.cluster *= 2;
   return plan;
 }

@@ -420,6 +420,16 @@ TEST(TopkGpu, ChooseSplitsFewLongRows) {
   EXPECT_EQ(tk::choose(4096, 32768, 8192, 132).kernel, tk::Kernel::select_1024);
   EXPECT_EQ(tk::choose(1, 1 << 20, 2048, 132).cluster, 8);
   EXPECT_EQ(tk::choose(1, 4096, 2048, 132).cluster, 1);  // too short to split
+  // The DSA decode step's shapes (B 4-128 rows, 4K-32K): rows the sieve does not
+  // take on the resident kernel, and no row under kSplitFrom split.
+  for (int64_t rows : {4, 16, 64, 128}) {
+    EXPECT_EQ(tk::choose(rows, 8192, 2048, 132).kernel, tk::Kernel::resident_512) << rows;
+    for (int64_t width : {16384, 32768}) {
+      EXPECT_EQ(tk::choose(rows, width, 2048, 132).kernel, tk::Kernel::select_1024) << rows;
+      EXPECT_EQ(tk::choose(rows, width, 2048, 132).cluster, 1) << rows << " x " << width;
+    }
+  }
+  EXPECT_EQ(tk::choose(8, 131072, 2048, 132).cluster, 8);  // long rows still split
 }
 
 }  // namespace
