@@ -159,6 +159,16 @@ struct TopkPlan {
   bool l2_prefetch = true;  // the sieve prefetches its range into L2 ahead of its loads
 };
 
+// A row is split over a cluster only from kSplitFrom logits, into segments of
+// at least kSplitSegment, and over at most 4 CTAs once more than 8 rows share
+// the GPU (H100, 2026-12-06, `mla_bench_dsa topk-short`, k 2048, 1-128 rows of
+// 4K-256K): rows of 16K-64K ran 1.1-2.4x slower split than on one CTA (a split's
+// merge is a fixed cost a short read does not hide); 1-8 rows of 128K were
+// fastest on 4 CTAs (24 us; 25 on one, 27 on 8); 16 rows of 128K-256K ran
+// 1.5-1.7x slower on 8 CTAs than on 4 (16 clusters of 8 do not fit at once).
+inline constexpr int64_t kSplitFrom = 131072;
+inline constexpr int64_t kSplitSegment = 32768;
+
 // Rows that fill the GPU and that the sieve takes: rows up to 64K logits (two
 // per SM at least) on the 512-thread tile, two CTAs per SM (one row's sample
 // and finish overlap the other's read; measured 1.4x the 1024-thread tile and
@@ -174,13 +184,9 @@ struct TopkPlan {
 // Otherwise, many rows: the smallest streaming tile that takes k, several CTAs
 // per SM, so one row's selection work overlaps other rows' reads. Fewer rows
 // than CTA slots: the 1024-thread tile, and a row of at least kSplitFrom logits
-// split over a cluster while that still fills more of the GPU (each CTA keeps
-// at least 8K logits, so the merge of the CTAs' selections stays small against
-// the read).
-// Rows shorter than this are never split: at B 4-64 rows of 16K-32K logits ran
-// 1.3-1.9x slower on 2-4 CTAs than on one (H100, 2026-12-06, `mla_bench_dsa
-// topk-short`): a split's merge is a fixed cost that a short row's read does not hide.
-inline constexpr int64_t kSplitFrom = 65536;
+// split over a cluster while that still fills more of the GPU and each CTA
+// keeps at least kSplitSegment logits (so the merge of the CTAs' selections
+// stays small against the read).
 constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm_count) {
   if (k <= max_k(Kernel::select_512) && rows >= 2LL * sm_count && width <= 65536 &&
       sieve_takes(Kernel::select_512, width, 1, k))
@@ -203,8 +209,9 @@ constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm
   else
     plan.kernel = Kernel::select_1024;
   const int64_t slots = int64_t(sm_count) * ctas_per_sm(plan.kernel);
-  while (plan.cluster < 8 && rows * plan.cluster * 2 <= slots && width >= kSplitFrom &&
-         width / (plan.cluster * 2) >= 8192)
+  const int max_cluster = rows <= 8 ? 8 : 4;
+  while (width >= kSplitFrom && plan.cluster < max_cluster && rows * plan.cluster * 2 <= slots &&
+         width / (plan.cluster * 2) >= kSplitSegment)
     plan.cluster *= 2;
   return plan;
 }

@@ -429,7 +429,12 @@ TEST(TopkGpu, ChooseSplitsFewLongRows) {
       EXPECT_EQ(tk::choose(rows, width, 2048, 132).cluster, 1) << rows << " x " << width;
     }
   }
-  EXPECT_EQ(tk::choose(8, 131072, 2048, 132).cluster, 8);  // long rows still split
+  EXPECT_EQ(tk::choose(4, 65536, 2048, 132).cluster, 1);
+  EXPECT_EQ(tk::choose(8, 131072, 2048, 132).cluster, 4);  // long rows still split
+  EXPECT_EQ(tk::choose(16, 131072, 2048, 132).cluster, 4);
+  EXPECT_EQ(tk::choose(1, 262144, 2048, 132).cluster, 8);
+  EXPECT_EQ(tk::choose(16, 262144, 2048, 132).cluster, 4);  // no more than 4 past 8 rows
+  EXPECT_EQ(tk::choose(64, 131072, 2048, 132).cluster, 2);
 }
 
 }  // namespace
