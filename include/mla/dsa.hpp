@@ -78,10 +78,10 @@ enum class DsaPath : int32_t {
 inline constexpr int64_t kDsaDenseBelowH200Bf16 = 4736;
 inline constexpr int64_t kDsaDenseBelowH200Fp8 = 3072;
 // The same sweep on an H100 80GB HBM3 (2026-12-06, dense decode's one-way form, top-k's sieve):
-// bf16 0.96x at 4096, 1.24x at 6144 -> 4416; fp8 0.86x at 2048, 1.12x at 3072 -> 2624. Not the
+// bf16 1.00x at 4096, 1.31x at 6144 -> 4160; fp8 0.93x at 2048, 1.12x at 3072 -> 2432. Not the
 // default (the default does not read the device): an H100 deployment sets dense_below to these.
-inline constexpr int64_t kDsaDenseBelowH100Bf16 = 4416;
-inline constexpr int64_t kDsaDenseBelowH100Fp8 = 2624;
+inline constexpr int64_t kDsaDenseBelowH100Bf16 = 4160;
+inline constexpr int64_t kDsaDenseBelowH100Fp8 = 2432;
 inline constexpr int64_t kDsaDenseBelowMeasured = -1;
 
 struct DsaPolicy {

@@ -219,9 +219,12 @@ constexpr TopkPlan kernel_and_cluster(int64_t rows, int64_t width, int k, int sm
 // several rows in turn or a row is split over a cluster, and costs where each
 // CTA streams one row of its own (H100, 2026-12-06: 4096 x 32K 381 vs 421 us,
 // 1 x 1M on 8 CTAs 46.2 vs 48.7 us; 128 x 128K 51.6 vs 47.2 us, 128 x 32K 24.4
-// vs 23.2 us; docs/perf-log.md, top-k).
+// vs 23.2 us; docs/perf-log.md, top-k), except where few CTAs share the GPU
+// (at most a quarter of the SMs: 1-16 rows of 32K-64K logits on one CTA each,
+// 15.2-20.0 us with it against 15.9-22.7 without, topk-short 2026-12-06).
 constexpr bool prefetch_pays(int64_t rows, const TopkPlan& plan, int sm_count) {
-  return plan.cluster > 1 || rows > int64_t(sm_count) * ctas_per_sm(plan.kernel);
+  return plan.cluster > 1 || rows > int64_t(sm_count) * ctas_per_sm(plan.kernel) ||
+         4 * rows <= sm_count;
 }
 
 // The plan: the kernel and cluster above, the prefetch where it pays.

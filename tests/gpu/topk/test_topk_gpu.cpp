@@ -413,6 +413,8 @@ TEST(TopkGpu, ChooseSplitsFewLongRows) {
   EXPECT_TRUE(tk::choose(1, 1 << 20, 2048, 132).l2_prefetch);
   EXPECT_FALSE(tk::choose(128, 131072, 2048, 132).l2_prefetch);
   EXPECT_FALSE(tk::choose(128, 32768, 2048, 132).l2_prefetch);
+  EXPECT_FALSE(tk::choose(64, 32768, 2048, 132).l2_prefetch);
+  EXPECT_TRUE(tk::choose(16, 65536, 2048, 132).l2_prefetch);  // few CTAs: it pays again
   EXPECT_TRUE(tk::fits(tk::Kernel::resident_512, 36861, 1));
   EXPECT_FALSE(tk::fits(tk::Kernel::resident_512, 36862, 1));
   EXPECT_EQ(tk::choose(4096, 32768, 4096, 132).kernel, tk::Kernel::select_512);
