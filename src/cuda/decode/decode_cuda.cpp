@@ -125,6 +125,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_cp_async_oneway: return "wgmma_cp_async_oneway";
     case Kernel::wgmma_fp8_oneway: return "wgmma_fp8_oneway";
     case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
+    case Kernel::wgmma_fp8_oneway_sp: return "wgmma_fp8_oneway_sp";
   }
   return "?";
 }
@@ -136,9 +137,13 @@ Kernel producer_of(Kernel k) {
     case Kernel::wgmma_tma_oneway: return Kernel::wgmma_tma;
     case Kernel::wgmma_cp_async_oneway: return Kernel::wgmma_cp_async;
     case Kernel::wgmma_fp8_oneway:
+    case Kernel::wgmma_fp8_oneway_sp:
     case Kernel::wgmma_fp8_narrow: return Kernel::wgmma_fp8;
     default: return k;
   }
+}
+bool sector_pairs(Kernel k) {
+  return k == Kernel::wgmma_fp8_oneway_sp;
 }
 MathForm form_of(Kernel k) {
   if (k == Kernel::wgmma_fp8_narrow) return MathForm::narrow;
@@ -172,11 +177,13 @@ Kernel choose_kernel(const Problem& problem) {
   return problem.tma_map ? Kernel::wgmma_tma_oneway : Kernel::wgmma_cp_async_oneway;
 }
 
-// The main kernel of producer k (not automatic) with math form kForm.
-template <MathForm kForm>
+// The main kernel of producer k (not automatic) with math form kForm
+// (kSectorPairs: the fp8 producer's sector-pair loads).
+template <MathForm kForm, bool kSectorPairs = false>
 cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int row_blocks,
                          cudaStream_t stream, const CUtensorMap& kv_map) {
-  if constexpr (kForm != MathForm::narrow) {  // the narrow math serves fp8 caches only
+  // The narrow math and the sector pairs serve fp8 caches only.
+  if constexpr (kForm != MathForm::narrow && !kSectorPairs) {
     if (k == Kernel::wgmma_tma)
       return launch_decode_kernel<PagedKeys, KvFormat::bf16, true, kForm>(p, row_blocks, stream,
                                                                           kv_map);
@@ -186,9 +193,9 @@ cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int r
   }
   if (k == Kernel::wgmma_fp8)  // one kernel, the producer of the cache's format
     return format == KvFormat::fp8_e4m3
-               ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kForm>(p, row_blocks,
-                                                                                   stream, kv_map)
-               : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kForm>(
+               ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kForm, kSectorPairs>(
+                     p, row_blocks, stream, kv_map)
+               : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kForm, kSectorPairs>(
                      p, row_blocks, stream, kv_map);
   return cudaErrorInvalidValue;  // automatic: resolved by the caller
 }
@@ -322,8 +329,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
                                                 stream, kv_map);
       break;
     case MathForm::oneway:
-      launched = launch_paged<MathForm::oneway>(producer_of(kernel), a.kv.format, p, g.row_blocks,
-                                                stream, kv_map);
+      launched = sector_pairs(kernel)
+                     ? launch_paged<MathForm::oneway, true>(producer_of(kernel), a.kv.format, p,
+                                                            g.row_blocks, stream, kv_map)
+                     : launch_paged<MathForm::oneway>(producer_of(kernel), a.kv.format, p,
+                                                      g.row_blocks, stream, kv_map);
       break;
     case MathForm::narrow:
       launched = launch_paged<MathForm::narrow>(producer_of(kernel), a.kv.format, p, g.row_blocks,

@@ -22,11 +22,16 @@ enum class Kernel {
   wgmma_fp8_oneway,
   wgmma_fp8_narrow,  // fp8, <= 16 rows: transposed math, two raw tiles in flight
                      // (decode_narrow.cuh)
+  // wgmma_fp8_oneway with the producer's sector-pair loads (a key's two
+  // threads read the two halves of each 32-byte sector in one instruction;
+  // decode_kernel.cuh): the same stage bytes, so the same output bits. Not
+  // chosen automatically until measured.
+  wgmma_fp8_oneway_sp,
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
-                                      Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
-                                      Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
-                                      Kernel::wgmma_fp8_oneway, Kernel::wgmma_fp8_narrow};
+inline constexpr Kernel kKernels[] = {
+    Kernel::automatic,        Kernel::wgmma_tma,        Kernel::wgmma_cp_async,
+    Kernel::wgmma_fp8,        Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
+    Kernel::wgmma_fp8_oneway, Kernel::wgmma_fp8_narrow, Kernel::wgmma_fp8_oneway_sp};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.
@@ -43,10 +48,13 @@ struct Problem {
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);
-// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones)
-// and the form of k's math warpgroups.
+// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones;
+// wgmma_fp8 for the sector-pair variant, whose loads differ but whose caches
+// and stages do not), the form of k's math warpgroups, and whether k's fp8
+// producer reads sector pairs (kSectorPairs, decode_kernel.cuh).
 Kernel producer_of(Kernel k);
 MathForm form_of(Kernel k);
+bool sector_pairs(Kernel k);
 
 }  // namespace mla::cuda::decode
 
