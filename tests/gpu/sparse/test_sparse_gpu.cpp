@@ -483,6 +483,18 @@ void run_prefill_case(Rng& rng, const PrefillCase& c, Kernel kernel) {
     a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
     a.lse = dlse.view(lse);
     size_t need = 0;
+    // A forced kernel that does not take these entries (decode_wgmma_sp: fp8 only) refuses by name.
+    const cuda::sparse::Problem problem{.prefill = true,
+                                        .fp8 = c.fp8,
+                                        .h_q = h,
+                                        .tokens = std::min<int64_t>(s_q, chunk),
+                                        .page_size = 1,
+                                        .flat_index = true};
+    if (kernel != Kernel::automatic && !cuda::sparse::kernel_takes(kernel, problem)) {
+      expect_refused(size(a, &need), kernel);
+      expect_refused(call(a, Workspace{}), kernel);
+      continue;
+    }
     ASSERT_MLA_OK(size(a, &need));
     DeviceBuffer ws(need);
     if (need) {  // the size is what the call uses: one byte less is an error, before any launch
