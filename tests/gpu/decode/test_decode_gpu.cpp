@@ -1203,15 +1203,18 @@ TEST(DecodeGpuSectorPairs, BitIdenticalToTheHalves) {
         c.out_f32 = seed % 5 == 2;
         c.seed = seed++;
         if (f == KvFormat::fp8_ds_mla && page == 64) mixed_shifts(c);
+        // (q scaled as in Fp8ValuesAtTheF16RangeEdges: scores stay O(1-10))
         if (f == KvFormat::fp8_ds_mla && page == 16 && h == 128) {
           c.values = "scales 2^6..2^10";
           c.min_scale_exp = 6;
           c.max_scale_exp = 10;
+          c.shape_values = [](Rng&, PagedCache&, HostTensor& q) { scale_q(q, 0, kDqk, -12); };
         }
         if (f == KvFormat::fp8_ds_mla && page == 1 && h == 64) {
           c.values = "rope 2^20";
-          c.shape_values = [](Rng&, PagedCache& cache, HostTensor&) {
+          c.shape_values = [](Rng&, PagedCache& cache, HostTensor& q) {
             each_entry(cache, [](uint8_t* e, int64_t, int64_t) { scale_rope(e, 20); });
+            scale_q(q, kDc, kDqk, -18);
           };
         }
         Problem P;
