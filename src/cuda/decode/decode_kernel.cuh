@@ -367,8 +367,11 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 // whole tile's) by a warp barrier, which ptxas does not move loads across.
 // Without it ptxas hoists them to the top (new and old values live at once,
 // with the other tile's registers: it spilled the just-loaded registers to
-// local memory, each spill store waiting for its load); with one raw tile it
-// has the registers for what it hoists.
+// local memory, each spill store waiting for its load); with one raw tile of
+// halves it has the registers for what it hoists. The 64-row producer's
+// sector pairs share these converters: with one raw tile ptxas issues the
+// refills after most of the tile's stores either way (SASS), and the pinned
+// form spilled less (none in the producer).
 __device__ __forceinline__ void pin_refill(const uint8_t*&) {
   __syncwarp();
 }
