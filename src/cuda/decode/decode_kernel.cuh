@@ -433,10 +433,14 @@ __device__ __forceinline__ void store_codes16(uint8_t* stage, uint32_t rx, int q
   *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
 }
 // As convert_and_refill (same stage bytes, same e_key), for the pair layout;
-// the refill loads stay behind the conversion (pin_refill). rxh: the row's
-// offset with the chunk bits 2h applied (chunk 4i + 2h + j = (4i + j) ^ 2h for
-// j < 2), one register for the four chunk positions instead of one each
-// (ptxas spilled store offsets of the 64-row producer without it).
+// the refill loads stay behind the conversion (pin_refill). kOneTile (the
+// 64-row producer, one raw tile): code chunks addressed from rxh, the row's
+// offset with the chunk bits 2h applied (chunk 4i + 2h + j = (4i + j) ^ 2h
+// for j < 2), one register for the four chunk positions instead of one each
+// (ptxas spilled the 64-row producer's store offsets without it). The narrow
+// producer keeps the form it was measured with (its rows ran ~6% slower with
+// rxh in round s8c, against another run's; its SASS is main's again).
+template <bool kOneTile>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half,
                                                   RawPairDsMla& raw, const uint8_t* next,
                                                   bool* over) {
@@ -453,7 +457,11 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
     const uint4 cv = raw.codes[i];
     pin_refill(next);
     raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
-    store_codes16<true>(stage, rxh, 4 * i, cv, __float2half2_rn(sc[i / 4] * f));
+    const __half2 s2 = __float2half2_rn(sc[i / 4] * f);
+    if constexpr (kOneTile)
+      store_codes16<true>(stage, rxh, 4 * i, cv, s2);
+    else
+      store_codes16<true>(stage, rx, 4 * i + 2 * half, cv, s2);
   }
   raw.scales = ldg16_or_zero(next, kFp8ScaleOffset);
 #pragma unroll
@@ -466,15 +474,30 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   }
   return e_key;
 }
+// kOneTile: rxh as above, and each register refilled right after its
+// conversion instead of pinned behind the whole tile: ptxas then issues the
+// refills after ~15-21 of the 36 stores, as with the halves layout (pinned:
+// after ~29; that form measured 0.96-1.01x the halves, round s8c).
+template <bool kOneTile>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawPairE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
-  const uint32_t rxh = row_x(r) ^ (uint32_t(half) << 5);  // chunk bits 2 * half
+  const uint32_t rx = row_x(r), rxh = rx ^ (uint32_t(half) << 5);  // rxh: chunk bits 2 * half
 #pragma unroll
-  for (int i = 0; i < 18; ++i) store_codes16<false>(stage, rxh, 4 * i, raw.codes[i], __half2());
-  pin_refill(next);  // the refill after the whole conversion (see pin_refill)
+  for (int i = 0; i < 18; ++i) {
+    const uint4 cv = raw.codes[i];
+    if constexpr (kOneTile) {
+      raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+      store_codes16<false>(stage, rxh, 4 * i, cv, __half2());
+    } else {
+      store_codes16<false>(stage, rx, 4 * i + 2 * half, cv, __half2());
+    }
+  }
+  if constexpr (!kOneTile) {
+    pin_refill(next);  // the refill after the whole conversion (see pin_refill)
 #pragma unroll
-  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+    for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+  }
   return 0;
 }
 
@@ -564,8 +587,12 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
-    const int e_key =
-        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
+    uint8_t* stage = smem + kKvOff + st * kTileBytes;
+    int e_key;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(raw)>, typename E::RawPair>)
+      e_key = convert_and_refill<kRaw == 1>(stage, r, half, raw, refill, &over);
+    else
+      e_key = convert_and_refill(stage, r, half, raw, refill, &over);
     // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
     // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
     const bool vote =

@@ -23,7 +23,7 @@ enum class Kernel {
   decode_oneway,
   // decode_wgmma with the fp8 producer's sector-pair loads (decode_kernel.cuh:
   // the same stage bytes, the same output bits); fp8 entries only, not chosen
-  // automatically until measured
+  // automatically (fp8_ds_mla measured 0.95-0.97x decode_wgmma, round s8c)
   decode_wgmma_sp,
 };
 inline constexpr Kernel kKernels[] = {Kernel::automatic,     Kernel::decode_wgmma,
