@@ -740,6 +740,14 @@ int main(int argc, char** argv) {
         bench_sparse(tm, "sparse-decode", 64, s_q, 128, 32768, 2048, fp8, true, oneway);
       }
     bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true, true, oneway);
+    // The fp8 producer's sector-pair loads (decode_wgmma_sp, not chosen automatically),
+    // same run: the rows to set against the automatic fp8 rows above.
+    const auto pairs = mla::cuda::sparse::Kernel::decode_wgmma_sp;
+    for (int s_q : {1, 2}) {
+      bench_sparse(tm, "sparse-decode", 128, s_q, 128, 32768, 2048, true, true, pairs);
+      bench_sparse(tm, "sparse-decode", 64, s_q, 128, 32768, 2048, true, true, pairs);
+    }
+    bench_sparse(tm, "sparse-decode", 128, 1, 16, 32768, 2048, true, true, pairs);
   }
   // FlashMLA's sparse prefill shapes (s_q 4096, top-2048; h_q 64; s_q 16K):
   // the automatic choice (the prefill kernel) and the decode kernel it

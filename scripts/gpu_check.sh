@@ -36,7 +36,7 @@ filter_prefill='Prefill*Gpu.*'
 filter_layer='Layer*Gpu.*:DsaStep*Gpu.*'
 # Sanitizer filters: small cases of each family (a sanitizer run is 10-100x slower).
 small_decode='*DecodeGpu.SanitizerSmall*:AppendGpu.BytesIdentical*'
-small_sparse='*SparseGpu.AllKeysEqualsDenseDecode/*:SparseGpuOneWay.SanitizerSmall'
+small_sparse='*SparseGpu.AllKeysEqualsDenseDecode/*:SparseGpuOneWay.SanitizerSmall:SparseGpuSectorPairs.SanitizerSmall'
 small_indexer='IndexerGpu.AppendMatchesReferenceBytes:IndexerGpu.QueryQuantisation*:IndexerGpu.LogitsDecodeSmall:IndexerGpu.LogitsDecodeSkipsInvalidPages:IndexerGpu.LogitsDecodeEmptyCache:IndexerGpu.LogitsPrefill*'
 small_topk='TopkGpu.SmallForSanitizer'
 small_prefill='PrefillGpu.AttentionRaggedBatchWithPrefixes:PrefillGpu.QueriesThatSeeNoKey*:PrefillGpu.ChunkedEqualsAllAtOnceFp8Cache'

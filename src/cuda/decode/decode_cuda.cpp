@@ -125,6 +125,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::wgmma_cp_async_oneway: return "wgmma_cp_async_oneway";
     case Kernel::wgmma_fp8_oneway: return "wgmma_fp8_oneway";
     case Kernel::wgmma_fp8_narrow: return "wgmma_fp8_narrow";
+    case Kernel::wgmma_fp8_oneway_sp: return "wgmma_fp8_oneway_sp";
   }
   return "?";
 }
@@ -136,9 +137,13 @@ Kernel producer_of(Kernel k) {
     case Kernel::wgmma_tma_oneway: return Kernel::wgmma_tma;
     case Kernel::wgmma_cp_async_oneway: return Kernel::wgmma_cp_async;
     case Kernel::wgmma_fp8_oneway:
+    case Kernel::wgmma_fp8_oneway_sp:
     case Kernel::wgmma_fp8_narrow: return Kernel::wgmma_fp8;
     default: return k;
   }
+}
+bool sector_pairs(Kernel k) {
+  return k == Kernel::wgmma_fp8_oneway_sp;
 }
 MathForm form_of(Kernel k) {
   if (k == Kernel::wgmma_fp8_narrow) return MathForm::narrow;
@@ -161,22 +166,26 @@ bool kernel_takes(Kernel k, const Problem& problem) {
 // Row blocks of at most kNarrowRows rows (h_q 16, s_q 1): fp8 caches take the
 // narrow math, bf16 the seesaw (memory-bound there; the one-way form was not
 // measured at 16 rows). More rows: the one-way form, which measured 1.0-1.27x
-// the seesaw on dense bf16 and 1.08-1.25x on both fp8 layouts (docs/perf-log.md).
+// the seesaw on dense bf16 and 1.08-1.25x on both fp8 layouts; for fp8_ds_mla
+// with the sector-pair loads (1.14-1.17x the halves there, 0.96-1.01x on
+// fp8_e4m3: H100, round s8c; docs/perf-log.md).
 Kernel choose_kernel(const Problem& problem) {
   const bool narrow_rows = problem.rows > 0 && problem.rows <= kNarrowRows;
   if (problem.fp8) {
     if (narrow_rows) return kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8;
-    return Kernel::wgmma_fp8_oneway;
+    return problem.fp8_ds_mla ? Kernel::wgmma_fp8_oneway_sp : Kernel::wgmma_fp8_oneway;
   }
   if (narrow_rows) return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
   return problem.tma_map ? Kernel::wgmma_tma_oneway : Kernel::wgmma_cp_async_oneway;
 }
 
-// The main kernel of producer k (not automatic) with math form kForm.
-template <MathForm kForm>
+// The main kernel of producer k (not automatic) with math form kForm
+// (kSectorPairs: the fp8 producer's sector-pair loads).
+template <MathForm kForm, bool kSectorPairs = false>
 cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int row_blocks,
                          cudaStream_t stream, const CUtensorMap& kv_map) {
-  if constexpr (kForm != MathForm::narrow) {  // the narrow math serves fp8 caches only
+  // The narrow math and the sector pairs serve fp8 caches only.
+  if constexpr (kForm != MathForm::narrow && !kSectorPairs) {
     if (k == Kernel::wgmma_tma)
       return launch_decode_kernel<PagedKeys, KvFormat::bf16, true, kForm>(p, row_blocks, stream,
                                                                           kv_map);
@@ -186,9 +195,9 @@ cudaError_t launch_paged(Kernel k, KvFormat format, const DecodeParams& p, int r
   }
   if (k == Kernel::wgmma_fp8)  // one kernel, the producer of the cache's format
     return format == KvFormat::fp8_e4m3
-               ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kForm>(p, row_blocks,
-                                                                                   stream, kv_map)
-               : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kForm>(
+               ? launch_decode_kernel<PagedKeys, KvFormat::fp8_e4m3, false, kForm, kSectorPairs>(
+                     p, row_blocks, stream, kv_map)
+               : launch_decode_kernel<PagedKeys, KvFormat::fp8_ds_mla, false, kForm, kSectorPairs>(
                      p, row_blocks, stream, kv_map);
   return cudaErrorInvalidValue;  // automatic: resolved by the caller
 }
@@ -298,7 +307,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   // kernel that cannot run this cache format and page size is refused before
   // any launch; the map is encoded (host work) while the schedule kernel runs.
   const bool tma_shape = !fp8 && p.page_size % kTileKeys == 0;
-  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape, .rows = g.rows};
+  Problem problem{.fp8 = fp8,
+                  .page_size = p.page_size,
+                  .tma_map = tma_shape,
+                  .rows = g.rows,
+                  .fp8_ds_mla = a.kv.format == KvFormat::fp8_ds_mla};
   auto refuse = [&](const char* why) {
     return error(Errc::unsupported,
                  "kernel: {} cannot run a {} cache of page_size {} with {} query rows{}",
@@ -322,8 +335,11 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
                                                 stream, kv_map);
       break;
     case MathForm::oneway:
-      launched = launch_paged<MathForm::oneway>(producer_of(kernel), a.kv.format, p, g.row_blocks,
-                                                stream, kv_map);
+      launched = sector_pairs(kernel)
+                     ? launch_paged<MathForm::oneway, true>(producer_of(kernel), a.kv.format, p,
+                                                            g.row_blocks, stream, kv_map)
+                     : launch_paged<MathForm::oneway>(producer_of(kernel), a.kv.format, p,
+                                                      g.row_blocks, stream, kv_map);
       break;
     case MathForm::narrow:
       launched = launch_paged<MathForm::narrow>(producer_of(kernel), a.kv.format, p, g.row_blocks,

@@ -22,31 +22,42 @@ enum class Kernel {
   wgmma_fp8_oneway,
   wgmma_fp8_narrow,  // fp8, <= 16 rows: transposed math, two raw tiles in flight
                      // (decode_narrow.cuh)
+  // wgmma_fp8_oneway with the producer's sector-pair loads (a key's two
+  // threads read the two halves of each 32-byte sector in one instruction;
+  // decode_kernel.cuh): the same stage bytes, so the same output bits.
+  // Automatic for fp8_ds_mla above 16 rows (measured 1.14-1.17x the halves);
+  // fp8_e4m3 stays on wgmma_fp8_oneway (0.96-1.01x).
+  wgmma_fp8_oneway_sp,
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic,        Kernel::wgmma_tma,
-                                      Kernel::wgmma_cp_async,   Kernel::wgmma_fp8,
-                                      Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
-                                      Kernel::wgmma_fp8_oneway, Kernel::wgmma_fp8_narrow};
+inline constexpr Kernel kKernels[] = {
+    Kernel::automatic,        Kernel::wgmma_tma,        Kernel::wgmma_cp_async,
+    Kernel::wgmma_fp8,        Kernel::wgmma_tma_oneway, Kernel::wgmma_cp_async_oneway,
+    Kernel::wgmma_fp8_oneway, Kernel::wgmma_fp8_narrow, Kernel::wgmma_fp8_oneway_sp};
 const char* kernel_name(Kernel k);
 
 // What the choice depends on.
 struct Problem {
-  bool fp8 = false;       // the cache format
-  int64_t page_size = 0;  // tokens per page
-  bool tma_map = false;   // the driver encodes a TMA map of this bf16 cache
-  int64_t rows = 0;       // query rows of a request (s_q * h_q); 0: not known
+  bool fp8 = false;         // the cache format
+  int64_t page_size = 0;    // tokens per page
+  bool tma_map = false;     // the driver encodes a TMA map of this bf16 cache
+  int64_t rows = 0;         // query rows of a request (s_q * h_q); 0: not known
+  bool fp8_ds_mla = false;  // fp8: the fp8_ds_mla layout (else fp8_e4m3)
 };
 // The kernel automatic runs: bf16, the TMA tiles where a 64-key tile is one
 // page and the driver takes the cache's layout, else cp.async; fp8, the
 // converting producer. Row blocks of <= 16 rows: the narrow math (fp8,
-// kChooseNarrow) or the seesaw (bf16); more rows: the one-way form.
+// kChooseNarrow) or the seesaw (bf16); more rows: the one-way form, for
+// fp8_ds_mla with the producer's sector-pair loads.
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);
-// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones)
-// and the form of k's math warpgroups.
+// The seesaw kernel whose producer `k` shares (k itself for the seesaw ones;
+// wgmma_fp8 for the sector-pair variant, whose loads differ but whose caches
+// and stages do not), the form of k's math warpgroups, and whether k's fp8
+// producer reads sector pairs (kSectorPairs, decode_kernel.cuh).
 Kernel producer_of(Kernel k);
 MathForm form_of(Kernel k);
+bool sector_pairs(Kernel k);
 
 }  // namespace mla::cuda::decode
 

@@ -367,24 +367,32 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 // whole tile's) by a warp barrier, which ptxas does not move loads across.
 // Without it ptxas hoists them to the top (new and old values live at once,
 // with the other tile's registers: it spilled the just-loaded registers to
-// local memory, each spill store waiting for its load); with one raw tile it
-// has the registers for what it hoists.
+// local memory, each spill store waiting for its load); with one raw tile of
+// halves it has the registers for what it hoists. The 64-row producer's
+// sector pairs share these converters: with one raw tile ptxas issues the
+// refills after most of the tile's stores either way (SASS), and the pinned
+// form spilled less (none in the producer).
 __device__ __forceinline__ void pin_refill(const uint8_t*&) {
   __syncwarp();
 }
 
-// ---- the narrow kernel's producer: a key's two threads read sector pairs ----
-// With the layouts above a warp's 16-byte load instruction reads one 16-byte
-// piece of 32 entries: every 32-byte sector is requested twice, by two
-// instructions of the same thread, and the L1 (~23 KB beside 227 KB of shared
-// memory) rarely keeps it in between (ncu, narrow kernel, round C: L1 hit rate
-// 34%, L2 78% busy at 50% of the DRAM rate: L2-bound). Here the two threads
-// of a key (lanes l, l ^ 16) read bytes 32i + 16h of its entry in the same
-// instruction i, so one request serves a whole sector (fp8_e4m3's 576-byte
-// entries are 32-byte aligned; fp8_ds_mla's odd entries straddle sectors,
-// three quarters of the requests remain). Piece i (16 codes) lands in stage
-// chunks 4i + 2h, +1; a quarter warp (8 rows, one h) still stores 8 distinct
-// SW128 positions.
+// ---- sector pairs: a key's two threads read the two halves of one sector ----
+// The narrow kernel's producer, and the 64-row one's with kSectorPairs
+// (produce_fp8_prefetch). With the layouts above a warp's 16-byte load
+// instruction reads one 16-byte piece of 32 entries: every 32-byte sector is
+// requested twice, by two instructions of the same thread, and the L1 (~23 KB
+// beside 227 KB of shared memory) rarely keeps it in between (ncu, narrow
+// kernel, round C: L1 hit rate 34%, L2 78% busy at 50% of the DRAM rate:
+// L2-bound; sparse fp8 b128 h128, 64-row kernel: 24.5 M L2 sectors against
+// FlashMLA's 6.9 M). Here the two threads of a key (lanes l, l ^ 16) read
+// bytes 32i + 16h of its entry in the same instruction i, so one request
+// serves a whole sector (fp8_e4m3's 576-byte entries are 32-byte aligned;
+// fp8_ds_mla's odd entries straddle sectors, three quarters of the requests
+// remain). Piece i (16 codes) lands in stage chunks 4i + 2h, +1; a quarter
+// warp (lanes 8j..8j+7: 8 consecutive rows, one h) stores one chunk q of
+// each row, at 8 distinct SW128 positions q ^ (r & 7): one wavefront, as
+// with the halves layout. Same stage bytes, factors and flags as the halves
+// layout (the block scales' maximum is taken over the same four values).
 struct RawPairDsMla {  // one thread's pieces of an fp8_ds_mla entry (half h)
   uint4 codes[16];     // codes [32i + 16h, +16)
   uint4 scales;        // the four block scales (both threads)
@@ -425,8 +433,14 @@ __device__ __forceinline__ void store_codes16(uint8_t* stage, uint32_t rx, int q
   *reinterpret_cast<uint4*>(stage + tile_off_x(rx, q + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
 }
 // As convert_and_refill (same stage bytes, same e_key), for the pair layout;
-// the refill loads stay behind the conversion (pin_refill): the narrow
-// producer holds two tiles.
+// the refill loads stay behind the conversion (pin_refill). kOneTile (the
+// 64-row producer, one raw tile): code chunks addressed from rxh, the row's
+// offset with the chunk bits 2h applied (chunk 4i + 2h + j = (4i + j) ^ 2h
+// for j < 2), one register for the four chunk positions instead of one each
+// (ptxas spilled the 64-row producer's store offsets without it). The narrow
+// producer keeps the form it was measured with (its rows ran ~6% slower with
+// rxh in round s8c, against another run's; its SASS is main's again).
+template <bool kOneTile>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half,
                                                   RawPairDsMla& raw, const uint8_t* next,
                                                   bool* over) {
@@ -437,13 +451,17 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 16));
   const int e_key = key_shift(smax, rmax, over);
   const float f = exp2i(-e_key);
-  const uint32_t rx = row_x(r);
+  const uint32_t rx = row_x(r), rxh = rx ^ (uint32_t(half) << 5);  // rxh: chunk bits 2 * half
 #pragma unroll
   for (int i = 0; i < 16; ++i) {  // piece i: dims 32i + 16h, scale group i / 4
     const uint4 cv = raw.codes[i];
     pin_refill(next);
     raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
-    store_codes16<true>(stage, rx, 4 * i + 2 * half, cv, __float2half2_rn(sc[i / 4] * f));
+    const __half2 s2 = __float2half2_rn(sc[i / 4] * f);
+    if constexpr (kOneTile)
+      store_codes16<true>(stage, rxh, 4 * i, cv, s2);
+    else
+      store_codes16<true>(stage, rx, 4 * i + 2 * half, cv, s2);
   }
   raw.scales = ldg16_or_zero(next, kFp8ScaleOffset);
 #pragma unroll
@@ -456,21 +474,35 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
   }
   return e_key;
 }
+// kOneTile: rxh as above, and each register refilled right after its
+// conversion instead of pinned behind the whole tile: ptxas then issues the
+// refills after ~15-21 of the 36 stores, as with the halves layout (pinned:
+// after ~29; that form measured 0.96-1.01x the halves, round s8c).
+template <bool kOneTile>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawPairE4m3& raw,
                                                   const uint8_t* next, bool* over) {
   *over = false;
-  const uint32_t rx = row_x(r);
+  const uint32_t rx = row_x(r), rxh = rx ^ (uint32_t(half) << 5);  // rxh: chunk bits 2 * half
 #pragma unroll
-  for (int i = 0; i < 18; ++i)
-    store_codes16<false>(stage, rx, 4 * i + 2 * half, raw.codes[i], __half2());
-  pin_refill(next);  // the refill after the whole conversion (see pin_refill)
+  for (int i = 0; i < 18; ++i) {
+    const uint4 cv = raw.codes[i];
+    if constexpr (kOneTile) {
+      raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+      store_codes16<false>(stage, rxh, 4 * i, cv, __half2());
+    } else {
+      store_codes16<false>(stage, rx, 4 * i + 2 * half, cv, __half2());
+    }
+  }
+  if constexpr (!kOneTile) {
+    pin_refill(next);  // the refill after the whole conversion (see pin_refill)
 #pragma unroll
-  for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+    for (int i = 0; i < 18; ++i) raw.codes[i] = ldg16_or_zero(next, 32 * i + 16 * half);
+  }
   return 0;
 }
 
 // The fp8 cache formats' producer pieces: registers of a half entry (Raw; the
-// narrow kernel's sector-pair layout: RawPair), whether keys can be stored
+// sector-pair layout: RawPair), whether keys can be stored
 // shifted (decode_kernel.cuh header), the entry's bytes.
 template <KvFormat kFormat>
 struct Fp8Entry {
@@ -499,12 +531,16 @@ struct Fp8Entry {
 // taking turns, so converting tile j refills with tile j+2 while tile j+1's
 // loads are in flight: two tiles of loads in flight instead of one, the L2
 // prefetch one tile further (j+3). Same cursor, one tile further ahead.
-template <class KeySrc, KvFormat kFormat, int kRaw = 1>
+// Its raw tiles are in the sector-pair layout (RawPair).
+// kSectorPairs (kRaw = 1): the one raw tile in the sector-pair layout too,
+// instead of halves (RawHalf / RawHalfE4m3); same stage contents.
+template <class KeySrc, KvFormat kFormat, int kRaw = 1, bool kSectorPairs = false>
 // All of shared memory from one base pointer (the budget has no registers
 // for six 64-bit ones).
 __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint8_t* smem,
                                                      int piece_begin, int piece_end, int ptid) {
   static_assert(kRaw == 1 || kRaw == 2, "one or two tiles of raw entries in registers");
+  static_assert(kRaw == 1 || !kSectorPairs, "two raw tiles are always in sector pairs");
   int* sFlag = reinterpret_cast<int*>(smem + kFlagOff);
   float* sKeyFac = reinterpret_cast<float*>(smem + kKeyFacOff);
   int* sKeyFlag = reinterpret_cast<int*>(smem + kKeyFlagOff);
@@ -551,8 +587,12 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     const int st = cnt % kStages;
     ptx::mbar_wait(&empty[st], ((cnt / kStages) & 1) ^ 1);
     bool over = false;
-    const int e_key =
-        convert_and_refill(smem + kKvOff + st * kTileBytes, r, half, raw, refill, &over);
+    uint8_t* stage = smem + kKvOff + st * kTileBytes;
+    int e_key;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(raw)>, typename E::RawPair>)
+      e_key = convert_and_refill<kRaw == 1>(stage, r, half, raw, refill, &over);
+    else
+      e_key = convert_and_refill(stage, r, half, raw, refill, &over);
     // Indexed: stage_flag's ballot is read per lane pair (bit 2k, 2k + 1: key
     // k of the warp's 16), so lane l votes for key l / 2 (held by lane l / 2).
     const bool vote =
@@ -624,7 +664,7 @@ __device__ __forceinline__ void produce_fp8_prefetch(const DecodeParams& p, uint
     return;
   }
   // Prime the pipeline: tiles 0 and 1 resolved at once, tile 2 looked up.
-  typename E::Raw raw;
+  std::conditional_t<kSectorPairs, typename E::RawPair, typename E::Raw> raw;
   bool cur_bit, nxt_bit;
   advance();
   bool have = has;
@@ -1298,12 +1338,17 @@ namespace mla::cuda::decode {
 // tile's P (one tile of slack: WG1's P.V of tile n overlaps WG0's S of tile
 // n + 1). Each warpgroup releases the stage (`empty`) after its own wgmmas
 // that read it completed. Barrier protocol: scripts/models/decode_oneway_barriers.py.
-template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
+//
+// kSectorPairs: the fp8 producer's raw tile in the sector-pair layout
+// (produce_fp8_prefetch); the stages hold the same bytes, so the output is
+// bit-identical. The narrow kernel's producer always reads sector pairs.
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm, bool kSectorPairs>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap kv_map) {
   constexpr bool kFp8 = kv_format_is_fp8(kFormat);
   constexpr bool kOneWay = kForm == MathForm::oneway, kNarrow = kForm == MathForm::narrow;
   static_assert(!kNarrow || (kFp8 && !KeySrc::kIndexed), "narrow math: fp8 paged caches only");
+  static_assert(!kSectorPairs || (kFp8 && !kNarrow), "sector pairs: the 64-row fp8 producer");
   using R = Regs<kFp8, kOneWay>;
   static_assert(!kTma || (!kFp8 && !KeySrc::kIndexed), "TMA tiles: bf16 paged caches only");
   static_assert(
@@ -1355,7 +1400,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::setmaxnreg_dec<R::kProducer>();
     const int ptid = tid - kMathThreads;
     if constexpr (kFp8) {
-      produce_fp8_prefetch<KeySrc, kFormat>(p, smem, piece_begin, piece_end, ptid);
+      produce_fp8_prefetch<KeySrc, kFormat, 1, kSectorPairs>(p, smem, piece_begin, piece_end, ptid);
     } else {
       produce_bf16<KeySrc, kTma>(p, &kv_map, sKv, sFlag, full, empty, piece_begin, piece_end, ptid);
     }
@@ -1389,10 +1434,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launch of one instantiation (grid (p.num_workers, row_blocks)).
-template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm, bool kSectorPairs>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map) {
-  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kForm>;
+  auto* kernel = decode_kernel<KeySrc, kFormat, kTma, kForm, kSectorPairs>;
   // Per-function attribute, legal during stream capture: set on every launch.
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

@@ -7,6 +7,9 @@
 //   sparse/sparse_decode_{bf16,fp8,fp8_e4m3}.cu   IndexedKeys
 // and the math warpgroups' one-way form (kOneWay, decode_kernel.cuh) of each:
 //   decode_oneway_bf16.cu, decode_oneway_fp8.cu, sparse/sparse_decode_oneway.cu
+// and the fp8 producer's sector-pair loads (kSectorPairs, decode_kernel.cuh;
+// selectable until measured): the dense one-way form and the sparse seesaw:
+//   decode_fp8_sector_pairs.cu, sparse/sparse_decode_sector_pairs.cu
 // Grid (p.num_workers, row_blocks), row_blocks = ceil(rows / kM); it runs
 // after split::launch_schedule and before split::launch_combine.
 #pragma once
@@ -29,7 +32,9 @@ struct IndexedKeys;  // decode_keys.cuh
 // (decode_narrow.cuh; fp8 paged caches).
 enum class MathForm { seesaw, oneway, narrow };
 
-template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm>
+// kSectorPairs: the fp8 producer reads a key's entry in sector pairs (fp8
+// caches, not the narrow form, whose producer always does).
+template <class KeySrc, KvFormat kFormat, bool kTma, MathForm kForm, bool kSectorPairs = false>
 cudaError_t launch_decode_kernel(const DecodeParams& p, int row_blocks, cudaStream_t stream,
                                  const CUtensorMap& kv_map);
 
@@ -55,5 +60,14 @@ MLA_DECODE_EXTERN(IndexedKeys, fp8_ds_mla, false, oneway);
 MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, seesaw);
 MLA_DECODE_EXTERN(IndexedKeys, fp8_e4m3, false, oneway);
 #undef MLA_DECODE_EXTERN
+#define MLA_DECODE_EXTERN_SECTOR_PAIRS(KeySrc, kFormat, kForm)                   \
+  extern template cudaError_t                                                    \
+  launch_decode_kernel<KeySrc, KvFormat::kFormat, false, MathForm::kForm, true>( \
+      const DecodeParams&, int, cudaStream_t, const CUtensorMap&)
+MLA_DECODE_EXTERN_SECTOR_PAIRS(PagedKeys, fp8_ds_mla, oneway);
+MLA_DECODE_EXTERN_SECTOR_PAIRS(PagedKeys, fp8_e4m3, oneway);
+MLA_DECODE_EXTERN_SECTOR_PAIRS(IndexedKeys, fp8_ds_mla, seesaw);
+MLA_DECODE_EXTERN_SECTOR_PAIRS(IndexedKeys, fp8_e4m3, seesaw);
+#undef MLA_DECODE_EXTERN_SECTOR_PAIRS
 
 }  // namespace mla::cuda::decode

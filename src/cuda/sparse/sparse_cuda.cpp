@@ -234,9 +234,10 @@ Status resolve_kernel(Kernel forced, const SparseAttnParams& p, bool prefill, Ke
 // ---- the decode_wgmma kernel ----
 
 // The kernels that run cuda/decode's main kernel (decode_oneway: its one-way
-// math form): same schedule, workspace, plan and combine.
+// math form; decode_wgmma_sp: its fp8 producer's sector-pair loads): same
+// schedule, workspace, plan and combine.
 bool on_decode_kernel(Kernel k) {
-  return k == Kernel::decode_wgmma || k == Kernel::decode_oneway;
+  return k == Kernel::decode_wgmma || k == Kernel::decode_oneway || k == Kernel::decode_wgmma_sp;
 }
 
 struct DecodeGeometry {
@@ -306,25 +307,29 @@ decode::DecodeParams decode_params_of(const SparseAttnParams& sp, const DecodeGe
 
 // plan: null, or the schedule to read instead of running the schedule kernel
 // (plan_only: run the schedule kernel alone, into the workspace's prefix).
-// kForm: the decode kernel's math form (seesaw or one-way).
-template <decode::MathForm kForm>
+// kForm: the decode kernel's math form (seesaw or one-way); kSectorPairs: its
+// fp8 producer's sector-pair loads (fp8 entries only).
+template <decode::MathForm kForm, bool kSectorPairs = false>
 cudaError_t launch_indexed(const decode::DecodeParams& p, const SparseAttnParams& sp,
                            int row_blocks, cudaStream_t stream) {
   using decode::IndexedKeys;
   using decode::launch_decode_kernel;
   const CUtensorMap none{};  // no TMA on indexed keys
   if (sp.k_scale != nullptr)
-    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, kForm>(p, row_blocks,
-                                                                               stream, none);
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_e4m3, false, kForm, kSectorPairs>(
+        p, row_blocks, stream, none);
   if (sp.fp8)
-    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, kForm>(p, row_blocks,
-                                                                                 stream, none);
-  return launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, kForm>(p, row_blocks, stream,
-                                                                         none);
+    return launch_decode_kernel<IndexedKeys, KvFormat::fp8_ds_mla, false, kForm, kSectorPairs>(
+        p, row_blocks, stream, none);
+  if constexpr (kSectorPairs)
+    return cudaErrorInvalidValue;  // refused by kernel_takes
+  else
+    return launch_decode_kernel<IndexedKeys, KvFormat::bf16, false, kForm>(p, row_blocks, stream,
+                                                                           none);
 }
 Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream, const DecodePlan* plan = nullptr,
-                         DecodePlan* plan_only = nullptr, bool oneway = false) {
+                         DecodePlan* plan_only = nullptr, Kernel kernel = Kernel::decode_wgmma) {
   DecodeGeometry g;
   MLA_TRY(decode_geometry(sp, &g));
   if (plan != nullptr) MLA_TRY(split::check_plan(*plan, g.layout, g.num_workers, "plan"));
@@ -348,8 +353,11 @@ Status run_decode_kernel(const SparseAttnParams& sp, void* workspace, size_t wor
   if (plan == nullptr)
     MLA_CUDA_TRY(split::launch_schedule(p, stream), "split_schedule_kernel launch");
   const cudaError_t launched =
-      oneway ? launch_indexed<decode::MathForm::oneway>(p, sp, g.row_blocks, stream)
-             : launch_indexed<decode::MathForm::seesaw>(p, sp, g.row_blocks, stream);
+      kernel == Kernel::decode_oneway
+          ? launch_indexed<decode::MathForm::oneway>(p, sp, g.row_blocks, stream)
+      : kernel == Kernel::decode_wgmma_sp
+          ? launch_indexed<decode::MathForm::seesaw, true>(p, sp, g.row_blocks, stream)
+          : launch_indexed<decode::MathForm::seesaw>(p, sp, g.row_blocks, stream);
   MLA_CUDA_TRY(launched, "decode_kernel<IndexedKeys> launch");
   MLA_CUDA_TRY(split::launch_combine(p, stream), "split_combine_kernel launch");
   return Status::Ok();
@@ -391,8 +399,7 @@ Status launch(Kernel kernel, const SparseAttnParams& p, Workspace ws, cudaStream
   if (kernel == Kernel::prefill)
     return sparse::launch_sparse_prefill(prefill_kernel_params(p), stream);
   if (on_decode_kernel(kernel))
-    return run_decode_kernel(p, ws.data, ws.bytes, stream, plan, nullptr,
-                             kernel == Kernel::decode_oneway);
+    return run_decode_kernel(p, ws.data, ws.bytes, stream, plan, nullptr, kernel);
   return k::launch_sparse_mma(p, ws.data, ws.bytes, stream);
 }
 
@@ -450,6 +457,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::automatic: return "automatic";
     case Kernel::decode_wgmma: return "decode_wgmma";
     case Kernel::decode_oneway: return "decode_oneway";
+    case Kernel::decode_wgmma_sp: return "decode_wgmma_sp";
     case Kernel::mma_sync: return "mma_sync";
     case Kernel::prefill: return "prefill";
   }
@@ -464,6 +472,8 @@ bool kernel_takes(Kernel k, const Problem& problem) {
     case Kernel::decode_wgmma:
     case Kernel::decode_oneway:
       return common && problem.page_size <= INT32_MAX && problem.flat_index;
+    case Kernel::decode_wgmma_sp:  // the fp8 producer's loads: fp8 entries only
+      return kernel_takes(Kernel::decode_wgmma, problem) && (problem.fp8 || problem.fp8_e4m3);
     case Kernel::mma_sync: return common && !problem.fp8_e4m3;  // reads 576 bf16 or 656 B
     case Kernel::prefill: return common && problem.prefill;
   }

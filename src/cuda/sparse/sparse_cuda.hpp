@@ -21,9 +21,14 @@ enum class Kernel {
   // decode_wgmma with the math warpgroups' one-way form (decode_kernel.cuh):
   // not chosen automatically until measured
   decode_oneway,
+  // decode_wgmma with the fp8 producer's sector-pair loads (decode_kernel.cuh:
+  // the same stage bytes, the same output bits); fp8 entries only, not chosen
+  // automatically (fp8_ds_mla measured 0.95-0.97x decode_wgmma, round s8c)
+  decode_wgmma_sp,
 };
-inline constexpr Kernel kKernels[] = {Kernel::automatic, Kernel::decode_wgmma, Kernel::mma_sync,
-                                      Kernel::prefill, Kernel::decode_oneway};
+inline constexpr Kernel kKernels[] = {Kernel::automatic,     Kernel::decode_wgmma,
+                                      Kernel::mma_sync,      Kernel::prefill,
+                                      Kernel::decode_oneway, Kernel::decode_wgmma_sp};
 const char* kernel_name(Kernel k);
 
 // The most query tokens of one launch: the mma_sync kernel's grid has one

@@ -725,7 +725,11 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
     EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false, .rows = rows}),
               Kernel::wgmma_cp_async_oneway);
     EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows}),
-              Kernel::wgmma_fp8_oneway);
+              Kernel::wgmma_fp8_oneway);  // fp8_e4m3: the halves layout measured faster
+    EXPECT_EQ(
+        choose_kernel(
+            {.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows, .fp8_ds_mla = true}),
+        Kernel::wgmma_fp8_oneway_sp);
   }
   // Up to 16 rows: the seesaw for bf16, the narrow math for fp8.
   for (int64_t rows : {1, 16}) {
@@ -753,7 +757,8 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
                     {Kernel::wgmma_fp8, KvFormat::bf16, 64},
                     {Kernel::wgmma_tma_oneway, KvFormat::bf16, 16},
                     {Kernel::wgmma_cp_async_oneway, KvFormat::fp8_ds_mla, 64},
-                    {Kernel::wgmma_fp8_oneway, KvFormat::bf16, 64}};
+                    {Kernel::wgmma_fp8_oneway, KvFormat::bf16, 64},
+                    {Kernel::wgmma_fp8_oneway_sp, KvFormat::bf16, 64}};
   for (const auto& x : impossible) {
     Case c;
     c.lengths = {100, 200};
@@ -1158,6 +1163,87 @@ TEST(DecodeGpuOneWay, MatchesTheSeesaw) {
         ASSERT_FALSE(HasFailure());
         std::printf("  %-70s within 2^-7 / 1e-5\n", P.c.name().c_str());
       }
+}
+
+// The fp8 producer's sector-pair loads (wgmma_fp8_oneway_sp, decode_kernel.cuh)
+// fill the stages with the same f16 bytes, key factors and flag words as its
+// halves layout (wgmma_fp8_oneway), and the math is the same code: out and lse
+// must be bit-identical. Both fp8 formats; h 16..128 (one and two row blocks),
+// s_q 1..4; pages 1, 16, 64 with and without padded page strides (odd and
+// even entries at either half of a sector); lengths with every tile edge and
+// split requests; fp8_ds_mla with a quarter of the keys shifted, with every
+// key shifted, with the rope deciding the shift; then a page id past the pool
+// and a key past the f16 guard (NaN rows) on the same inputs.
+TEST(DecodeGpuSectorPairs, BitIdenticalToTheHalves) {
+  const std::pair<int, int> heads_sq[] = {{16, 1}, {32, 3}, {64, 2}, {128, 1}, {128, 4}};
+  uint64_t seed = 1700;
+  auto compare = [&](Problem& P, const char* what) {
+    P.c.kernel = Kernel::wgmma_fp8_oneway;
+    Status st = run(P);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const Result halves = fetch(P);
+    P.c.kernel = Kernel::wgmma_fp8_oneway_sp;
+    st = run(P);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const Result pairs = fetch(P);
+    ASSERT_EQ(std::memcmp(halves.out.data(), pairs.out.data(), halves.out.size() * 4), 0)
+        << "out differs (" << what << ", " << P.c.name() << ")";
+    ASSERT_EQ(std::memcmp(halves.lse.data(), pairs.lse.data(), halves.lse.size() * 4), 0)
+        << "lse differs (" << what << ", " << P.c.name() << ")";
+    std::printf("  %-70s %s: bit-identical\n", P.c.name().c_str(), what);
+  };
+  for (KvFormat f : {KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3})
+    for (auto [h, sq] : heads_sq)
+      for (int64_t page : {1, 16, 64}) {
+        Case c;
+        c.lengths = {0, 1, 5, 63, 64, 65, 200, 777, 4097, 130};
+        c.h_q = h;
+        c.s_q = sq;
+        c.page_size = page;
+        c.page_pad = seed % 2 ? 16 : 0;
+        c.format = f;
+        c.invariant = seed % 3 == 0;
+        c.causal = seed % 4 != 1;
+        c.out_f32 = seed % 5 == 2;
+        c.seed = seed++;
+        if (f == KvFormat::fp8_ds_mla && page == 64) mixed_shifts(c);
+        // (q scaled as in Fp8ValuesAtTheF16RangeEdges: scores stay O(1-10))
+        if (f == KvFormat::fp8_ds_mla && page == 16 && h == 128) {
+          c.values = "scales 2^6..2^10";
+          c.min_scale_exp = 6;
+          c.max_scale_exp = 10;
+          c.shape_values = [](Rng&, PagedCache&, HostTensor& q) { scale_q(q, 0, kDqk, -12); };
+        }
+        if (f == KvFormat::fp8_ds_mla && page == 1 && h == 64) {
+          c.values = "rope 2^20";
+          c.shape_values = [](Rng&, PagedCache& cache, HostTensor& q) {
+            each_entry(cache, [](uint8_t* e, int64_t, int64_t) { scale_rope(e, 20); });
+            scale_q(q, kDc, kDqk, -18);
+          };
+        }
+        Problem P;
+        setup(P, c, /*with_reference=*/false);  // the reference: the DecodeGpu tests of both
+        ASSERT_FALSE(HasFatalFailure());
+        compare(P, "random");
+        if (HasFatalFailure()) return;
+      }
+  // Bad page ids and a key past the f16 guard: NaN rows, the same bits.
+  for (KvFormat f : {KvFormat::fp8_ds_mla, KvFormat::fp8_e4m3}) {
+    Case c{.lengths = {300, 300, 300, 300}, .h_q = 128, .format = f, .seed = seed++};
+    Problem P;
+    setup(P, c, /*with_reference=*/false);
+    ASSERT_FALSE(HasFatalFailure());
+    std::vector<int32_t> bt = P.cache.block_table;
+    bt[1 * P.cache.max_pages + 2] = int32_t(P.cache.num_pages) + 5;
+    bt[3 * P.cache.max_pages + 0] = -7;
+    P.d_bt.upload(bt.data(), bt.size() * 4);
+    if (f == KvFormat::fp8_ds_mla) {
+      set_scales(P.cache.entry_mut(2, 150), std::ldexp(1.f, 30));
+      P.d_kv.upload(P.cache.storage.data(), P.cache.storage.size() * 8);
+    }
+    compare(P, "bad pages, key past the guard");
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

@@ -196,7 +196,8 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel, SparseResult*
   if (c.use_topk_length) a.topk_length = dtl.view(tl);
   const HostTensor &out = dev.out, &lse = dev.lse;
 
-  const cuda::sparse::Problem problem{.fp8_e4m3 = c.format == KvFormat::fp8_e4m3,
+  const cuda::sparse::Problem problem{.fp8 = c.format == KvFormat::fp8_ds_mla,
+                                      .fp8_e4m3 = c.format == KvFormat::fp8_e4m3,
                                       .h_q = c.h,
                                       .tokens = int64_t(c.B) * c.s_q,
                                       .page_size = c.page,
@@ -352,6 +353,52 @@ TEST(SparseGpuOneWay, SanitizerSmall) {
   run_sparse_case(rng, {KvFormat::bf16, 2, 1, 32, 190, 1, true}, Kernel::decode_oneway);
 }
 
+// The fp8 producer's sector-pair loads (decode_wgmma_sp, decode_kernel.cuh)
+// fill the stages with the same bytes as decode_wgmma's halves layout, and the
+// math is the same code: out and lse bit-identical on the same inputs. Both
+// fp8 caches, h 16..128, s_q 1..4, pages 1..128 (padded page strides: entries
+// at either half of a sector), -1 and out-of-cache entries, all-invalid rows,
+// topk_length, shifted fp8_ds_mla keys (block scales up to 2^10).
+TEST(SparseGpuSectorPairs, BitIdenticalToDecodeWgmma) {
+  const SparseCase cases[] = {
+      {KvFormat::fp8_ds_mla, 3, 1, 128, 2048, 64, true},
+      {KvFormat::fp8_ds_mla, 2, 2, 64, 200, 16, false},
+      {KvFormat::fp8_ds_mla, 4, 1, 16, 40, 1, true},
+      {KvFormat::fp8_ds_mla, 3, 3, 128, 320, 64, true, false, 4, 10, -13},
+      {KvFormat::fp8_ds_mla, 2, 4, 32, 130, 128, false},
+      {KvFormat::fp8_e4m3, 3, 1, 128, 2048, 64, true},
+      {KvFormat::fp8_e4m3, 2, 2, 32, 200, 16, false},
+      {KvFormat::fp8_e4m3, 5, 1, 128, 63, 1, true},
+  };
+  uint64_t seed = 2400;
+  for (const SparseCase& c : cases) {
+    SparseResult halves, pairs;
+    {
+      Rng rng(seed);
+      run_sparse_case(rng, c, Kernel::decode_wgmma, &halves);
+    }
+    {
+      Rng rng(seed);  // the same inputs
+      run_sparse_case(rng, c, Kernel::decode_wgmma_sp, &pairs);
+    }
+    ++seed;
+    ASSERT_FALSE(HasFailure());
+    EXPECT_TRUE(same_bytes(halves.out, pairs.out) && same_bytes(halves.lse, pairs.lse))
+        << kv_format_name(c.format) << " B " << c.B << " s_q " << c.s_q << " h " << c.h << " topk "
+        << c.topk << " page " << c.page;
+  }
+}
+
+// Small sector-pair cases for compute-sanitizer (memcheck: the pair loads'
+// addresses; racecheck: the stage stores): both fp8 caches, topk below one
+// tile and across three, -1 entries, topk_length.
+TEST(SparseGpuSectorPairs, SanitizerSmall) {
+  Rng rng(2500);
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 2, 1, 128, 150, 16, true}, Kernel::decode_wgmma_sp);
+  run_sparse_case(rng, {KvFormat::fp8_e4m3, 2, 2, 64, 40, 64, false}, Kernel::decode_wgmma_sp);
+  run_sparse_case(rng, {KvFormat::fp8_ds_mla, 3, 1, 16, 190, 1, false}, Kernel::decode_wgmma_sp);
+}
+
 // The automatic choice: for decode the decode kernel (one-way form for bf16
 // entries, the seesaw for fp8 ones) unless the index lists do not flatten; for
 // prefill the prefill kernel.
@@ -436,6 +483,18 @@ void run_prefill_case(Rng& rng, const PrefillCase& c, Kernel kernel) {
     a.q = dq.view(q), a.kv = dkv.view(kv), a.indices = didx.view(idx), a.out = dout.view(out),
     a.lse = dlse.view(lse);
     size_t need = 0;
+    // A forced kernel that does not take these entries (decode_wgmma_sp: fp8 only) refuses by name.
+    const cuda::sparse::Problem problem{.prefill = true,
+                                        .fp8 = c.fp8,
+                                        .h_q = h,
+                                        .tokens = std::min<int64_t>(s_q, chunk),
+                                        .page_size = 1,
+                                        .flat_index = true};
+    if (kernel != Kernel::automatic && !cuda::sparse::kernel_takes(kernel, problem)) {
+      expect_refused(size(a, &need), kernel);
+      expect_refused(call(a, Workspace{}), kernel);
+      continue;
+    }
     ASSERT_MLA_OK(size(a, &need));
     DeviceBuffer ws(need);
     if (need) {  // the size is what the call uses: one byte less is an error, before any launch
