@@ -40,7 +40,7 @@ import sys
 
 STAGES = 8
 EMPTY_ARRIVALS = 8  # one per consumer warp
-REFRESH = 4  # kRefreshTiles
+REFRESH = 8  # kRefreshTiles
 WARPS = 8
 
 

@@ -44,7 +44,7 @@ namespace mla::cuda::indexer::prefill_wgmma {
 constexpr int kBinBits = 11;              // sign, 8 exponent bits, 2 mantissa bits
 constexpr int kBins = 1 << kBinBits;      // 2048 bins: 8 KB per row
 constexpr int kBinShift = 32 - kBinBits;  // bin of a key: key >> kBinShift
-constexpr int kRefreshTiles = 4;          // bounds rescanned every 4 tiles (256 keys)
+constexpr int kRefreshTiles = 8;          // bounds rescanned every 8 tiles (512 keys)
 static_assert(kBins == 32 * 64, "the scan gives each lane 64 bins, then 2 of one lane's 64");
 
 struct CandidateSink {

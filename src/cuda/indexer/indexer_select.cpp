@@ -68,13 +68,21 @@ FusedWs carve_fused(const PrefillSelectParams& p, const SelectOptions& opt, Carv
 }
 
 // The top-k of `rows` rows of `width` logits (lengths optional) into out.
+// Over the candidate buffers (lengths given) the resident kernel where it
+// fits: a buffer holds fewer than 8k entries, where the sieve that choose()
+// plans for full rows refuses and its chunk loop would compact several times
+// per row; the resident kernel reads a row into shared memory once.
 Status run_topk(const float* logits, int64_t rows, int64_t width, const int32_t* lengths,
                 const PrefillSelectParams& p, int32_t* out, int64_t out_stride,
                 cudaStream_t stream) {
   topk::TopkParams t;
   t.logits = logits, t.logits_stride = width, t.num_rows = rows, t.width = width, t.k = p.k;
   t.lengths = lengths, t.out = out, t.out_stride = out_stride, t.best_first = p.best_first;
-  const topk::TopkPlan plan = topk::choose(rows, width, p.k, current_sm_count());
+  const int sms = current_sm_count();
+  topk::TopkPlan plan = topk::choose(rows, width, p.k, sms);
+  if (lengths && p.k <= topk::max_k(topk::Kernel::resident_512) && rows >= sms &&
+      topk::fits(topk::Kernel::resident_512, width, 1))
+    plan = topk::TopkPlan{topk::Kernel::resident_512, 1, false};
   t.l2_prefetch = plan.l2_prefetch;
   return topk::launch_topk(t, plan.kernel, plan.cluster, stream);
 }

@@ -220,6 +220,14 @@ TEST(IndexerGpu, PrefillSelectMatchesReference) {
     const SelectCase c = make_case(rng, 37, 900, Data::exact, Ranges::random);
     check_case(c, Data::exact, 128, {{SelectPath::unfused, 0, 0}, {SelectPath::fused, 0, 0}});
   }
+  // Rows enough to fill the GPU: the top-k over the buffers runs on the
+  // resident kernel (fewer rows take topk::choose's plan).
+  {
+    const SelectCase c = make_case(rng, 200, 3000, Data::random, Ranges::causal);
+    check_case(
+        c, Data::random, 64,
+        {{SelectPath::unfused, 0, 0}, {SelectPath::fused, 0, 0}, {SelectPath::fused, 1024, 0}});
+  }
   // Random inputs at k 2048: rows of ~5000 keys, the bound refreshed from the
   // 32nd tile on; a capacity of 3072 may overflow some rows (then exact through
   // the fallback).
