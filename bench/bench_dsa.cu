@@ -329,6 +329,26 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
          tm.time([&] { indexer(), topk(); }, 5), flops, 2 * bytes, true, kFp8TF);
   std::vector<int32_t> unfused(size_t(T) * 2048), fused(unfused.size());
   BENCH_CUDA(cudaMemcpy(unfused.data(), out, unfused.size() * 4, cudaMemcpyDeviceToHost));
+  // The fused select's indexer kernel alone (the candidate sink, default
+  // capacity): against the logits kernel above, the cost of its epilogue.
+  {
+    idx::CandidateArgs ca;
+    ca.cap = idx::kDefaultCapacityPerK * 2048, ca.k = 2048;
+    ca.logits = static_cast<float*>(dalloc(size_t(T) * ca.cap * 4));
+    ca.pos = static_cast<int32_t*>(dalloc(size_t(T) * ca.cap * 4));
+    ca.counts = static_cast<int32_t*>(dalloc(size_t(T) * 4));
+    ca.over_rows = static_cast<int32_t*>(dalloc(size_t(T) * 4));
+    ca.over_n = static_cast<int32_t*>(dalloc(4));
+    idx::IndexerLogitsParams cp = in.p;
+    cp.logits = nullptr;
+    report(
+        "prefill-select",
+        shape + " fused kernel alone (candidates, capacity " + std::to_string(ca.cap / 1024) + "K)",
+        tm.time([&] { BENCH_OK(idx::launch_prefill_candidates(cp, ca, nullptr)); }, 5), flops, 0,
+        true, kFp8TF);
+    cudaFree(ca.logits), cudaFree(ca.pos), cudaFree(ca.counts), cudaFree(ca.over_rows),
+        cudaFree(ca.over_n);
+  }
   // The fused select (indexer_select.hpp): the indexer kernel keeps only each
   // row's candidates (no [T, N] logits), the top-k runs over their buffers;
   // rows that overflow their buffer are recomputed unfused (counted below).
