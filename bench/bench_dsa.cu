@@ -352,11 +352,13 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
   // The fused select (indexer_select.hpp): the indexer kernel keeps only each
   // row's candidates (no [T, N] logits), the top-k runs over their buffers;
   // rows that overflow their buffer are recomputed unfused (counted below).
-  for (int64_t cap : {int64_t(0), int64_t(12 * 2048)}) {
+  for (const auto& [cap, how] : {std::pair{int64_t(0), idx::CandidateTopk::resident},
+                                 std::pair{int64_t(0), idx::CandidateTopk::choose},
+                                 std::pair{int64_t(12 * 2048), idx::CandidateTopk::resident}}) {
     idx::PrefillSelectParams sp;
     sp.idx = in.p, sp.k = 2048, sp.out = out, sp.out_stride = 2048, sp.best_first = false;
     idx::SelectOptions opt;
-    opt.path = idx::SelectPath::fused, opt.capacity = cap;
+    opt.path = idx::SelectPath::fused, opt.capacity = cap, opt.candidate_topk = how;
     const size_t ws_bytes = idx::prefill_select_workspace(sp, opt);
     void* ws = dalloc(ws_bytes);
     idx::SelectStats st;
@@ -365,7 +367,8 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
     BENCH_CUDA(cudaMemcpy(fused.data(), out, fused.size() * 4, cudaMemcpyDeviceToHost));
     const int64_t c = cap > 0 ? cap : idx::kDefaultCapacityPerK * 2048;
     report("prefill-select",
-           shape + " fused: indexer + top-k, capacity " + std::to_string(c / 1024) + "K",
+           shape + " fused: indexer + top-k, capacity " + std::to_string(c / 1024) + "K" +
+               (how == idx::CandidateTopk::resident ? " (resident top-k)" : " (top-k choose)"),
            tm.time([&] { BENCH_OK(idx::prefill_select(sp, opt, ws, ws_bytes, nullptr)); }, 5),
            flops, 0, true, kFp8TF);
     std::printf(

@@ -25,11 +25,14 @@ deadlock; every named barrier is back at count 0 when the CTA ends (no arrival
 left pending at exit).
 
 With the candidate sink (the fused prefill select, indexer_prefill_candidates.cuh)
-each consumer's epilogue also reads its 4 rows' bounds, adds to their
-histograms (shared atomics), writes its warp's counts, syncs on kBarCand + c
-(the consumer's 4 warps), reads the 4 warps' counts, and every REFRESH-th tile
-warp w rescans row 4c + w's histogram and writes its bound; the constructor
-clears the histograms and bounds before the weights barrier. Each shared word's
+each consumer's epilogue of tile i also reads the 4 warps' counts of tile i - 1
+(slot (i - 1) % 2; the entries of a tile are stored one tile late), reads its
+4 rows' bounds, adds to their histograms (shared atomics) and writes its warp's
+counts of tile i (slot i % 2); at refresh tiles (7, then every max(8, (i + 1) // 8))
+it syncs on kBarCand + c (the consumer's 4 warps) and warp w rescans row
+4c + w's histogram and writes its bound; after the last tile it syncs on
+kBarCand + c and reads the last tile's counts. The constructor clears the
+histograms and bounds before the weights barrier. Each shared word's
 accesses are checked with vector clocks (a bar.sync joins the clocks of every
 warp counted in its generation, a bar.arrive only gives its own): every
 conflicting pair (a write or an atomic against a plain read or write, by two
@@ -41,6 +44,17 @@ import sys
 STAGES = 8
 EMPTY_ARRIVALS = 8  # one per consumer warp
 REFRESH = 8  # kRefreshTiles
+GROWTH = 8  # kRefreshGrowth
+
+
+def refresh_tiles(n):
+    """The tiles at which the bounds are rescanned (CandidateSink::tile)."""
+    out, nxt = set(), REFRESH - 1
+    for i in range(n):
+        if i == nxt:
+            out.add(i)
+            nxt = i + max(REFRESH, (i + 1) // GROWTH)
+    return out
 WARPS = 8
 
 
@@ -195,15 +209,21 @@ def run(n, seed):
                 st.append(("bar_arrive", f"turn{1 - c}"))
             st += [("mma_done", i), ("arrive_empty", i), ("epilogue",)]
             # The candidate sink's tile: lane t of every warp handles row 4c + t.
+            if i > 0:
+                st += [("mem", ("counts", (i - 1) % 2, c, v), "read") for v in range(4)]
             st += [("mem", ("bound", 4 * c + r), "read") for r in range(4)]
             st += [("mem", ("hist", 4 * c + r, part), "atomic") for r in range(4) for part in range(4)]
-            st += [("mem", ("counts", c, w % 4), "write"), ("bar_sync", f"cand{c}")]
-            st += [("mem", ("counts", c, v), "read") for v in range(4)]
-            if i % REFRESH == REFRESH - 1:
+            st += [("mem", ("counts", i % 2, c, w % 4), "write")]
+            if i in refreshes:
+                st += [("bar_sync", f"cand{c}")]
                 st += [("mem", ("hist", w, part), "read") for part in range(4)]
                 st += [("mem", ("bound", w), "read"), ("mem", ("bound", w), "write")]
+        if n > 0:
+            st += [("bar_sync", f"cand{c}")]
+            st += [("mem", ("counts", (n - 1) % 2, c, v), "read") for v in range(4)]
         return st + [("done",)]
 
+    refreshes = refresh_tiles(n)
     progs = [program(w) for w in range(8)]
     pcs = [0] * 8
     waiting = [None] * 8  # generation a bar.sync waits for
@@ -277,7 +297,8 @@ def run(n, seed):
 
 def main():
     runs = 0
-    for n in [1, 2, 3, 7, 8, 9, 16, 17, 25]:
+    assert sorted(refresh_tiles(200))[:4] == [7, 15, 23, 31] and 199 not in refresh_tiles(200)
+    for n in [1, 2, 3, 7, 8, 9, 16, 17, 25, 80]:
         for seed in range(60):
             run(n, seed)
             runs += 1

@@ -54,8 +54,14 @@ struct PrefillSelectParams {
 inline constexpr int64_t kDefaultCapacityPerK = 8;
 inline constexpr int64_t kDefaultFallbackRows = 128;
 
+// The top-k over the candidate buffers: the resident kernel where it fits
+// (rows >= SMs, k <= 2048, capacity <= its 36K logits per CTA), or always
+// topk::choose's plan (planned for full rows of `capacity`: the bench times both).
+enum class CandidateTopk { resident, choose };
+
 struct SelectOptions {
   SelectPath path = SelectPath::unfused;
+  CandidateTopk candidate_topk = CandidateTopk::resident;
   int64_t capacity = 0;       // fused: entries per row; 0: kDefaultCapacityPerK * k
   int64_t fallback_rows = 0;  // fused: rows per unfused fallback chunk; 0: the default
 };

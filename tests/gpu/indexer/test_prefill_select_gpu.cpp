@@ -179,6 +179,7 @@ struct Run {
   SelectPath path;
   int64_t capacity;       // 0: the default
   int64_t fallback_rows;  // 0: the default
+  cuda::indexer::CandidateTopk how = cuda::indexer::CandidateTopk::resident;
 };
 
 // Every run on both orders against the reference; returns the fused runs'
@@ -192,6 +193,7 @@ int64_t check_case(const SelectCase& c, Data data, int k, std::initializer_list<
     for (const Run& r : runs) {
       SelectOptions opt;
       opt.path = r.path, opt.capacity = r.capacity, opt.fallback_rows = r.fallback_rows;
+      opt.candidate_topk = r.how;
       SelectStats stats;
       const HostTensor got = run_select(c, d, k, best_first, opt, &stats);
       const std::string what = c.name + " k " + std::to_string(k) + " " +
@@ -226,12 +228,14 @@ TEST(IndexerGpu, PrefillSelectMatchesReference) {
   // resident kernel (fewer rows take topk::choose's plan).
   {
     const SelectCase c = make_case(rng, 200, 3000, Data::random, Ranges::causal);
-    check_case(
-        c, Data::random, 64,
-        {{SelectPath::unfused, 0, 0}, {SelectPath::fused, 0, 0}, {SelectPath::fused, 1024, 0}});
+    check_case(c, Data::random, 64,
+               {{SelectPath::unfused, 0, 0},
+                {SelectPath::fused, 0, 0},
+                {SelectPath::fused, 1024, 0},
+                {SelectPath::fused, 0, 0, cuda::indexer::CandidateTopk::choose}});
   }
-  // Random inputs at k 2048: rows of ~5000 keys, the bound refreshed from the
-  // 32nd tile on; a capacity of 3072 may overflow some rows (then exact through
+  // Random inputs at k 2048: rows of ~5000 keys, the bound set from the 32nd
+  // tile on; a capacity of 3072 may overflow some rows (then exact through
   // the fallback).
   {
     const SelectCase c = make_case(rng, 67, 5000, Data::random, Ranges::causal);
