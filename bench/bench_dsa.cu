@@ -19,6 +19,7 @@
 #include "bench_suites.hpp"
 #include "bench_timing.hpp"
 #include "cuda/indexer/indexer_params.hpp"
+#include "cuda/indexer/indexer_select.hpp"
 #include "cuda/sparse/sparse_cuda.hpp"
 #include "cuda/topk/topk_kernel.cuh"  // topk-probe: the kernel with a clock probe
 #include "cuda/topk/topk_params.hpp"
@@ -326,6 +327,58 @@ void bench_prefill_select(Timer& tm, int T, int64_t N) {
          tm.time(topk, 5), 0, bytes, false, 0);
   report("prefill-select", shape + " unfused: indexer + top-k",
          tm.time([&] { indexer(), topk(); }, 5), flops, 2 * bytes, true, kFp8TF);
+  std::vector<int32_t> unfused(size_t(T) * 2048), fused(unfused.size());
+  BENCH_CUDA(cudaMemcpy(unfused.data(), out, unfused.size() * 4, cudaMemcpyDeviceToHost));
+  // The fused select's indexer kernel alone (the candidate sink, default
+  // capacity): against the logits kernel above, the cost of its epilogue.
+  {
+    idx::CandidateArgs ca;
+    ca.cap = idx::kDefaultCapacityPerK * 2048, ca.k = 2048;
+    ca.logits = static_cast<float*>(dalloc(size_t(T) * ca.cap * 4));
+    ca.pos = static_cast<int32_t*>(dalloc(size_t(T) * ca.cap * 4));
+    ca.counts = static_cast<int32_t*>(dalloc(size_t(T) * 4));
+    ca.over_rows = static_cast<int32_t*>(dalloc(size_t(T) * 4));
+    ca.over_n = static_cast<int32_t*>(dalloc(4));
+    idx::IndexerLogitsParams cp = in.p;
+    cp.logits = nullptr;
+    report(
+        "prefill-select",
+        shape + " fused kernel alone (candidates, capacity " + std::to_string(ca.cap / 1024) + "K)",
+        tm.time([&] { BENCH_OK(idx::launch_prefill_candidates(cp, ca, nullptr)); }, 5), flops, 0,
+        true, kFp8TF);
+    cudaFree(ca.logits), cudaFree(ca.pos), cudaFree(ca.counts), cudaFree(ca.over_rows),
+        cudaFree(ca.over_n);
+  }
+  // The fused select (indexer_select.hpp): the indexer kernel keeps only each
+  // row's candidates (no [T, N] logits), the top-k runs over their buffers;
+  // rows that overflow their buffer are recomputed unfused (counted below).
+  for (const auto& [cap, how] : {std::pair{int64_t(0), idx::CandidateTopk::resident},
+                                 std::pair{int64_t(0), idx::CandidateTopk::choose},
+                                 std::pair{int64_t(12 * 2048), idx::CandidateTopk::resident}}) {
+    idx::PrefillSelectParams sp;
+    sp.idx = in.p, sp.k = 2048, sp.out = out, sp.out_stride = 2048, sp.best_first = false;
+    idx::SelectOptions opt;
+    opt.path = idx::SelectPath::fused, opt.capacity = cap, opt.candidate_topk = how;
+    const size_t ws_bytes = idx::prefill_select_workspace(sp, opt);
+    void* ws = dalloc(ws_bytes);
+    idx::SelectStats st;
+    BENCH_CUDA(cudaMemset(out, 0xff, fused.size() * 4));
+    BENCH_OK(idx::prefill_select(sp, opt, ws, ws_bytes, nullptr, &st));
+    BENCH_CUDA(cudaMemcpy(fused.data(), out, fused.size() * 4, cudaMemcpyDeviceToHost));
+    const int64_t c = cap > 0 ? cap : idx::kDefaultCapacityPerK * 2048;
+    report("prefill-select",
+           shape + " fused: indexer + top-k, capacity " + std::to_string(c / 1024) + "K" +
+               (how == idx::CandidateTopk::resident ? " (resident top-k)" : " (top-k choose)"),
+           tm.time([&] { BENCH_OK(idx::prefill_select(sp, opt, ws, ws_bytes, nullptr)); }, 5),
+           flops, 0, true, kFp8TF);
+    std::printf(
+        "prefill-select  %s fused capacity %lld: workspace %.0f MB (logits %.0f MB), "
+        "kept per row mean %.0f max %lld, rows overflowed %lld of %d, lists %s the unfused\n",
+        shape.c_str(), (long long)c, ws_bytes / 1e6, bytes / 1e6, double(st.total_kept) / T,
+        (long long)st.max_kept, (long long)st.overflow_rows, T,
+        fused == unfused ? "equal to" : "DIFFERENT from");
+    cudaFree(ws);
+  }
   cudaFree(out);
 }
 

@@ -23,12 +23,54 @@ turn barrier is made of the 4 warps of the consumer whose turn it is (sync) and
 the 4 warps of the other (arrive), never of two generations' arrivals; no
 deadlock; every named barrier is back at count 0 when the CTA ends (no arrival
 left pending at exit).
+
+With the candidate sink (the fused prefill select, indexer_prefill_candidates.cuh)
+each consumer's epilogue of tile i also reads the 4 warps' counts of tile i - 1
+(slot (i - 1) % 2; the entries of a tile are stored one tile late), reads its
+4 rows' bounds, adds to their histograms (shared atomics) and writes its warp's
+counts of tile i (slot i % 2); at refresh tiles (7, then every max(8, (i + 1) // 8))
+it syncs on kBarCand + c (the consumer's 4 warps) and warp w rescans row
+4c + w's histogram and writes its bound; after the last tile it syncs on
+kBarCand + c and reads the last tile's counts. The constructor clears the
+histograms and bounds before the weights barrier. Each shared word's
+accesses are checked with vector clocks (a bar.sync joins the clocks of every
+warp counted in its generation, a bar.arrive only gives its own): every
+conflicting pair (a write or an atomic against a plain read or write, by two
+warps) must be ordered by the barriers, as racecheck would demand.
 """
 import random
 import sys
 
 STAGES = 8
 EMPTY_ARRIVALS = 8  # one per consumer warp
+REFRESH = 8  # kRefreshTiles
+GROWTH = 8  # kRefreshGrowth
+
+
+def refresh_tiles(n):
+    """The tiles at which the bounds are rescanned (CandidateSink::tile)."""
+    out, nxt = set(), REFRESH - 1
+    for i in range(n):
+        if i == nxt:
+            out.add(i)
+            nxt = i + max(REFRESH, (i + 1) // GROWTH)
+    return out
+WARPS = 8
+
+
+class Memory:
+    """Shared words with their accesses: (warp, epoch, kind), kind in read / write / atomic."""
+
+    def __init__(self):
+        self.log = {}
+
+    def access(self, clock, warp, word, kind):
+        for (u, epoch, k) in self.log.get(word, []):
+            if u == warp or (k == "read" and kind == "read") or (k == "atomic" and kind == "atomic"):
+                continue
+            assert clock[u] >= epoch, (f"race on {word}: warp {warp} {kind} not ordered after warp "
+                                      f"{u}'s {k} (epoch {epoch}, seen {clock[u]})")
+        self.log.setdefault(word, []).append((warp, clock[warp], kind))
 
 
 class MBar:
@@ -61,13 +103,15 @@ class Named:
 
     def __init__(self, name, warps):
         self.name, self.warps, self.members, self.gen = name, warps, [], 0
+        self.joined = {}  # generation -> the join of its members' clocks
 
-    def add(self, warp, kind):
-        """Counts the warp in; returns the generation it joined."""
+    def add(self, warp, kind, clock):
+        """Counts the warp in with its clock; returns the generation it joined."""
         gen = self.gen
-        self.members.append((warp, kind))
+        self.members.append((warp, kind, list(clock)))
         if len(self.members) == self.warps:
-            self.check(self.members)
+            self.check([(w, k) for w, k, _ in self.members])
+            self.joined[gen] = [max(m[2][i] for m in self.members) for i in range(WARPS)]
             self.members, self.gen = [], self.gen + 1
         return gen
 
@@ -93,7 +137,12 @@ def run(n, seed):
     weights = [False, False]
     # kBarWeights + c: the 4 warps of consumer c; kBarTurn + c: all 8 consumer warps
     named = {"w0": Named("w0", 4), "w1": Named("w1", 4), "turn0": Named("turn0", 8),
-             "turn1": Named("turn1", 8)}
+             "turn1": Named("turn1", 8), "cand0": Named("cand0", 4), "cand1": Named("cand1", 4)}
+    mem = Memory()
+    # clocks[w]: warp w's vector clock; its own entry is the epoch of its
+    # accesses (from 1), raised after each of its barrier arrivals, so an access
+    # is ordered before warp v's point when clocks[v][u] >= the access's epoch.
+    clocks = [[int(u == w) for u in range(WARPS)] for w in range(WARPS)]
     in_flight = []  # [target, tag, bytes left]
     TILE = 4  # bytes of a tile / of the queries, in landing pieces
 
@@ -144,7 +193,12 @@ def run(n, seed):
 
     def program(w):
         c = w // 4
-        st = [("write_w",), ("bar_sync", f"w{c}"), ("wait_q",)]
+        # The sink's constructor: the consumer's rows' histograms (each warp a
+        # quarter of every row's words) and bounds (warp 0 of the consumer).
+        setup = [("mem", ("hist", 4 * c + r, w % 4), "write") for r in range(4)]
+        if w % 4 == 0:
+            setup += [("mem", ("bound", 4 * c + r), "write") for r in range(4)]
+        st = [("write_w",)] + setup + [("bar_sync", f"w{c}"), ("wait_q",)]
         if n == 0:
             return st + [("done",)]
         if c == 1:
@@ -154,8 +208,22 @@ def run(n, seed):
             if c == 0 or i + 1 < n:
                 st.append(("bar_arrive", f"turn{1 - c}"))
             st += [("mma_done", i), ("arrive_empty", i), ("epilogue",)]
+            # The candidate sink's tile: lane t of every warp handles row 4c + t.
+            if i > 0:
+                st += [("mem", ("counts", (i - 1) % 2, c, v), "read") for v in range(4)]
+            st += [("mem", ("bound", 4 * c + r), "read") for r in range(4)]
+            st += [("mem", ("hist", 4 * c + r, part), "atomic") for r in range(4) for part in range(4)]
+            st += [("mem", ("counts", i % 2, c, w % 4), "write")]
+            if i in refreshes:
+                st += [("bar_sync", f"cand{c}")]
+                st += [("mem", ("hist", w, part), "read") for part in range(4)]
+                st += [("mem", ("bound", w), "read"), ("mem", ("bound", w), "write")]
+        if n > 0:
+            st += [("bar_sync", f"cand{c}")]
+            st += [("mem", ("counts", (n - 1) % 2, c, v), "read") for v in range(4)]
         return st + [("done",)]
 
+    refreshes = refresh_tiles(n)
     progs = [program(w) for w in range(8)]
     pcs = [0] * 8
     waiting = [None] * 8  # generation a bar.sync waits for
@@ -171,13 +239,18 @@ def run(n, seed):
         elif kind == "bar_sync":
             bar = named[op[1]]
             if waiting[w] is None:
-                waiting[w] = bar.add(w, "sync")
+                waiting[w] = bar.add(w, "sync", clocks[w])
+                clocks[w][w] += 1
                 return True
             if bar.gen <= waiting[w]:
                 return False
+            clocks[w] = [max(a, b) for a, b in zip(clocks[w], bar.joined[waiting[w]])]
             waiting[w] = None
         elif kind == "bar_arrive":
-            named[op[1]].add(w, "arrive")
+            named[op[1]].add(w, "arrive", clocks[w])
+            clocks[w][w] += 1
+        elif kind == "mem":
+            mem.access(clocks[w], w, op[1], op[2])
         elif kind == "wait_q":
             if not q_full.passed(0):
                 return False
@@ -224,12 +297,14 @@ def run(n, seed):
 
 def main():
     runs = 0
-    for n in [1, 2, 3, 7, 8, 9, 16, 17, 25]:
+    assert sorted(refresh_tiles(200))[:4] == [7, 15, 23, 31] and 199 not in refresh_tiles(200)
+    for n in [1, 2, 3, 7, 8, 9, 16, 17, 25, 80]:
         for seed in range(60):
             run(n, seed)
             runs += 1
     print(f"indexer prefill barrier model: {runs} random schedules, no deadlock, no stage "
-          "overwritten while read, turn barriers one generation at a time, none pending at exit")
+          "overwritten while read, turn barriers one generation at a time, none pending at exit, "
+          "the candidate sink's shared words ordered by the barriers")
     return 0
 
 

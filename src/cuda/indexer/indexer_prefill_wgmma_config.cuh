@@ -32,12 +32,16 @@ static_assert(128 * kProducerRegs + kConsumers * 128 * kConsumerRegs <= 65536,
 
 // Named barriers (0 is __syncthreads): a consumer's weights are in place
 // (kBarWeights + c, 128 threads); consumer c's turn to issue its MMAs
-// (kBarTurn + c, 256 threads: c syncs, the other consumer arrives).
+// (kBarTurn + c, 256 threads: c syncs, the other consumer arrives); the
+// candidate sink's per-tile exchange of its warps' counts (kBarCand + c, 128
+// threads; indexer_prefill_candidates.cuh).
 constexpr int kBarWeights = 1;
 constexpr int kBarTurn = 3;
+constexpr int kBarCand = 5;
 
 // Shared memory: the 8 tokens' queries (SW128, as TMA writes them), the ring of
-// key tiles, the weights [8][64] f32, the mbarriers.
+// key tiles, the weights [8][64] f32, the mbarriers, then the sink's bytes
+// (16-byte aligned; none for the logits sink).
 struct Smem {
   static constexpr int kQueryOff = 0;
   static constexpr int kStageOff = kTokens * kQueryBytes;
@@ -45,11 +49,13 @@ struct Smem {
   static constexpr int kBarOff = kWeightOff + kTokens * kIndexerHeads * 4;
   // full[kStages], empty[kStages], q_full
   static constexpr int kBytes = kBarOff + (2 * kStages + 1) * 8;
-  static constexpr int kAlloc = kBytes + 1024;  // room to align the base to 1024
+  static constexpr int kSinkOff = (kBytes + 15) / 16 * 16;
+  // The dynamic allocation with a sink's bytes: room to align the base to 1024.
+  static constexpr int alloc(int sink_bytes) { return kSinkOff + sink_bytes + 1024; }
   static_assert(kStageOff % 1024 == 0 && kTileBytes % 1024 == 0,
                 "TMA's 128-byte swizzle needs 1024-byte aligned tiles");
-  static_assert(kAlloc <= 227 * 1024, "one CTA per SM");
 };
+static_assert(Smem::alloc(0) <= 227 * 1024, "one CTA per SM");
 
 // Each tile's empty barrier: one arrival per consumer warp once its MMAs on
 // the tile completed.
