@@ -166,14 +166,14 @@ bool kernel_takes(Kernel k, const Problem& problem) {
 // Row blocks of at most kNarrowRows rows (h_q 16, s_q 1): fp8 caches take the
 // narrow math, bf16 the seesaw (memory-bound there; the one-way form was not
 // measured at 16 rows). More rows: the one-way form, which measured 1.0-1.27x
-// the seesaw on dense bf16 and 1.08-1.25x on both fp8 layouts; for fp8_ds_mla
-// with the sector-pair loads (1.14-1.17x the halves there, 0.96-1.01x on
-// fp8_e4m3: H100, round s8c; docs/perf-log.md).
+// the seesaw on dense bf16 and 1.08-1.25x on both fp8 layouts; for fp8 with
+// the sector-pair loads (1.14-1.17x the halves on fp8_ds_mla, 1.01-1.04x on
+// fp8_e4m3: H100, rounds s8c and s8g; docs/perf-log.md).
 Kernel choose_kernel(const Problem& problem) {
   const bool narrow_rows = problem.rows > 0 && problem.rows <= kNarrowRows;
   if (problem.fp8) {
     if (narrow_rows) return kChooseNarrow ? Kernel::wgmma_fp8_narrow : Kernel::wgmma_fp8;
-    return problem.fp8_ds_mla ? Kernel::wgmma_fp8_oneway_sp : Kernel::wgmma_fp8_oneway;
+    return Kernel::wgmma_fp8_oneway_sp;
   }
   if (narrow_rows) return problem.tma_map ? Kernel::wgmma_tma : Kernel::wgmma_cp_async;
   return problem.tma_map ? Kernel::wgmma_tma_oneway : Kernel::wgmma_cp_async_oneway;
@@ -307,11 +307,7 @@ Status mla_decode(const DecodeArgs& a, const DecodeOptions& opts, Workspace ws,
   // kernel that cannot run this cache format and page size is refused before
   // any launch; the map is encoded (host work) while the schedule kernel runs.
   const bool tma_shape = !fp8 && p.page_size % kTileKeys == 0;
-  Problem problem{.fp8 = fp8,
-                  .page_size = p.page_size,
-                  .tma_map = tma_shape,
-                  .rows = g.rows,
-                  .fp8_ds_mla = a.kv.format == KvFormat::fp8_ds_mla};
+  Problem problem{.fp8 = fp8, .page_size = p.page_size, .tma_map = tma_shape, .rows = g.rows};
   auto refuse = [&](const char* why) {
     return error(Errc::unsupported,
                  "kernel: {} cannot run a {} cache of page_size {} with {} query rows{}",

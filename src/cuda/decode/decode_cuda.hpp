@@ -25,8 +25,8 @@ enum class Kernel {
   // wgmma_fp8_oneway with the producer's sector-pair loads (a key's two
   // threads read the two halves of each 32-byte sector in one instruction;
   // decode_kernel.cuh): the same stage bytes, so the same output bits.
-  // Automatic for fp8_ds_mla above 16 rows (measured 1.14-1.17x the halves);
-  // fp8_e4m3 stays on wgmma_fp8_oneway (0.96-1.01x).
+  // Automatic for the fp8 caches above 16 rows (measured 1.14-1.17x the
+  // halves on fp8_ds_mla, 1.01-1.04x on fp8_e4m3).
   wgmma_fp8_oneway_sp,
 };
 inline constexpr Kernel kKernels[] = {
@@ -37,17 +37,16 @@ const char* kernel_name(Kernel k);
 
 // What the choice depends on.
 struct Problem {
-  bool fp8 = false;         // the cache format
-  int64_t page_size = 0;    // tokens per page
-  bool tma_map = false;     // the driver encodes a TMA map of this bf16 cache
-  int64_t rows = 0;         // query rows of a request (s_q * h_q); 0: not known
-  bool fp8_ds_mla = false;  // fp8: the fp8_ds_mla layout (else fp8_e4m3)
+  bool fp8 = false;       // the cache format
+  int64_t page_size = 0;  // tokens per page
+  bool tma_map = false;   // the driver encodes a TMA map of this bf16 cache
+  int64_t rows = 0;       // query rows of a request (s_q * h_q); 0: not known
 };
 // The kernel automatic runs: bf16, the TMA tiles where a 64-key tile is one
 // page and the driver takes the cache's layout, else cp.async; fp8, the
 // converting producer. Row blocks of <= 16 rows: the narrow math (fp8,
-// kChooseNarrow) or the seesaw (bf16); more rows: the one-way form, for
-// fp8_ds_mla with the producer's sector-pair loads.
+// kChooseNarrow) or the seesaw (bf16); more rows: the one-way form, for fp8
+// with the producer's sector-pair loads.
 Kernel choose_kernel(const Problem& problem);
 // Whether `k` (not automatic) can run `problem`.
 bool kernel_takes(Kernel k, const Problem& problem);

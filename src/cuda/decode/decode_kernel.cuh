@@ -476,8 +476,8 @@ __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int hal
 }
 // kOneTile: rxh as above, and each register refilled right after its
 // conversion instead of pinned behind the whole tile: ptxas then issues the
-// refills after ~15-21 of the 36 stores, as with the halves layout (pinned:
-// after ~29; that form measured 0.96-1.01x the halves, round s8c).
+// refills after ~15-21 of the 36 stores, as with the halves layout: 1.01-1.04x
+// the halves (round s8g; pinned, after ~29 stores: 0.96-1.01x, round s8c).
 template <bool kOneTile>
 __device__ __forceinline__ int convert_and_refill(uint8_t* stage, int r, int half, RawPairE4m3& raw,
                                                   const uint8_t* next, bool* over) {

@@ -725,11 +725,7 @@ TEST(DecodeGpuArgs, KernelChoiceAndImpossibleForcedKernels) {
     EXPECT_EQ(choose_kernel({.fp8 = false, .page_size = 16, .tma_map = false, .rows = rows}),
               Kernel::wgmma_cp_async_oneway);
     EXPECT_EQ(choose_kernel({.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows}),
-              Kernel::wgmma_fp8_oneway);  // fp8_e4m3: the halves layout measured faster
-    EXPECT_EQ(
-        choose_kernel(
-            {.fp8 = true, .page_size = 64, .tma_map = false, .rows = rows, .fp8_ds_mla = true}),
-        Kernel::wgmma_fp8_oneway_sp);
+              Kernel::wgmma_fp8_oneway_sp);  // the sector-pair loads
   }
   // Up to 16 rows: the seesaw for bf16, the narrow math for fp8.
   for (int64_t rows : {1, 16}) {
