@@ -72,7 +72,8 @@ FusedWs carve_fused(const PrefillSelectParams& p, const SelectOptions& opt, Carv
 // where it fits: a buffer holds fewer than 8k entries, where the sieve that
 // choose() plans for full rows refuses and its chunk loop may compact; the
 // resident kernel reads a row into shared memory once. Measured 2026-12-06
-// (H100): 371 / 438 us over 4096 buffers of ~8.2K / ~12K entries.
+// (H100, 4096 buffers of ~8.4K / ~12.3K entries): ~370 / ~460 us, and ~60-75
+// us more with choose()'s plan.
 Status run_topk(const float* logits, int64_t rows, int64_t width, const int32_t* lengths,
                 const PrefillSelectParams& p, int32_t* out, int64_t out_stride, cudaStream_t stream,
                 CandidateTopk how = CandidateTopk::choose) {
