@@ -44,17 +44,10 @@ Status launch_prefill_candidates(const IndexerLogitsParams& p, const CandidateAr
     return value_error(Errc::invalid_value, "prefill select: width", p.width,
                        "must be the number of keys");
   Grid grid;
-  MLA_TRY(grid_for(p, std::max<int64_t>(p.width, kTileKeys), &grid));  // splits = 1
-  CUtensorMap q_map, k_map;
-  MLA_TRY(prefill_tma_maps(p, &q_map, &k_map));
-  auto kernel = indexer_prefill_wgmma_kernel<CandidateSink>;
-  constexpr int smem = Smem::alloc(CandidateSink::kSmemBytes);
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_prefill_wgmma_kernel<CandidateSink>)"));
-  kernel<<<dim3(unsigned(grid.blocks), 1u, 1u), kThreads, smem, stream>>>(p, q_map, k_map,
-                                                                          grid.chunk, a);
-  return check_launch("indexer_prefill_wgmma_kernel<CandidateSink>");
+  MLA_TRY(grid_for(p, std::max<int64_t>(p.width, kTileKeys), &grid));
+  grid.splits = 1;  // one CTA per token block over all of its keys, in order (also at width 0)
+  return launch_with_sink<CandidateSink>(p, grid, a, stream,
+                                         "indexer_prefill_wgmma_kernel<CandidateSink>");
 }
 
 Status launch_gather_positions(int32_t* out, int64_t out_stride, int64_t rows, int k,

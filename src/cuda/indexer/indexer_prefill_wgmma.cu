@@ -49,16 +49,8 @@ Status launch_indexer_logits_flat_wgmma(const IndexerLogitsParams& p, cudaStream
   if (p.num_tokens == 0 || p.width == 0) return Status::Ok();
   prefill_wgmma::Grid grid;
   MLA_TRY(grid_for(p, opt.keys_per_cta, &grid));
-  CUtensorMap q_map, k_map;
-  MLA_TRY(prefill_tma_maps(p, &q_map, &k_map));
-  auto kernel = indexer_prefill_wgmma_kernel<LogitsSink>;
-  constexpr int smem = Smem::alloc(LogitsSink::kSmemBytes);
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  MLA_TRY(cuda_status(attr, "cudaFuncSetAttribute(indexer_prefill_wgmma_kernel)"));
-  kernel<<<dim3(unsigned(grid.blocks), unsigned(grid.splits), 1u), kThreads, smem, stream>>>(
-      p, q_map, k_map, grid.chunk, LogitsSink::Args{});
-  return check_launch("indexer_prefill_wgmma_kernel");
+  return launch_with_sink<LogitsSink>(p, grid, LogitsSink::Args{}, stream,
+                                      "indexer_prefill_wgmma_kernel");
 }
 
 }  // namespace mla::cuda::indexer

@@ -264,4 +264,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The TMA maps of the queries and the keys (indexer_prefill_wgmma.cu).
 Status prefill_tma_maps(const IndexerLogitsParams& p, CUtensorMap* q_map, CUtensorMap* k_map);
 
+// Launches the kernel with the epilogue Sink over `grid` (x: token blocks, y:
+// key chunks): its TMA maps, its shared-memory size (set once per Sink) and
+// the launch check, `name` naming it in the errors.
+template <class Sink>
+Status launch_with_sink(const IndexerLogitsParams& p, const Grid& grid,
+                        const typename Sink::Args& args, cudaStream_t stream, const char* name) {
+  CUtensorMap q_map, k_map;
+  MLA_TRY(prefill_tma_maps(p, &q_map, &k_map));
+  auto kernel = indexer_prefill_wgmma_kernel<Sink>;
+  constexpr int smem = Smem::alloc(Sink::kSmemBytes);
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  MLA_TRY(cuda_status(attr, name));
+  kernel<<<dim3(unsigned(grid.blocks), unsigned(grid.splits), 1u), kThreads, smem, stream>>>(
+      p, q_map, k_map, grid.chunk, args);
+  return check_launch(name);
+}
+
 }  // namespace mla::cuda::indexer::prefill_wgmma

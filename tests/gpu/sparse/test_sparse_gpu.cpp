@@ -256,6 +256,17 @@ void run_sparse_case(Rng& rng, const SparseCase& c, Kernel kernel, SparseResult*
   EXPECT_EQ(bad_inf, 0) << "rows with no key must give lse -inf";
 }
 
+// The same inputs (one seed) through two kernels, for the tests that compare them.
+void run_sparse_pair(uint64_t seed, const SparseCase& c, Kernel first, Kernel second,
+                     SparseResult* a, SparseResult* b) {
+  {
+    Rng rng(seed);
+    run_sparse_case(rng, c, first, a);
+  }
+  Rng rng(seed);  // the same inputs
+  run_sparse_case(rng, c, second, b);
+}
+
 // Heads 16 to 128 (16/32 are masked rows of the decode kernel's 64-row CTA),
 // s_q 1 to 4, pages 1 to 128, topk not a multiple of the 64-key tile, few
 // tokens (lists split over workers) and more tokens than workers, index
@@ -315,14 +326,7 @@ TEST(SparseGpuOneWay, MatchesDecodeWgmma) {
   uint64_t seed = 2200;
   for (const SparseCase& c : cases) {
     SparseResult seesaw, oneway;
-    {
-      Rng rng(seed);
-      run_sparse_case(rng, c, Kernel::decode_wgmma, &seesaw);
-    }
-    {
-      Rng rng(seed);  // the same inputs
-      run_sparse_case(rng, c, Kernel::decode_oneway, &oneway);
-    }
+    run_sparse_pair(seed, c, Kernel::decode_wgmma, Kernel::decode_oneway, &seesaw, &oneway);
     ++seed;
     ASSERT_FALSE(HasFailure());
     int bad = 0;
@@ -373,14 +377,7 @@ TEST(SparseGpuSectorPairs, BitIdenticalToDecodeWgmma) {
   uint64_t seed = 2400;
   for (const SparseCase& c : cases) {
     SparseResult halves, pairs;
-    {
-      Rng rng(seed);
-      run_sparse_case(rng, c, Kernel::decode_wgmma, &halves);
-    }
-    {
-      Rng rng(seed);  // the same inputs
-      run_sparse_case(rng, c, Kernel::decode_wgmma_sp, &pairs);
-    }
+    run_sparse_pair(seed, c, Kernel::decode_wgmma, Kernel::decode_wgmma_sp, &halves, &pairs);
     ++seed;
     ASSERT_FALSE(HasFailure());
     EXPECT_TRUE(same_bytes(halves.out, pairs.out) && same_bytes(halves.lse, pairs.lse))
