@@ -258,6 +258,32 @@ MLA_C_EXPORT int32_t mla_indexer_logits_prefill(const mla_tensor* q8, const mla_
                                                 const mla_tensor* k_start, const mla_tensor* k_end,
                                                 const mla_tensor* logits, void* stream);
 
+/* The prefill select (mla::indexer_select_prefill): the logits of
+ * mla_indexer_logits_prefill and the top-k of each row in one call, inputs as
+ * there -> indices [T, k] i32 positions (-1 padded). order: MLA_TOPK_* (values of
+ * mla::TopkOrder); path: MLA_INDEXER_SELECT_* (values of mla::IndexerSelectPath;
+ * AUTOMATIC runs UNFUSED, the faster; FUSED never holds the [T, N] logits, and
+ * synchronises `stream` once); capacity: FUSED's candidate entries per row (0:
+ * 8 k). CUDA needs `workspace` of mla_indexer_select_prefill_workspace_size
+ * bytes (0 on CPU). */
+enum { MLA_TOPK_BEST_FIRST = 0, MLA_TOPK_BY_POSITION = 1 };
+enum {
+  MLA_INDEXER_SELECT_AUTOMATIC = 0,
+  MLA_INDEXER_SELECT_UNFUSED = 1,
+  MLA_INDEXER_SELECT_FUSED = 2
+};
+MLA_C_EXPORT int32_t mla_indexer_select_prefill_workspace_size(
+    const mla_tensor* q8, const mla_tensor* w_folded, const mla_tensor* k8,
+    const mla_tensor* k_scale, const mla_tensor* k_start, const mla_tensor* k_end, int32_t k,
+    int32_t order, int32_t path, int64_t capacity, const mla_tensor* indices, size_t* bytes);
+MLA_C_EXPORT int32_t mla_indexer_select_prefill(const mla_tensor* q8, const mla_tensor* w_folded,
+                                                const mla_tensor* k8, const mla_tensor* k_scale,
+                                                const mla_tensor* k_start, const mla_tensor* k_end,
+                                                int32_t k, int32_t order, int32_t path,
+                                                int64_t capacity, const mla_tensor* indices,
+                                                void* workspace, size_t workspace_bytes,
+                                                void* stream);
+
 /* ---- rotary position embedding (mla/rope.hpp) ------------------------------- */
 enum { MLA_ROPE_INTERLEAVED = 0, MLA_ROPE_HALF_SPLIT = 1 };
 

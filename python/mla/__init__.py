@@ -23,8 +23,9 @@ from .ops import (append_indexer_keys, append_kv, built_with_cuda, decode,
                   indexer_logits_decode, indexer_logits_prefill, merge_attn_partials, mla_decode,
                   mla_decode_partial, quantize_indexer_query, read_kv, validate_indexer_cache,
                   validate_kv_cache, version)
-from .dsa import (decompress_kv, mha_prefill, sparse_decode, sparse_decode_workspace_size,
-                  sparse_prefill, sparse_prefill_workspace_size, topk_indices)
+from .dsa import (decompress_kv, indexer_select_prefill, indexer_select_prefill_workspace_size,
+                  mha_prefill, sparse_decode, sparse_decode_workspace_size, sparse_prefill,
+                  sparse_prefill_workspace_size, topk_indices)
 from .dsa_step import (DsaPolicy, dsa_decode, dsa_decode_path, dsa_decode_workspace_size,
                        dsa_default_policy, dsa_dense_threshold)
 from .plans import DecodePlan, decode_plan, sparse_decode_plan

@@ -33,6 +33,57 @@ def topk_indices(logits, k: int = 2048, *, lengths=None, block_table=None, page_
     return indices
 
 
+_TOPK_ORDERS = {"best_first": 0, "by_position": 1}  # mla::TopkOrder
+_SELECT_PATHS = {"automatic": 0, "unfused": 1, "fused": 2}  # mla::IndexerSelectPath
+
+
+def _code(table: dict, value, name: str) -> int:
+    """The C value of a name of `table` (an int passes as is: the library names a bad one)."""
+    if isinstance(value, str):
+        if value not in table:
+            raise ValueError(f"{name} = {value!r} is not one of {', '.join(table)}")
+        return table[value]
+    return value
+
+
+def _select_args(q8, w_folded, k8, k_scale, k_start, k_end, k, order, path, capacity, indices):
+    """The C arguments of mla_indexer_select_prefill(_workspace_size), indices allocated
+    beside q8 when not given."""
+    qs = tuple(getattr(q8, "shape", ()))
+    if indices is None and len(qs) == 3 and isinstance(k, int) and 0 < k <= TOPK_MAX:
+        indices = _call.empty(q8, (qs[0], k), "i32")
+    return (q8, w_folded, k8, k_scale, k_start, k_end, k, _code(_TOPK_ORDERS, order, "order"),
+            _code(_SELECT_PATHS, path, "path"), capacity, indices)
+
+
+def indexer_select_prefill_workspace_size(q8, w_folded, k8, k_scale, k_start, k_end,
+                                          k: int = 2048, *, order="best_first",
+                                          path="automatic", capacity: int = 0,
+                                          indices=None) -> int:
+    """Scratch bytes indexer_select_prefill needs for these arguments (0 on the CPU)."""
+    args = _select_args(q8, w_folded, k8, k_scale, k_start, k_end, k, order, path, capacity,
+                        indices)
+    return _call.run("mla_indexer_select_prefill_workspace_size", q8, None, *args)
+
+
+def indexer_select_prefill(q8, w_folded, k8, k_scale, k_start, k_end, k: int = 2048, *,
+                           order="best_first", path="automatic", capacity: int = 0,
+                           indices=None, workspace=None, stream=None):
+    """The prefill select: indexer_logits_prefill's logits (q8 [T, 64, 128], w_folded
+    [T, 64], k8 [N, 128] e4m3, k_scale [N], k_start/k_end [T] int32) and the top-k of
+    each row in one call -> indices [T, k] int32 positions, -1 padded; the same as
+    topk_indices(indexer_logits_prefill(...), k) without the [T, N] logits.
+    order: "best_first" or "by_position". path: "automatic" (= "unfused", the faster),
+    "unfused" or "fused" (never holds the logits; syncs the stream once); capacity:
+    fused's candidate entries per row (0: 8 k). `workspace` as for sparse_decode."""
+    args = _select_args(q8, w_folded, k8, k_scale, k_start, k_end, k, order, path, capacity,
+                        indices)
+    st = _call.stream_handle(q8, stream)
+    _call.run_with_workspace("mla_indexer_select_prefill", q8, st, workspace, *args,
+                             current_stream=stream is None)
+    return args[-1]
+
+
 def sparse_decode_workspace_size(q, kv, indices, softmax_scale, *, topk_length=None,
                                  kv_format=None, out=None, lse=None, out_dtype=None) -> int:
     """Scratch bytes sparse_decode needs for these arguments (0 on the CPU): allocate

@@ -99,3 +99,28 @@ def test_indexer_errors():
         mla.append_indexer_keys(np.ones((1, 128), np.float32), np.array([128], np.int64), cache)
     with pytest.raises(mla.MlaError, match="cache"):
         mla.validate_indexer_cache(np.zeros((2, 8000), np.uint8))
+
+
+@pytest.mark.parametrize("order", ["best_first", "by_position"])
+def test_select_prefill_equals_logits_then_topk(rng, order):
+    """mla.indexer_select_prefill on CPU arrays is indexer_logits_prefill followed by
+    topk_indices, bit for bit (rows shorter than k, an empty row, a range at the end)."""
+    T, N, k = 5, 200, 64
+    q8, wf = mla.quantize_indexer_query(rng.standard_normal((T, 64, 128)).astype(np.float32),
+                                        rng.standard_normal((T, 64)).astype(np.float32))
+    k8 = (rng.standard_normal((N, 128)) * 8).astype(E4M3)
+    ks = 2.0 ** rng.integers(-6, 3, N).astype(np.float32)
+    k_start = np.array([0, 10, 0, 199, 50], np.int32)
+    k_end = np.array([200, 40, 0, 200, 180], np.int32)
+    assert mla.indexer_select_prefill_workspace_size(q8, wf, k8, ks, k_start, k_end, k) == 0
+    got = mla.indexer_select_prefill(q8, wf, k8, ks, k_start, k_end, k, order=order)
+    logits = mla.indexer_logits_prefill(q8, wf, k8, ks, k_start, k_end)
+    want = mla.topk_indices(logits, k)
+    if order == "by_position":
+        want = np.sort(np.where(want < 0, N, want), axis=1)
+        want = np.where(want == N, -1, want).astype(np.int32)
+    assert got.dtype == np.int32 and got.shape == (T, k)
+    assert np.array_equal(got, want)
+    assert (got[2] == -1).all() and got[3, 0] == 199 and (got[3, 1:] == -1).all()
+    with pytest.raises(mla.InvalidValueError, match="opts.path = 7"):
+        mla.indexer_select_prefill(q8, wf, k8, ks, k_start, k_end, k, path=7)

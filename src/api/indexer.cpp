@@ -3,6 +3,7 @@
 
 #include "api/backend.hpp"
 #include "api/device_values.hpp"
+#include "api/indexer_checks.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/indexer/indexer_cuda.hpp"
 #endif
@@ -21,8 +22,7 @@ using detail::expect_shape;
 using detail::kAny;
 using L = IndexerCacheLayout;
 
-namespace {
-// k_start, k_end [T]: 0 <= k_start[t] <= k_end[t] <= N (host views).
+namespace detail {
 Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int64_t N) {
   for (int64_t t = 0; t < k_start.shape[0]; ++t) {
     const int64_t lo = reference::read_int(k_start, {t}), hi = reference::read_int(k_end, {t});
@@ -34,6 +34,34 @@ Status check_key_ranges(const TensorView& k_start, const TensorView& k_end, int6
   return Status::Ok();
 }
 
+Status validate_prefill_inputs(const IndexerLogitsPrefillArgs& a) {
+  MLA_TRY(expect_shape(a.q8, "q8", {kAny, kIndexerHeads, kIndexerDim}, "[T, 64, 128]"));
+  MLA_TRY(detail::expect_known_device(a.q8, "q8"));
+  const int64_t T = a.q8.shape[0];
+  MLA_TRY(expect_dtype(a.q8, "q8", {DType::e4m3}));
+  MLA_TRY(expect_shape(a.w_folded, "w_folded", {T, kIndexerHeads}, "[T, 64]"));
+  MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
+  MLA_TRY(expect_shape(a.k8, "k8", {kAny, kIndexerDim}, "[N, 128]"));
+  MLA_TRY(expect_dtype(a.k8, "k8", {DType::e4m3}));
+  const int64_t N = a.k8.shape[0];
+  MLA_TRY(expect_shape(a.k_scale, "k_scale", {N}, "[N]"));
+  MLA_TRY(expect_dtype(a.k_scale, "k_scale", {DType::f32}));
+  for (auto [t, name] : {std::pair{&a.k_start, "k_start"}, std::pair{&a.k_end, "k_end"}}) {
+    MLA_TRY(expect_shape(*t, name, {T}, "[T]"));
+    MLA_TRY(expect_dtype(*t, name, {DType::i32}));
+  }
+  for (auto [t, name] : {std::pair{&a.q8, "q8"}, std::pair{&a.w_folded, "w_folded"},
+                         std::pair{&a.k8, "k8"}, std::pair{&a.k_scale, "k_scale"},
+                         std::pair{&a.k_start, "k_start"}, std::pair{&a.k_end, "k_end"}}) {
+    MLA_TRY(expect_inner_contiguous(*t, name, 1));
+    MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
+  }
+  return Status::Ok();
+}
+
+}  // namespace detail
+
+namespace {
 // block_table and cache_seqlens of a validated decode call (host views).
 Status check_block_table(const IndexerLogitsDecodeArgs& a) {
   return detail::check_block_table_values(a.block_table, a.cache_seqlens, L::kPageTokens,
@@ -152,30 +180,12 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
 }
 
 Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecContext& ctx) {
-  MLA_TRY(expect_shape(a.q8, "q8", {kAny, kIndexerHeads, kIndexerDim}, "[T, 64, 128]"));
-  MLA_TRY(detail::expect_known_device(a.q8, "q8"));
-  const int64_t T = a.q8.shape[0];
-  MLA_TRY(expect_dtype(a.q8, "q8", {DType::e4m3}));
-  MLA_TRY(expect_shape(a.w_folded, "w_folded", {T, kIndexerHeads}, "[T, 64]"));
-  MLA_TRY(expect_dtype(a.w_folded, "w_folded", {DType::f32}));
-  MLA_TRY(expect_shape(a.k8, "k8", {kAny, kIndexerDim}, "[N, 128]"));
-  MLA_TRY(expect_dtype(a.k8, "k8", {DType::e4m3}));
-  const int64_t N = a.k8.shape[0];
-  MLA_TRY(expect_shape(a.k_scale, "k_scale", {N}, "[N]"));
-  MLA_TRY(expect_dtype(a.k_scale, "k_scale", {DType::f32}));
-  for (auto [t, name] : {std::pair{&a.k_start, "k_start"}, std::pair{&a.k_end, "k_end"}}) {
-    MLA_TRY(expect_shape(*t, name, {T}, "[T]"));
-    MLA_TRY(expect_dtype(*t, name, {DType::i32}));
-  }
+  MLA_TRY(detail::validate_prefill_inputs(a));
+  const int64_t T = a.q8.shape[0], N = a.k8.shape[0];
   MLA_TRY(expect_shape(a.logits, "logits", {T, N}, "[T, N]"));
   MLA_TRY(expect_dtype(a.logits, "logits", {DType::f32}));
-  for (auto [t, name] :
-       {std::pair{&a.q8, "q8"}, std::pair{&a.w_folded, "w_folded"}, std::pair{&a.k8, "k8"},
-        std::pair{&a.k_scale, "k_scale"}, std::pair{&a.k_start, "k_start"},
-        std::pair{&a.k_end, "k_end"}, std::pair{&a.logits, "logits"}}) {
-    MLA_TRY(expect_inner_contiguous(*t, name, 1));
-    MLA_TRY(expect_same_device(a.q8, "q8", *t, name));
-  }
+  MLA_TRY(expect_inner_contiguous(a.logits, "logits", 1));
+  MLA_TRY(expect_same_device(a.q8, "q8", a.logits, "logits"));
   MLA_TRY(detail::expect_disjoint({{&a.logits, "logits"}}, {{&a.q8, "q8"},
                                                             {&a.w_folded, "w_folded"},
                                                             {&a.k8, "k8"},
@@ -189,7 +199,7 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
                                {{&IndexerLogitsPrefillArgs::k_start, "k_start"},
                                 {&IndexerLogitsPrefillArgs::k_end, "k_end"}},
                                ctx, [&](const IndexerLogitsPrefillArgs& h) {
-                                 return check_key_ranges(h.k_start, h.k_end, N);
+                                 return detail::check_key_ranges(h.k_start, h.k_end, N);
                                }));
   if (on_gpu)
     return MLA_CUDA_BACKEND(cuda::indexer_logits_prefill(a, ctx), "indexer_logits_prefill");

@@ -5,6 +5,7 @@
 
 #include "api/backend.hpp"
 #include "api/device_values.hpp"
+#include "api/topk_checks.hpp"
 #ifdef MLA_HAS_CUDA
 #include "cuda/topk/topk_cuda.hpp"
 #endif
@@ -60,23 +61,37 @@ Status check_topk_values(const TopkArgs& a) {
 
 }  // namespace
 
+namespace detail {
+
+Status validate_topk_k_order(int32_t k, TopkOrder order) {
+  if (k < kTopkGranule || k > kTopkMax || k % kTopkGranule != 0)
+    return error(Errc::invalid_value,
+                 "k = {} is not allowed: k must be a multiple of {} in [{}, {}]", k, kTopkGranule,
+                 kTopkGranule, kTopkMax);
+  if (order != TopkOrder::best_first && order != TopkOrder::by_position)
+    return error(Errc::invalid_value, "order = {} is not a TopkOrder (best_first or by_position)",
+                 static_cast<int>(order));
+  return Status::Ok();
+}
+
+Status validate_topk_indices(const TensorView& indices, int64_t rows, int32_t k,
+                             const char* symbolic, const TensorView& like, const char* like_name) {
+  MLA_TRY(detail::expect_shape(indices, "indices", {rows, k}, symbolic));
+  MLA_TRY(detail::expect_dtype(indices, "indices", {DType::i32}));
+  MLA_TRY(detail::expect_inner_contiguous(indices, "indices", 1));
+  return detail::expect_same_device(like, like_name, indices, "indices");
+}
+
+}  // namespace detail
+
 Status topk_indices(const TopkArgs& a, const ExecContext& ctx) {
   MLA_TRY(detail::expect_shape(a.logits, "logits", {kAny, kAny}, "[R, N]"));
   MLA_TRY(detail::expect_known_device(a.logits, "logits"));
   MLA_TRY(detail::expect_dtype(a.logits, "logits", {DType::f32}));
   MLA_TRY(detail::expect_inner_contiguous(a.logits, "logits", 1));
   const int64_t R = a.logits.shape[0];
-  if (a.k < kTopkGranule || a.k > kTopkMax || a.k % kTopkGranule != 0)
-    return error(Errc::invalid_value,
-                 "k = {} is not allowed: k must be a multiple of {} in [{}, {}]", a.k, kTopkGranule,
-                 kTopkGranule, kTopkMax);
-  if (a.order != TopkOrder::best_first && a.order != TopkOrder::by_position)
-    return error(Errc::invalid_value, "order = {} is not a TopkOrder (best_first or by_position)",
-                 static_cast<int>(a.order));
-  MLA_TRY(detail::expect_shape(a.indices, "indices", {R, a.k}, "[R, k]"));
-  MLA_TRY(detail::expect_dtype(a.indices, "indices", {DType::i32}));
-  MLA_TRY(detail::expect_inner_contiguous(a.indices, "indices", 1));
-  MLA_TRY(detail::expect_same_device(a.logits, "logits", a.indices, "indices"));
+  MLA_TRY(detail::validate_topk_k_order(a.k, a.order));
+  MLA_TRY(detail::validate_topk_indices(a.indices, R, a.k, "[R, k]", a.logits, "logits"));
   if (a.lengths.defined()) {
     MLA_TRY(detail::expect_shape(a.lengths, "lengths", {R}, "[R]"));
     MLA_TRY(detail::expect_dtype(a.lengths, "lengths", {DType::i32}));

@@ -788,6 +788,11 @@ struct Binder<int32_t(A...)> {
   X(mla_quantize_indexer_query, "q weights q8! w_folded! stream")                               \
   X(mla_indexer_logits_decode, "q8 w_folded cache block_table cache_seqlens logits! stream")    \
   X(mla_indexer_logits_prefill, "q8 w_folded k8 k_scale k_start k_end logits! stream")          \
+  X(mla_indexer_select_prefill_workspace_size,                                                  \
+    "q8 w_folded k8 k_scale k_start k_end k order path capacity indices!")                      \
+  X(mla_indexer_select_prefill,                                                                 \
+    "q8 w_folded k8 k_scale k_start k_end k order path capacity indices! workspace "            \
+    "workspace_bytes stream")                                                                   \
   X(mla_topk_indices,                                                                           \
     "logits lengths k indices! block_table page_size rows_per_request num_pages stream")        \
   X(mla_sparse_decode_workspace_size,                                                           \
@@ -971,10 +976,12 @@ struct AutoBinder<RunId, int32_t(R...), SizeId, int32_t(S...)> {
   }
 };
 
-#define MLA_AUTO_OPS(X)                                                        \
-  X(mla_decode, mla_decode, mla_decode_workspace_size)                         \
-  X(mla_sparse_decode, mla_sparse_decode_ws, mla_sparse_decode_workspace_size) \
-  X(mla_sparse_prefill, mla_sparse_prefill_ws, mla_sparse_prefill_workspace_size)
+#define MLA_AUTO_OPS(X)                                                           \
+  X(mla_decode, mla_decode, mla_decode_workspace_size)                            \
+  X(mla_sparse_decode, mla_sparse_decode_ws, mla_sparse_decode_workspace_size)    \
+  X(mla_sparse_prefill, mla_sparse_prefill_ws, mla_sparse_prefill_workspace_size) \
+  X(mla_indexer_select_prefill, mla_indexer_select_prefill,                       \
+    mla_indexer_select_prefill_workspace_size)
 
 PyMethodDef g_auto_methods[] = {
 #define MLA_AUTO_DEF(name, run, size)                                            \

@@ -250,7 +250,7 @@ Arg cache(Builder& g, int32_t fmt, int64_t pages, int64_t page) {
                                   : g.tensor({pages, page, 1, 576}, BF16);
 }
 
-constexpr int kOps = 17;
+constexpr int kOps = 18;
 // Per operation: inputs run, and how many of them the last call accepted (a
 // fuzzer that never gets past the checks tests only the checks).
 uint64_t g_runs[kOps], g_accepted[kOps];
@@ -444,6 +444,25 @@ uint32_t run_one(Bytes& in) {
       g.maybe_alias(idx, kv);
       mla_block_sparse_select(q.ptr(), kv.ptr(), fmt, bt.ptr(), sl.ptr(), &p, idx.ptr(), ns.ptr(),
                               nullptr);
+      break;
+    }
+    case 16: {  // the prefill select (indexer + top-k) and its workspace size
+      const int64_t T = b.below(3), N = b.below(100);
+      const int32_t k = b.one_in(8) ? int32_t(b.u64()) : 64 * int32_t(1 + b.below(2));
+      const int32_t order = b.one_in(8) ? int32_t(b.u64()) : int32_t(b.below(2));
+      const int32_t path = b.one_in(8) ? int32_t(b.u64()) : int32_t(b.below(3));
+      const int64_t capacity = b.one_in(8) ? int64_t(b.u64()) : int64_t(b.below(300));
+      Arg q8 = g.tensor({T, 64, 128}, E4M3), w = g.tensor({T, 64}, F32);
+      Arg k8 = g.tensor({N, 128}, E4M3), ks = g.tensor({N}, F32);
+      Arg k0 = g.tensor({T}, I32, N), k1 = g.tensor({T}, I32, N);
+      Arg idx = g.tensor({T, k}, I32);
+      g.maybe_alias(idx, k8);
+      size_t bytes = 0;
+      mla_indexer_select_prefill_workspace_size(q8.ptr(), w.ptr(), k8.ptr(), ks.ptr(), k0.ptr(),
+                                                k1.ptr(), k, order, path, capacity, idx.ptr(),
+                                                &bytes);
+      mla_indexer_select_prefill(q8.ptr(), w.ptr(), k8.ptr(), ks.ptr(), k0.ptr(), k1.ptr(), k,
+                                 order, path, capacity, idx.ptr(), nullptr, 0, nullptr);
       break;
     }
     default: {  // plain structs: layer shapes, transfer plans

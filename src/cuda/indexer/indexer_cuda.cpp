@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/validate.hpp"
+#include "cuda/indexer/indexer_select.hpp"
 
 namespace mla::cuda {
 namespace indexer {
@@ -140,10 +141,11 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& a, const ExecContext
   return k::launch_indexer_logits(p, stream_of(ctx), opt);
 }
 
-Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecContext& ctx,
-                              const indexer::LogitsOptions& opt) {
-  k::IndexerLogitsParams p;
-  MLA_TRY(query_rows(a.q8, a.w_folded, 1, &p));
+namespace {
+// The prefill form's inputs (queries, flat keys, key ranges) into p; the
+// caller sets the logits.
+Status flat_inputs(const IndexerLogitsPrefillArgs& a, k::IndexerLogitsParams* p) {
+  MLA_TRY(query_rows(a.q8, a.w_folded, 1, p));
   if (a.k8.shape[0] > 1 && a.k8.strides[0] != kIndexerDim)
     return error(Errc::invalid_stride, "k8: the CUDA kernel needs dense rows of 128 (stride {})",
                  a.k8.strides[0]);
@@ -151,17 +153,57 @@ Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecConte
   MLA_TRY(detail::expect_aligned(a.k_scale, "k_scale", 4));
   if (a.k_scale.shape[0] > 1 && a.k_scale.strides[0] != 1)
     return error(Errc::invalid_stride, "k_scale: must be dense");
-  p.flat_keys = static_cast<const uint8_t*>(a.k8.data);
-  p.flat_scales = static_cast<const float*>(a.k_scale.data);
-  p.num_keys = a.k8.shape[0];
-  p.ks = static_cast<const int32_t*>(a.k_start.data);
-  p.ke = static_cast<const int32_t*>(a.k_end.data);
+  p->flat_keys = static_cast<const uint8_t*>(a.k8.data);
+  p->flat_scales = static_cast<const float*>(a.k_scale.data);
+  p->num_keys = a.k8.shape[0];
+  p->ks = static_cast<const int32_t*>(a.k_start.data);
+  p->ke = static_cast<const int32_t*>(a.k_end.data);
   if (a.k_start.shape[0] > 1 && (a.k_start.strides[0] != 1 || a.k_end.strides[0] != 1))
     return error(Errc::invalid_stride, "k_start / k_end: must be dense");
+  return Status::Ok();
+}
+
+// The internal select's params and options of a validated public call.
+Status select_params(const IndexerSelectPrefillArgs& a, const IndexerSelectOptions& o,
+                     k::PrefillSelectParams* p, k::SelectOptions* opt) {
+  MLA_TRY(flat_inputs({a.q8, a.w_folded, a.k8, a.k_scale, a.k_start, a.k_end, {}}, &p->idx));
+  MLA_TRY(detail::expect_aligned(a.indices, "indices", 4));
+  p->k = a.k;
+  p->out = static_cast<int32_t*>(a.indices.data);
+  p->out_stride = a.indices.shape[0] > 1 ? a.indices.strides[0] : a.k;
+  p->best_first = a.order == TopkOrder::best_first;
+  // automatic: unfused, the faster path measured (mla/indexer.hpp).
+  opt->path = o.path == IndexerSelectPath::fused ? k::SelectPath::fused : k::SelectPath::unfused;
+  opt->capacity = o.capacity;
+  return Status::Ok();
+}
+}  // namespace
+
+Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& a, const ExecContext& ctx,
+                              const indexer::LogitsOptions& opt) {
+  k::IndexerLogitsParams p;
+  MLA_TRY(flat_inputs(a, &p));
   p.width = a.logits.shape[1];
   p.logits = static_cast<float*>(a.logits.data);
   p.logits_stride = a.logits.strides[0];
   return k::launch_indexer_logits(p, stream_of(ctx), opt);
+}
+
+Status indexer_select_prefill_workspace_size(const IndexerSelectPrefillArgs& a,
+                                             const IndexerSelectOptions& o, size_t* bytes) {
+  k::PrefillSelectParams p;
+  k::SelectOptions opt;
+  MLA_TRY(select_params(a, o, &p, &opt));
+  *bytes = k::prefill_select_workspace(p, opt);
+  return Status::Ok();
+}
+
+Status indexer_select_prefill(const IndexerSelectPrefillArgs& a, const IndexerSelectOptions& o,
+                              Workspace ws, const ExecContext& ctx) {
+  k::PrefillSelectParams p;
+  k::SelectOptions opt;
+  MLA_TRY(select_params(a, o, &p, &opt));
+  return k::prefill_select(p, opt, ws.data, ws.bytes, stream_of(ctx));
 }
 
 }  // namespace mla::cuda

@@ -7,6 +7,7 @@
 #pragma once
 #include "cuda/indexer/indexer_params.hpp"
 #include "mla/indexer.hpp"
+#include "mla/indexer_select.hpp"
 
 namespace mla::cuda {
 Status append_indexer_keys(const AppendIndexerKeysArgs& args, const ExecContext& ctx);
@@ -15,4 +16,11 @@ Status indexer_logits_decode(const IndexerLogitsDecodeArgs& args, const ExecCont
                              const indexer::LogitsOptions& opt = {});
 Status indexer_logits_prefill(const IndexerLogitsPrefillArgs& args, const ExecContext& ctx,
                               const indexer::LogitsOptions& opt = {});
+// The prefill select (indexer_select.hpp) of a validated public call; the
+// size is that of its internal workspace, the call checks ws against it.
+Status indexer_select_prefill_workspace_size(const IndexerSelectPrefillArgs& args,
+                                             const IndexerSelectOptions& opts, size_t* bytes);
+Status indexer_select_prefill(const IndexerSelectPrefillArgs& args,
+                              const IndexerSelectOptions& opts, Workspace ws,
+                              const ExecContext& ctx);
 }  // namespace mla::cuda
