@@ -35,10 +35,10 @@ enum class IndexerSelectPath {
   // The indexer kernel keeps, per row, only the logits that can still be among
   // the k best, in a buffer of `capacity` entries; the [T, N] logits are never
   // held (8 B an entry: 8 T capacity B of buffers, 512 MB at T = 4096 with
-  // k = 2048 and the default capacity, against 2 GB of logits at 128K keys). A row whose buffer
-  // overflows is recomputed by the
-  // unfused path in chunks of rows. It reads one count back from the GPU: the
-  // call synchronises its stream and cannot be captured into a CUDA graph.
+  // k = 2048 and the default capacity, against 2 GB of logits at 128K keys).
+  // A row whose buffer overflows is recomputed by the unfused path in chunks
+  // of rows. It reads one count back from the GPU: the call synchronises its
+  // stream and cannot be captured into a CUDA graph.
   fused,
 };
 struct IndexerSelectOptions {
@@ -60,8 +60,9 @@ struct IndexerSelectPrefillArgs {
 };
 // Scratch bytes of a call with these shapes and options in `ws` (0 on CPU and
 // for T = 0; CUDA: about 4 T N for unfused; for fused 8 T capacity plus a
-// fallback chunk of 128 rows, 512 N + 128 (8 KB + 4 k)). Only shapes, dtypes, strides and the
-// device are read. A call given fewer bytes answers Errc::insufficient_workspace.
+// fallback chunk of min(T, 128) rows, about 512 N + 128 (8 KB + 4 k)). Only
+// shapes, dtypes, strides and the device are read. A call given fewer bytes
+// answers Errc::insufficient_workspace.
 Status indexer_select_prefill_workspace_size(const IndexerSelectPrefillArgs& args,
                                              const IndexerSelectOptions& opts, size_t* bytes);
 Status indexer_select_prefill(const IndexerSelectPrefillArgs& args,
