@@ -81,6 +81,17 @@ Status run_reference(const IndexerSelectPrefillArgs& a) {
   return reference::topk_indices(t);
 }
 
+// The scratch bytes of validated arguments (the public size and the call
+// share it, so a call validates once).
+Status workspace_need(const IndexerSelectPrefillArgs& a, const IndexerSelectOptions& o,
+                      size_t* bytes) {
+  *bytes = 0;
+  if (!detail::on_cuda(a.q8.device)) return Status::Ok();  // the reference needs no scratch
+  if (a.indices.numel() == 0) return Status::Ok();         // T = 0 runs nothing
+  return MLA_CUDA_BACKEND(cuda::indexer_select_prefill_workspace_size(a, o, bytes),
+                          "indexer_select_prefill_workspace_size");
+}
+
 }  // namespace
 
 Status indexer_select_prefill_workspace_size(const IndexerSelectPrefillArgs& a,
@@ -92,10 +103,7 @@ Status indexer_select_prefill_workspace_size(const IndexerSelectPrefillArgs& a,
   for (TensorView* t : {&s.q8, &s.w_folded, &s.k8, &s.k_scale, &s.k_start, &s.k_end, &s.indices})
     *t = detail::shape_only(*t);
   MLA_TRY(validate(s, o));
-  if (!detail::on_cuda(s.q8.device)) return Status::Ok();  // the reference needs no scratch
-  if (s.indices.numel() == 0) return Status::Ok();         // T = 0 runs nothing
-  return MLA_CUDA_BACKEND(cuda::indexer_select_prefill_workspace_size(s, o, bytes),
-                          "indexer_select_prefill_workspace_size");
+  return workspace_need(s, o, bytes);
 }
 
 Status indexer_select_prefill(const IndexerSelectPrefillArgs& a, const IndexerSelectOptions& o,
@@ -113,7 +121,7 @@ Status indexer_select_prefill(const IndexerSelectPrefillArgs& a, const IndexerSe
                                }));
   if (!on_gpu) return run_reference(a);
   size_t need = 0;
-  MLA_TRY(indexer_select_prefill_workspace_size(a, o, &need));
+  MLA_TRY(workspace_need(a, o, &need));
   if (need > 0 && (ws.data == nullptr || ws.bytes < need))
     return error(Errc::insufficient_workspace,
                  "workspace: {} bytes given{}, the {} path of indexer_select_prefill needs {} "
