@@ -35,11 +35,8 @@ from pathlib import Path
 LAYERS = 61  # DeepSeek-V3.2: the planner's step floors are for all layers
 
 
-GPU = "h200"
-
-
-def plan(mla, context, batch, kv):
-    cmd = [mla, "plan", "--gpu", GPU, "--model", "deepseek-v3.2", "--context", str(context),
+def plan(mla, gpu, context, batch, kv):
+    cmd = [mla, "plan", "--gpu", gpu, "--model", "deepseek-v3.2", "--context", str(context),
            "--kv", kv, "--batch", str(batch), "--weights", "bf16", "--json"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
@@ -79,14 +76,13 @@ def main():
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
-    global GPU
     mla, out = sys.argv[1], Path(sys.argv[2])
 
     def opt(name, default):
         return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
     res = Path(opt("--results", "bench/results"))
-    GPU = opt("--gpu", "h200")
+    gpu = opt("--gpu", "h200")
     step_file = Path(opt("--step", res / "2026-11-29-h200-dsa-step.json"))
     stages_file = Path(opt("--stages", res / "2026-11-29-h200-dsa-stages.json"))
     step = json.loads(step_file.read_text())
@@ -100,7 +96,7 @@ def main():
     def floors(context, batch, kv):
         key = (context, batch, kv)
         if key not in cache:
-            cache[key] = plan(mla, context, batch, kv)
+            cache[key] = plan(mla, gpu, context, batch, kv)
         return cache[key]
 
     series = {}  # (kernel, format) -> [(floor_us, measured_us, what)]
@@ -138,9 +134,7 @@ def main():
     p0 = next(p for p in layer if p["config"] == "mla-bf16" and p["context"] == 8192)
     # The layer point was measured on the H200: its fraction is taken against the H200's floor
     # whatever GPU the other entries are fitted for (a fraction of the ceiling carries over).
-    gpu_fit, GPU = GPU, "h200"
-    pl = plan(mla, p0["context"], p0["batch"], "bf16")
-    GPU = gpu_fit
+    pl = plan(mla, "h200", p0["context"], p0["batch"], "bf16")
     f = next(x for x in pl["formats"] if x["name"] == "mla-bf16")
     proj_floor = f["projections"]["stage"]["floor_s"] / LAYERS * 1e6
     rest = p0["median_us"] - p0["attention_us"]
@@ -181,12 +175,12 @@ def main():
               "2026-11-30-h200-s3-final/bench_prefill.json and carried entries of "
               "2026-11-29-h200-calibration.json")
     if "--step" in sys.argv or "--stages" in sys.argv:
-        source = (f"fitted by scripts/fit_calibration.py --gpu {GPU} from {short(step_file)} and "
-                  f"{short(stages_file)} ({GPU}); projections from 2026-11-29-h200-layer.json "
+        source = (f"fitted by scripts/fit_calibration.py --gpu {gpu} from {short(step_file)} and "
+                  f"{short(stages_file)} ({gpu}); projections from 2026-11-29-h200-layer.json "
                   "(H200), prefill and decompression from 2026-11-30-h200-s3-final/"
                   "bench_prefill.json (H200), other entries carried from "
                   "2026-11-29-h200-calibration.json")
-    doc = {"gpu": GPU,
+    doc = {"gpu": gpu,
            "source": source,
            "entries": entries}
     out.write_text(json.dumps(doc, indent=1) + "\n")
